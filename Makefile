@@ -1,0 +1,64 @@
+# paraforge: build, test, demo and benchmarks.
+#
+#   make demo     back-translate the bundled sample with the bundled model
+#   make test     the test suite (no GPU, no Python ML stack needed)
+#   make bench-nmt  engine benchmark against transformers, Optimum and CTranslate2
+#
+# The ONNX Runtime shared library comes from the onnxruntime wheel on PyPI
+# (ort is built with load-dynamic); `make ort` fetches it into .cache/ort.
+
+ORT_VERSION   ?= 1.31.1
+ORT_WHEEL     ?= onnxruntime
+ORT_DIR       := $(CURDIR)/.cache/ort/$(ORT_WHEEL)-$(ORT_VERSION)
+ORT_LIB       := $(ORT_DIR)/libonnxruntime.so.$(ORT_VERSION)
+PYTHON        ?= python3
+VENV          := $(CURDIR)/.venv
+CARGO         ?= cargo
+export ORT_DYLIB_PATH ?= $(ORT_LIB)
+
+.PHONY: all build ort test demo lint fmt venv fixtures bench-nmt clean-ort
+
+all: build
+
+$(ORT_LIB):
+	@mkdir -p $(ORT_DIR)/wheel
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: \
+		--dest $(ORT_DIR)/wheel "$(ORT_WHEEL)==$(ORT_VERSION)"
+	$(PYTHON) tools/extract_ort.py $(ORT_DIR)/wheel $(ORT_DIR)
+	@test -f $(ORT_LIB)
+
+ort: $(ORT_LIB)
+
+build:
+	$(CARGO) build --release -p paraforge
+
+test: $(ORT_LIB)
+	$(CARGO) test --workspace --all-targets
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) fmt --all -- --check
+
+lint:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) fmt --all -- --check
+
+fmt:
+	$(CARGO) fmt --all
+
+# Python tooling (model export, reference outputs, peer benchmarks); not
+# needed by `make test` or `make demo`.
+venv: $(VENV)/.done
+$(VENV)/.done: tools/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet -r tools/requirements.txt
+	@touch $@
+
+# Regenerates the tokenizer and generation references the parity tests read.
+fixtures: venv
+	$(VENV)/bin/python tools/reference_outputs.py --model models/tiny-cs-en \
+		--sentences tests/data/parity-cs.txt --out tests/data/reference
+
+bench-nmt: venv $(ORT_LIB) build
+	$(VENV)/bin/python tools/bench_nmt.py --paraforge target/release/paraforge
+
+clean-ort:
+	rm -rf $(CURDIR)/.cache/ort

@@ -1,0 +1,54 @@
+//! `paraforge`: the one binary users run.
+
+mod translate;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "paraforge",
+    version,
+    about = "Build ParaNMT-style paraphrase corpora by back-translation"
+)]
+struct Cli {
+    /// Log filter (tracing env-filter syntax), e.g. `info` or `paraforge=debug`.
+    #[arg(long, global = true, env = "PARAFORGE_LOG", default_value = "warn")]
+    log: String,
+    /// Log as JSON lines instead of text.
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Translate sentences (one per line) with a MarianMT ONNX model.
+    Translate(translate::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(&cli.log, cli.log_json);
+    let result: Result<()> = match cli.command {
+        Command::Translate(a) => translate::run(a),
+    };
+    if let Err(e) = result {
+        eprintln!("paraforge: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn init_logging(filter: &str, json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}

@@ -1,0 +1,615 @@
+//! ONNX Runtime sessions of a MarianMT export and the decoding loop that
+//! drives them.
+//!
+//! Per batch: the encoder runs once; the first decoder call runs one row per
+//! sentence (all beams are identical then) and yields the cross-attention
+//! keys/values, which are expanded to `num_beams` rows once and reused
+//! unchanged by every later step. Later steps feed only the last token and
+//! the self-attention cache (never the whole prefix); the cache is
+//! reordered by beam parent, a copy that is skipped when the order did not
+//! change. A sentence that is done leaves the batch, shrinking every later
+//! call.
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+
+use ort::session::builder::GraphOptimizationLevel;
+use ort::session::{Session, SessionInputValue};
+use ort::value::{DynValue, Tensor};
+
+use crate::config::ModelConfig;
+use crate::error::NmtError;
+use crate::search::{Beams, Finished, Greedy, Settings, StepScratch};
+
+/// Where the model runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda(i32),
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Device, String> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            _ => match s.strip_prefix("cuda:").map(str::parse::<i32>) {
+                Some(Ok(n)) if n >= 0 => Ok(Device::Cuda(n)),
+                _ => Err(format!("unknown device {s:?}: use cpu, cuda or cuda:N")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => write!(f, "cpu"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// How to load a model.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub device: Device,
+    /// Intra-op threads for ONNX Runtime on CPU (0 = its default).
+    pub threads: usize,
+    /// Load `*_quantized.onnx` (ONNX Runtime dynamic int8) instead of fp32.
+    pub quantized: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            device: Device::Cpu,
+            threads: 0,
+            quantized: false,
+        }
+    }
+}
+
+enum Decoder {
+    /// `decoder_model.onnx` for the first step, `decoder_with_past_model.onnx` after.
+    Split { first: Session, with_past: Session },
+    /// `decoder_model_merged.onnx`, switching on `use_cache_branch`.
+    Merged(Session),
+}
+
+/// Loaded ONNX graphs plus the names and sizes needed to call them.
+pub(crate) struct Graphs {
+    encoder: Session,
+    decoder: Decoder,
+    layers: usize,
+    heads: usize,
+    head_dim: usize,
+    vocab: usize,
+    pub(crate) files: Vec<PathBuf>,
+}
+
+fn onnx_error(path: &Path, e: impl std::fmt::Display) -> NmtError {
+    NmtError::BadOnnx {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+fn environment() -> Result<&'static ort::environment::Environment, NmtError> {
+    static ENV: std::sync::OnceLock<Result<ort::environment::Environment, String>> =
+        std::sync::OnceLock::new();
+    ENV.get_or_init(|| {
+        ort::init()
+            .with_name("paraforge")
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| {
+        NmtError::Runtime(format!(
+            "{e} (set ORT_DYLIB_PATH to libonnxruntime.so from the onnxruntime wheel; `make ort` fetches it)"
+        ))
+    })
+}
+
+fn session(path: &Path, opts: &LoadOptions) -> Result<Session, NmtError> {
+    let env = environment()?;
+    let map = |e: ort::Error<ort::session::builder::SessionBuilder>| onnx_error(path, e);
+    let mut b = Session::builder(env)
+        .map_err(|e| onnx_error(path, e))?
+        .with_optimization_level(GraphOptimizationLevel::All)
+        .map_err(map)?;
+    if opts.threads > 0 {
+        b = b.with_intra_threads(opts.threads).map_err(map)?;
+    }
+    if let Device::Cuda(id) = opts.device {
+        let ep = ort::ep::CUDA::default()
+            .with_device_id(id)
+            .build()
+            .error_on_failure();
+        b = b.with_execution_providers([ep]).map_err(|e| NmtError::Device {
+            device: opts.device.to_string(),
+            reason: format!(
+                "the CUDA execution provider is not available: {e} (use the onnxruntime-gpu wheel's library and check the driver)"
+            ),
+        })?;
+    }
+    b.commit_from_file(path).map_err(|e| onnx_error(path, e))
+}
+
+impl Graphs {
+    pub(crate) fn load(
+        dir: &Path,
+        cfg: &ModelConfig,
+        opts: &LoadOptions,
+    ) -> Result<Graphs, NmtError> {
+        let suffix = if opts.quantized { "_quantized" } else { "" };
+        let file = |stem: &str| dir.join(format!("{stem}{suffix}.onnx"));
+        let missing = |what: String| NmtError::MissingFile {
+            dir: dir.to_path_buf(),
+            what,
+        };
+        let enc_path = file("encoder_model");
+        if !enc_path.is_file() {
+            return Err(missing(format!("encoder_model{suffix}.onnx")));
+        }
+        let (first_p, past_p, merged_p) = (
+            file("decoder_model"),
+            file("decoder_with_past_model"),
+            file("decoder_model_merged"),
+        );
+        let mut files = vec![enc_path.clone()];
+        let decoder = if first_p.is_file() && past_p.is_file() {
+            files.extend([first_p.clone(), past_p.clone()]);
+            Decoder::Split {
+                first: session(&first_p, opts)?,
+                with_past: session(&past_p, opts)?,
+            }
+        } else if merged_p.is_file() {
+            files.push(merged_p.clone());
+            Decoder::Merged(session(&merged_p, opts)?)
+        } else {
+            return Err(missing(format!(
+                "decoder_model{suffix}.onnx + decoder_with_past_model{suffix}.onnx, or decoder_model_merged{suffix}.onnx"
+            )));
+        };
+        let encoder = session(&enc_path, opts)?;
+        let g = Graphs {
+            encoder,
+            decoder,
+            layers: cfg.decoder_layers,
+            heads: cfg.decoder_attention_heads,
+            head_dim: cfg.head_dim(),
+            vocab: cfg.target_vocab_size(),
+            files,
+        };
+        g.check_signature(dir)?;
+        Ok(g)
+    }
+
+    /// Fails early, naming the file, when the graphs do not have the
+    /// inputs and outputs this engine feeds (a different export, a
+    /// different model than config.json describes).
+    fn check_signature(&self, dir: &Path) -> Result<(), NmtError> {
+        let mismatch = |reason: String| NmtError::VocabMismatch {
+            dir: dir.to_path_buf(),
+            reason,
+        };
+        let has_in = |s: &Session, n: &str| s.inputs().iter().any(|i| i.name() == n);
+        let has_out = |s: &Session, n: &str| s.outputs().iter().any(|o| o.name() == n);
+        for n in ["input_ids", "attention_mask"] {
+            if !has_in(&self.encoder, n) {
+                return Err(mismatch(format!("encoder has no input {n:?}")));
+            }
+        }
+        let past = match &self.decoder {
+            Decoder::Split { with_past, .. } => with_past,
+            Decoder::Merged(m) => m,
+        };
+        for l in 0..self.layers {
+            for part in [
+                "decoder.key",
+                "decoder.value",
+                "encoder.key",
+                "encoder.value",
+            ] {
+                let n = format!("past_key_values.{l}.{part}");
+                if !has_in(past, &n) {
+                    return Err(mismatch(format!(
+                        "config.json says {} decoder layers but the decoder has no input {n:?}",
+                        self.layers
+                    )));
+                }
+            }
+        }
+        if !has_out(past, "logits") {
+            return Err(mismatch("decoder has no output \"logits\"".into()));
+        }
+        Ok(())
+    }
+
+    fn run<'s>(
+        session: &'s mut Session,
+        stage: &'static str,
+        inputs: Vec<(Cow<'static, str>, SessionInputValue<'_>)>,
+    ) -> Result<ort::session::SessionOutputs<'s>, NmtError> {
+        session
+            .run(inputs)
+            .map_err(|e| NmtError::inference(stage, e))
+    }
+}
+
+fn tensor_i64(shape: [usize; 2], data: Vec<i64>) -> Result<Tensor<i64>, NmtError> {
+    Tensor::from_array((shape, data)).map_err(|e| NmtError::inference("input", e))
+}
+
+fn tensor_f32(shape: Vec<usize>, data: Vec<f32>) -> Result<Tensor<f32>, NmtError> {
+    Tensor::from_array((shape, data)).map_err(|e| NmtError::inference("cache", e))
+}
+
+fn take(
+    outputs: &mut ort::session::SessionOutputs<'_>,
+    name: &str,
+    stage: &'static str,
+) -> Result<DynValue, NmtError> {
+    outputs
+        .remove(name)
+        .ok_or_else(|| NmtError::inference(stage, format!("the graph has no output {name:?}")))
+}
+
+/// Copies rows of a (rows, ...) f32 tensor in the given order.
+fn gather_rows(v: &DynValue, rows: &[usize]) -> Result<Tensor<f32>, NmtError> {
+    let (shape, data) = v
+        .try_extract_tensor::<f32>()
+        .map_err(|e| NmtError::inference("cache", e))?;
+    let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+    let row = dims[1..].iter().product::<usize>();
+    let mut out = Vec::with_capacity(rows.len() * row);
+    for &r in rows {
+        out.extend_from_slice(&data[r * row..(r + 1) * row]);
+    }
+    let mut new_dims = dims;
+    new_dims[0] = rows.len();
+    tensor_f32(new_dims, out)
+}
+
+/// One batch being decoded: its sentences, their cache and search state.
+struct Batch {
+    /// Index into the batch's sentence list for each live sentence.
+    live: Vec<usize>,
+    /// Source length after padding.
+    src_len: usize,
+    /// Encoder attention mask per live sentence (unexpanded).
+    masks: Vec<Vec<i64>>,
+    /// Per layer: decoder self-attention key and value, (rows, h, t, d).
+    self_kv: Vec<DynValue>,
+    /// Per layer: cross-attention key and value, (rows, h, src, d).
+    cross_kv: Vec<DynValue>,
+    /// The cross-attention tensors as fed (expanded to the live rows).
+    cross_rows: Vec<usize>,
+    /// Last token of every row, fed to the next step.
+    last: Vec<i64>,
+}
+
+pub(crate) enum SearchState {
+    Beam(Vec<Beams>),
+    Greedy(Vec<Greedy>),
+}
+
+impl Graphs {
+    /// Decodes one batch of encoded sentences (ids end in eos; unpadded).
+    /// Returns, per sentence, its finished hypotheses best first.
+    pub(crate) fn generate(
+        &mut self,
+        sources: &[Vec<u32>],
+        pad_id: u32,
+        start_id: u32,
+        s: &Settings,
+    ) -> Result<Vec<Vec<Finished>>, NmtError> {
+        let n = sources.len();
+        let src_len = sources.iter().map(Vec::len).max().unwrap_or(1).max(1);
+        let mut ids = Vec::with_capacity(n * src_len);
+        let mut masks = Vec::with_capacity(n);
+        for src in sources {
+            let mut m = vec![0i64; src_len];
+            for (i, &t) in src.iter().enumerate() {
+                ids.push(t as i64);
+                m[i] = 1;
+            }
+            ids.extend(std::iter::repeat_n(pad_id as i64, src_len - src.len()));
+            masks.push(m);
+        }
+        let flat_mask: Vec<i64> = masks.iter().flatten().copied().collect();
+
+        let hidden = {
+            let mut out = Graphs::run(
+                &mut self.encoder,
+                "encoder",
+                vec![
+                    ("input_ids".into(), tensor_i64([n, src_len], ids)?.into()),
+                    (
+                        "attention_mask".into(),
+                        tensor_i64([n, src_len], flat_mask.clone())?.into(),
+                    ),
+                ],
+            )?;
+            take(&mut out, "last_hidden_state", "encoder")?
+        };
+
+        let mut batch = Batch {
+            live: (0..n).collect(),
+            src_len,
+            masks,
+            self_kv: Vec::new(),
+            cross_kv: Vec::new(),
+            cross_rows: Vec::new(),
+            last: vec![start_id as i64; n],
+        };
+        let mut state = if s.num_beams == 1 {
+            SearchState::Greedy(vec![Greedy::default(); n])
+        } else {
+            SearchState::Beam(vec![Beams::new(); n])
+        };
+        let mut results: Vec<Vec<Finished>> = vec![Vec::new(); n];
+        let mut scratch = StepScratch::default();
+        let mut cur_len = 1;
+
+        // First step: one row per sentence, from the encoder states.
+        let logits = self.first_step(&mut batch, &hidden, flat_mask)?;
+        drop(hidden);
+        self.advance(
+            &mut batch,
+            &mut state,
+            &logits,
+            cur_len,
+            s,
+            &mut scratch,
+            &mut results,
+        )?;
+        cur_len += 1;
+
+        while !batch.live.is_empty() {
+            let logits = self.next_step(&mut batch)?;
+            self.advance(
+                &mut batch,
+                &mut state,
+                &logits,
+                cur_len,
+                s,
+                &mut scratch,
+                &mut results,
+            )?;
+            cur_len += 1;
+        }
+        Ok(results)
+    }
+
+    fn first_step(
+        &mut self,
+        b: &mut Batch,
+        hidden: &DynValue,
+        mask: Vec<i64>,
+    ) -> Result<DynValue, NmtError> {
+        let rows = b.live.len();
+        let mut inputs: Vec<(Cow<'static, str>, SessionInputValue<'_>)> = vec![
+            (
+                "input_ids".into(),
+                tensor_i64([rows, 1], b.last.clone())?.into(),
+            ),
+            (
+                "encoder_attention_mask".into(),
+                tensor_i64([rows, b.src_len], mask)?.into(),
+            ),
+            ("encoder_hidden_states".into(), hidden.view().into()),
+        ];
+        let session = match &mut self.decoder {
+            Decoder::Split { first, .. } => first,
+            Decoder::Merged(m) => {
+                // The cache branch is off; the past inputs must still be fed.
+                for l in 0..self.layers {
+                    for part in [
+                        "decoder.key",
+                        "decoder.value",
+                        "encoder.key",
+                        "encoder.value",
+                    ] {
+                        let dummy = tensor_f32(
+                            vec![rows, self.heads, 1, self.head_dim],
+                            vec![0.0; rows * self.heads * self.head_dim],
+                        )?;
+                        inputs.push((format!("past_key_values.{l}.{part}").into(), dummy.into()));
+                    }
+                }
+                let flag = Tensor::from_array(([1usize], vec![false]))
+                    .map_err(|e| NmtError::inference("input", e))?;
+                inputs.push(("use_cache_branch".into(), flag.into()));
+                m
+            }
+        };
+        let mut out = Graphs::run(session, "decoder", inputs)?;
+        let logits = take(&mut out, "logits", "decoder")?;
+        b.self_kv.clear();
+        b.cross_kv.clear();
+        for l in 0..self.layers {
+            for part in ["key", "value"] {
+                b.self_kv.push(take(
+                    &mut out,
+                    &format!("present.{l}.decoder.{part}"),
+                    "decoder",
+                )?);
+                b.cross_kv.push(take(
+                    &mut out,
+                    &format!("present.{l}.encoder.{part}"),
+                    "decoder",
+                )?);
+            }
+        }
+        b.cross_rows = (0..rows).collect();
+        Ok(logits)
+    }
+
+    fn next_step(&mut self, b: &mut Batch) -> Result<DynValue, NmtError> {
+        let rows = b.last.len();
+        let mask: Vec<i64> = b
+            .cross_rows
+            .iter()
+            .flat_map(|&r| b.masks[r].iter().copied())
+            .collect();
+        let mut inputs: Vec<(Cow<'static, str>, SessionInputValue<'_>)> = vec![
+            (
+                "input_ids".into(),
+                tensor_i64([rows, 1], b.last.clone())?.into(),
+            ),
+            (
+                "encoder_attention_mask".into(),
+                tensor_i64([rows, b.src_len], mask)?.into(),
+            ),
+        ];
+        for l in 0..self.layers {
+            for (j, part) in ["key", "value"].iter().enumerate() {
+                inputs.push((
+                    format!("past_key_values.{l}.decoder.{part}").into(),
+                    b.self_kv[2 * l + j].view().into(),
+                ));
+                inputs.push((
+                    format!("past_key_values.{l}.encoder.{part}").into(),
+                    b.cross_kv[2 * l + j].view().into(),
+                ));
+            }
+        }
+        let session = match &mut self.decoder {
+            Decoder::Split { with_past, .. } => with_past,
+            Decoder::Merged(m) => {
+                let flag = Tensor::from_array(([1usize], vec![true]))
+                    .map_err(|e| NmtError::inference("input", e))?;
+                inputs.push(("use_cache_branch".into(), flag.into()));
+                m
+            }
+        };
+        let mut out = Graphs::run(session, "decoder", inputs)?;
+        let logits = take(&mut out, "logits", "decoder")?;
+        let mut kv = Vec::with_capacity(2 * self.layers);
+        for l in 0..self.layers {
+            for part in ["key", "value"] {
+                kv.push(take(
+                    &mut out,
+                    &format!("present.{l}.decoder.{part}"),
+                    "decoder",
+                )?);
+            }
+        }
+        drop(out);
+        b.self_kv = kv;
+        Ok(logits)
+    }
+
+    /// Runs the search step on the logits, records finished sentences, and
+    /// reorders or shrinks the caches for the next call.
+    #[allow(clippy::too_many_arguments)]
+    fn advance(
+        &mut self,
+        b: &mut Batch,
+        state: &mut SearchState,
+        logits: &DynValue,
+        cur_len: usize,
+        s: &Settings,
+        scratch: &mut StepScratch,
+        results: &mut [Vec<Finished>],
+    ) -> Result<(), NmtError> {
+        let (shape, data) = logits
+            .try_extract_tensor::<f32>()
+            .map_err(|e| NmtError::inference("decoder", e))?;
+        let v = *shape.last().unwrap_or(&0) as usize;
+        if v != self.vocab {
+            return Err(NmtError::inference(
+                "decoder",
+                format!(
+                    "logits have {v} columns but config.json has a vocabulary of {}",
+                    self.vocab
+                ),
+            ));
+        }
+        let row = |r: usize| &data[r * v..(r + 1) * v];
+
+        // Rows of the next call: (source row in this call, token), and the
+        // live sentences they belong to.
+        let mut parents: Vec<usize> = Vec::new();
+        let mut tokens: Vec<i64> = Vec::new();
+        let mut live = Vec::new();
+        let mut sentence_rows = Vec::new();
+        let mut r0 = 0;
+        match state {
+            SearchState::Beam(beams) => {
+                for &sent in &b.live {
+                    let bm = &mut beams[sent];
+                    let nrows = bm.rows();
+                    let rows: Vec<&[f32]> = (r0..r0 + nrows).map(row).collect();
+                    let out = bm.step(s, &rows, cur_len, scratch);
+                    if bm.is_done() {
+                        results[sent] = std::mem::take(bm).into_finished(s.nbest);
+                    } else {
+                        live.push(sent);
+                        sentence_rows.push(out.parents.len());
+                        parents.extend(out.parents.iter().map(|p| r0 + p));
+                        tokens.extend(out.tokens.iter().map(|&t| t as i64));
+                    }
+                    r0 += nrows;
+                }
+            }
+            SearchState::Greedy(gs) => {
+                for &sent in &b.live {
+                    let g = &mut gs[sent];
+                    let tok = g.step(s, row(r0), cur_len, scratch);
+                    if g.is_done() {
+                        results[sent] = vec![std::mem::take(g).into_finished(s)];
+                    } else {
+                        live.push(sent);
+                        sentence_rows.push(1);
+                        parents.push(r0);
+                        tokens.push(tok as i64);
+                    }
+                    r0 += 1;
+                }
+            }
+        }
+        if live.is_empty() {
+            b.live.clear();
+            return Ok(());
+        }
+        // Self-attention cache: reorder only when rows moved.
+        let identity = parents.len() == r0 && parents.iter().enumerate().all(|(i, &p)| i == p);
+        if !identity {
+            b.self_kv = b
+                .self_kv
+                .iter()
+                .map(|t| gather_rows(t, &parents).map(Tensor::into_dyn))
+                .collect::<Result<_, _>>()?;
+        }
+        // Cross-attention: one row per beam of each live sentence. It only
+        // changes when a sentence leaves or at the first expansion.
+        let want: Vec<usize> = live
+            .iter()
+            .zip(&sentence_rows)
+            .flat_map(|(&sent, &k)| std::iter::repeat_n(sent, k))
+            .collect();
+        if want != b.cross_rows {
+            let index: Vec<usize> = want
+                .iter()
+                .map(|sent| {
+                    // Any row of the sentence will do: all hold the same values.
+                    b.cross_rows.iter().position(|r| r == sent).unwrap_or(0)
+                })
+                .collect();
+            b.cross_kv = b
+                .cross_kv
+                .iter()
+                .map(|t| gather_rows(t, &index).map(Tensor::into_dyn))
+                .collect::<Result<_, _>>()?;
+            b.cross_rows = want;
+        }
+        b.live = live;
+        b.last = tokens;
+        Ok(())
+    }
+}

@@ -1,0 +1,346 @@
+//! The back-translation engine of paraforge: a MarianMT model in the layout
+//! of Hugging Face Optimum's ONNX export, run with ONNX Runtime, decoded
+//! with beam search that reproduces transformers' `generate`.
+//!
+//! ```no_run
+//! use paraforge_nmt::{GenerateOptions, LoadOptions, Translator};
+//! let mut t = Translator::load("models/demo-cs-en".as_ref(), &LoadOptions::default())?;
+//! let out = t.translate(&["Dobrý den."], &GenerateOptions::default())?;
+//! println!("{} ({})", out[0].text, out[0].score);
+//! # Ok::<(), paraforge_nmt::NmtError>(())
+//! ```
+
+mod config;
+mod engine;
+mod error;
+mod fastmath;
+mod search;
+mod spm;
+mod tokenizer;
+
+use std::path::{Path, PathBuf};
+
+pub use config::{EarlyStopping, GenerationDefaults, ModelConfig};
+pub use engine::{Device, LoadOptions};
+pub use error::NmtError;
+pub use spm::SentencePiece;
+pub use tokenizer::MarianTokenizer;
+
+use engine::Graphs;
+use search::Settings;
+
+/// Decoding options; `None` takes the model's `generation_config.json`
+/// value (and transformers' default where that has none).
+#[derive(Debug, Clone)]
+pub struct GenerateOptions {
+    pub num_beams: usize,
+    /// Maximum decoder length, counting the start token (transformers' `max_length`).
+    pub max_length: Option<usize>,
+    /// Maximum number of generated tokens; overrides `max_length`.
+    pub max_new_tokens: Option<usize>,
+    pub min_length: Option<usize>,
+    pub min_new_tokens: Option<usize>,
+    pub length_penalty: Option<f32>,
+    pub early_stopping: Option<EarlyStopping>,
+    /// How many finished hypotheses to return per sentence (at most num_beams).
+    pub nbest: usize,
+    /// Sentences per batch (batches are cut from length-sorted input).
+    pub batch_size: usize,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            num_beams: 12,
+            max_length: None,
+            max_new_tokens: None,
+            min_length: None,
+            min_new_tokens: None,
+            length_penalty: None,
+            early_stopping: None,
+            nbest: 1,
+            batch_size: 16,
+        }
+    }
+}
+
+/// One hypothesis: detokenized text, generated ids (eos included when it
+/// was generated) and the translation score (sum of token log-probabilities
+/// over length^length_penalty, transformers' `sequences_scores`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hypothesis {
+    pub text: String,
+    pub tokens: Vec<u32>,
+    pub score: f32,
+}
+
+/// Why a sentence's output needs a second look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flag {
+    /// The input was empty or whitespace only; nothing was translated.
+    Empty,
+    /// The input had more tokens than the model's positions; the tail was cut.
+    Truncated { tokens: usize, kept: usize },
+}
+
+/// The result for one input sentence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Translation {
+    pub text: String,
+    pub tokens: Vec<u32>,
+    pub score: f32,
+    /// The `nbest` best hypotheses, best first (the first equals the fields above).
+    pub nbest: Vec<Hypothesis>,
+    pub source_tokens: usize,
+    pub flag: Option<Flag>,
+}
+
+/// A loaded model: tokenizer, configuration and ONNX sessions.
+pub struct Translator {
+    dir: PathBuf,
+    tokenizer: MarianTokenizer,
+    config: ModelConfig,
+    defaults: GenerationDefaults,
+    graphs: Graphs,
+    options: LoadOptions,
+}
+
+impl std::fmt::Debug for Translator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Translator")
+            .field("dir", &self.dir)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Translator {
+    /// Loads a model directory in Optimum's export layout.
+    pub fn load(dir: &Path, options: &LoadOptions) -> Result<Translator, NmtError> {
+        if !dir.is_dir() {
+            return Err(NmtError::ModelDirMissing(dir.to_path_buf()));
+        }
+        let need = |name: &str| {
+            let p = dir.join(name);
+            if p.is_file() {
+                Ok(p)
+            } else {
+                Err(NmtError::MissingFile {
+                    dir: dir.to_path_buf(),
+                    what: name.to_string(),
+                })
+            }
+        };
+        let config = ModelConfig::load(&need("config.json")?)?;
+        let gen_path = dir.join("generation_config.json");
+        let defaults = if gen_path.is_file() {
+            GenerationDefaults::load(&gen_path)?
+        } else {
+            GenerationDefaults::default()
+        };
+        let tokenizer = MarianTokenizer::load(dir)?;
+        let vocab = config.target_vocab_size();
+        if tokenizer.max_id() as usize >= config.vocab_size {
+            return Err(NmtError::VocabMismatch {
+                dir: dir.to_path_buf(),
+                reason: format!(
+                    "vocab.json has ids up to {} but config.json has vocab_size {}",
+                    tokenizer.max_id(),
+                    config.vocab_size
+                ),
+            });
+        }
+        if tokenizer.eos_id() != config.eos_token_id {
+            return Err(NmtError::VocabMismatch {
+                dir: dir.to_path_buf(),
+                reason: format!(
+                    "vocab.json maps </s> to {} but config.json has eos_token_id {}",
+                    tokenizer.eos_id(),
+                    config.eos_token_id
+                ),
+            });
+        }
+        let graphs = Graphs::load(dir, &config, options)?;
+        tracing::debug!(dir = %dir.display(), vocab, device = %options.device, "model loaded");
+        Ok(Translator {
+            dir: dir.to_path_buf(),
+            tokenizer,
+            config,
+            defaults,
+            graphs,
+            options: options.clone(),
+        })
+    }
+
+    pub fn tokenizer(&self) -> &MarianTokenizer {
+        &self.tokenizer
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The ONNX files in use, for checksums and provenance.
+    pub fn model_files(&self) -> &[PathBuf] {
+        &self.graphs.files
+    }
+
+    /// Longest source (in tokens, eos included) the encoder accepts.
+    pub fn max_source_tokens(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+
+    fn settings(&self, o: &GenerateOptions) -> Result<Settings, NmtError> {
+        let d = &self.defaults;
+        if o.num_beams == 0 {
+            return Err(NmtError::BadOption {
+                option: "num_beams",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if o.nbest == 0 || o.nbest > o.num_beams {
+            return Err(NmtError::BadOption {
+                option: "nbest",
+                reason: format!("must be between 1 and num_beams ({})", o.num_beams),
+            });
+        }
+        let positions = self.config.max_position_embeddings;
+        let mut max_length = match (o.max_new_tokens, o.max_length) {
+            (Some(n), _) => n + 1,
+            (None, Some(m)) => m,
+            (None, None) => d.max_length.unwrap_or(20),
+        };
+        if max_length < 2 {
+            return Err(NmtError::BadOption {
+                option: "max_length",
+                reason: "must allow at least one generated token".into(),
+            });
+        }
+        if max_length > positions {
+            tracing::warn!(
+                max_length,
+                positions,
+                "max_length exceeds the model's positions; clamped"
+            );
+            max_length = positions;
+        }
+        let min_length = match (o.min_new_tokens, o.min_length) {
+            (Some(n), _) => n + 1,
+            (None, Some(m)) => m,
+            (None, None) => d.min_length.unwrap_or(0),
+        };
+        let banned = d
+            .bad_words_ids
+            .iter()
+            .flatten()
+            .map(|w| w[0])
+            .filter(|&id| (id as usize) < self.config.target_vocab_size())
+            .collect();
+        Ok(Settings {
+            num_beams: o.num_beams,
+            max_length,
+            min_length,
+            length_penalty: o.length_penalty.or(d.length_penalty).unwrap_or(1.0),
+            early_stopping: o.early_stopping.unwrap_or_else(|| d.early_stopping()),
+            eos_id: self.config.eos_token_id,
+            banned_ids: banned,
+            forced_bos_id: d.forced_bos_token_id,
+            forced_eos_id: d.forced_eos_token_id.or(self.config.forced_eos_token_id),
+            nbest: o.nbest,
+        })
+    }
+
+    /// Translates sentences; results come back in input order. Batches are
+    /// cut from the inputs sorted by token length so that little padding
+    /// is computed.
+    pub fn translate<S: AsRef<str>>(
+        &mut self,
+        sentences: &[S],
+        o: &GenerateOptions,
+    ) -> Result<Vec<Translation>, NmtError> {
+        self.translate_with_progress(sentences, o, |_| {})
+    }
+
+    /// As [`Translator::translate`], calling `progress(n)` after each batch
+    /// of `n` sentences.
+    pub fn translate_with_progress<S: AsRef<str>>(
+        &mut self,
+        sentences: &[S],
+        o: &GenerateOptions,
+        mut progress: impl FnMut(usize),
+    ) -> Result<Vec<Translation>, NmtError> {
+        let settings = self.settings(o)?;
+        let max_src = self.max_source_tokens();
+        let mut out: Vec<Option<Translation>> = vec![None; sentences.len()];
+        let mut encoded: Vec<(usize, Vec<u32>, Option<Flag>)> = Vec::with_capacity(sentences.len());
+        for (i, s) in sentences.iter().enumerate() {
+            let s = s.as_ref();
+            if s.trim().is_empty() {
+                out[i] = Some(Translation {
+                    text: String::new(),
+                    tokens: Vec::new(),
+                    score: f32::NAN,
+                    nbest: Vec::new(),
+                    source_tokens: 0,
+                    flag: Some(Flag::Empty),
+                });
+                continue;
+            }
+            let mut ids = self.tokenizer.encode(s);
+            let mut flag = None;
+            if ids.len() > max_src {
+                // As transformers' truncation: keep the head, end with eos.
+                flag = Some(Flag::Truncated {
+                    tokens: ids.len(),
+                    kept: max_src,
+                });
+                ids.truncate(max_src - 1);
+                ids.push(self.tokenizer.eos_id());
+            }
+            encoded.push((i, ids, flag));
+        }
+        encoded.sort_by_key(|(i, ids, _)| (ids.len(), *i));
+        let bs = o.batch_size.max(1);
+        for chunk in encoded.chunks(bs) {
+            let sources: Vec<Vec<u32>> = chunk.iter().map(|(_, ids, _)| ids.clone()).collect();
+            let finished = self.graphs.generate(
+                &sources,
+                self.config.pad_token_id,
+                self.config.decoder_start_token_id,
+                &settings,
+            )?;
+            for ((i, ids, flag), hyps) in chunk.iter().zip(finished) {
+                let nbest: Vec<Hypothesis> = hyps
+                    .into_iter()
+                    .map(|h| Hypothesis {
+                        text: self.tokenizer.decode(&h.tokens),
+                        tokens: h.tokens,
+                        score: h.score,
+                    })
+                    .collect();
+                let best = nbest.first().cloned().unwrap_or(Hypothesis {
+                    text: String::new(),
+                    tokens: Vec::new(),
+                    score: f32::NEG_INFINITY,
+                });
+                out[*i] = Some(Translation {
+                    text: best.text,
+                    tokens: best.tokens,
+                    score: best.score,
+                    nbest,
+                    source_tokens: ids.len(),
+                    flag: *flag,
+                });
+            }
+            progress(chunk.len());
+        }
+        Ok(out
+            .into_iter()
+            .map(|t| t.expect("every input gets a result"))
+            .collect())
+    }
+}
