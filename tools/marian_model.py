@@ -231,6 +231,7 @@ def cmd_train(args) -> None:
 
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
     deadline = time.time() + args.minutes * 60
+    last_save = time.time()
     step, epoch = 0, 0
     warmup = args.warmup
     done = False
@@ -261,6 +262,11 @@ def cmd_train(args) -> None:
                         tot += o.loss.item() * k
                         n += k
                 log(f"dev loss {tot/n:.3f} (ppl {math.exp(tot/n):.1f})")
+            if args.save_every and time.time() - last_save > args.save_every * 60:
+                model.save_pretrained(hf_dir)
+                write_generation_config(hf_dir, pad, args.max_positions, args.num_beams)
+                last_save = time.time()
+                log(f"checkpoint saved at step {step}")
             if time.time() > deadline or (args.max_steps and step >= args.max_steps):
                 done = True
                 break
@@ -291,8 +297,19 @@ def cmd_train(args) -> None:
     export(hf_dir, Path(args.out) / "onnx", merged=args.merged, quantize=args.quantize)
 
 
-def export(model_dir: Path, out: Path, merged: bool, quantize: bool) -> None:
-    """Optimum export plus the tokenizer files paraforge reads."""
+def export(model_dir: Path, out: Path, merged: str, quantize: bool) -> None:
+    """Optimum export plus the tokenizer files paraforge reads. `merged` is
+    "no" (decoder + decoder_with_past), "yes" (decoder_model_merged only) or
+    "both" (all three decoder graphs, for tests of both layouts)."""
+    if merged == "both":
+        export(model_dir, out, "no", False)
+        with tempfile.TemporaryDirectory() as tmp:
+            export(model_dir, Path(tmp), "yes", False)
+            shutil.copy(Path(tmp) / "decoder_model_merged.onnx", out / "decoder_model_merged.onnx")
+        if quantize:
+            quantize_dir(out)
+        return
+    merged = merged == "yes"
     from optimum.exporters.onnx import main_export
 
     out.mkdir(parents=True, exist_ok=True)
@@ -324,7 +341,9 @@ def quantize_dir(out: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     for f in sorted(out.glob("*.onnx")):
-        if f.stem.endswith("_quantized"):
+        # Where both decoder layouts are present, int8 is for the split pair.
+        split = (out / "decoder_model.onnx").exists()
+        if f.stem.endswith("_quantized") or (f.stem == "decoder_model_merged" and split):
             continue
         dst = f.with_name(f.stem + "_quantized.onnx")
         log(f"quantizing {f.name} -> {dst.name}")
@@ -387,7 +406,8 @@ def main(argv=None) -> None:
         sp.add_argument("--max-positions", type=int, default=positions)
         sp.add_argument("--num-beams", type=int, default=4, help="default beam in generation_config.json")
         sp.add_argument("--dropout", type=float, default=0.1)
-        sp.add_argument("--merged", action="store_true", help="export decoder_model_merged.onnx")
+        sp.add_argument("--merged", choices=["no", "yes", "both"], default="no",
+                        help="decoder layout: split pair, merged graph, or both")
         sp.add_argument("--quantize", action="store_true", help="also write *_quantized.onnx (int8)")
         sp.add_argument("--seed", type=int, default=1)
 
@@ -402,13 +422,14 @@ def main(argv=None) -> None:
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--warmup", type=int, default=1000)
     t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--save-every", type=float, default=0, help="minutes between checkpoints (0 = only at the end)")
     arch(t, 64, 2, 4, 256, 4000, 256)
     t.set_defaults(fn=cmd_train)
 
     e = sub.add_parser("export")
     e.add_argument("--model", required=True, help="local HF directory or hub name")
     e.add_argument("--out", required=True)
-    e.add_argument("--merged", action="store_true")
+    e.add_argument("--merged", choices=["no", "yes", "both"], default="no")
     e.add_argument("--quantize", action="store_true")
     e.set_defaults(fn=cmd_export)
 

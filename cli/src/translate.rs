@@ -48,6 +48,10 @@ pub struct Args {
     /// Use the int8 model (`*_quantized.onnx`).
     #[arg(long)]
     quantized: bool,
+    /// Print `{"sentences":N,"seconds":S}` on stderr at the end, timing
+    /// translation only (not model loading); used by `make bench-nmt`.
+    #[arg(long, hide = true)]
+    timing: bool,
 }
 
 /// Lines are read and translated in blocks of this many, so memory stays
@@ -70,6 +74,7 @@ pub fn run(a: Args) -> Result<()> {
         device: a.device.clone(),
         threads: a.threads,
         quantized: a.quantized,
+        decoder: Default::default(),
     };
     let mut model = Translator::load(&a.model, &load)
         .with_context(|| format!("loading model {}", a.model.display()))?;
@@ -107,6 +112,7 @@ pub fn run(a: Args) -> Result<()> {
 
     let mut line_no = 0usize;
     let mut flagged = 0usize;
+    let mut busy = std::time::Duration::ZERO;
     let mut buf = Vec::new();
     loop {
         // A block of lines; invalid UTF-8 is flagged per line, not fatal.
@@ -138,7 +144,9 @@ pub fn run(a: Args) -> Result<()> {
         if texts.is_empty() {
             break;
         }
+        let started = std::time::Instant::now();
         let results = model.translate_with_progress(&texts, &opts, |n| bar.inc(n as u64))?;
+        busy += started.elapsed();
         for (i, t) in results.iter().enumerate() {
             let n = line_no + i + 1;
             match t.flag {
@@ -169,6 +177,12 @@ pub fn run(a: Args) -> Result<()> {
     bar.finish_and_clear();
     if flagged > 0 {
         eprintln!("paraforge translate: {line_no} lines, {flagged} flagged (see above)");
+    }
+    if a.timing {
+        eprintln!(
+            "{{\"sentences\":{line_no},\"seconds\":{:.6}}}",
+            busy.as_secs_f64()
+        );
     }
     Ok(())
 }

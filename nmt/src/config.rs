@@ -53,7 +53,9 @@ impl ModelConfig {
                 )));
             }
         }
-        if cfg.decoder_attention_heads == 0 || cfg.d_model % cfg.decoder_attention_heads != 0 {
+        if cfg.decoder_attention_heads == 0
+            || !cfg.d_model.is_multiple_of(cfg.decoder_attention_heads)
+        {
             return Err(bad(format!(
                 "d_model {} is not divisible by decoder_attention_heads {}",
                 cfg.d_model, cfg.decoder_attention_heads

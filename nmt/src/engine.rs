@@ -22,8 +22,9 @@ use crate::error::NmtError;
 use crate::search::{Beams, Finished, Greedy, Settings, StepScratch};
 
 /// Where the model runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Device {
+    #[default]
     Cpu,
     Cuda(i32),
 }
@@ -51,24 +52,25 @@ impl std::fmt::Display for Device {
     }
 }
 
+/// Which decoder graphs to use when a directory has both layouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DecoderLayout {
+    /// The split pair if present, else the merged graph.
+    #[default]
+    Auto,
+    Split,
+    Merged,
+}
+
 /// How to load a model.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     pub device: Device,
-    /// Intra-op threads for ONNX Runtime on CPU (0 = its default).
+    /// Intra-op threads for ONNX Runtime on CPU (0 = one per core).
     pub threads: usize,
     /// Load `*_quantized.onnx` (ONNX Runtime dynamic int8) instead of fp32.
     pub quantized: bool,
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        LoadOptions {
-            device: Device::Cpu,
-            threads: 0,
-            quantized: false,
-        }
-    }
+    pub decoder: DecoderLayout,
 }
 
 enum Decoder {
@@ -99,18 +101,44 @@ fn onnx_error(path: &Path, e: impl std::fmt::Display) -> NmtError {
 fn environment() -> Result<&'static ort::environment::Environment, NmtError> {
     static ENV: std::sync::OnceLock<Result<ort::environment::Environment, String>> =
         std::sync::OnceLock::new();
-    ENV.get_or_init(|| {
-        ort::init()
+    ENV.get_or_init(init_runtime)
+        .as_ref()
+        .map_err(|e| NmtError::Runtime(e.clone()))
+}
+
+/// Loads the ONNX Runtime shared library named by `ORT_DYLIB_PATH` (or the
+/// system's `libonnxruntime.so`). ort panics on some load failures (a
+/// library too old for API 31); those become errors here too.
+fn init_runtime() -> Result<ort::environment::Environment, String> {
+    let hint = "set ORT_DYLIB_PATH to libonnxruntime.so.1.31.1 from the onnxruntime wheel (`make ort` fetches it)";
+    let path = match std::env::var("ORT_DYLIB_PATH") {
+        Ok(p) if !p.is_empty() => {
+            if !Path::new(&p).is_file() {
+                return Err(format!("ORT_DYLIB_PATH={p}: no such file; {hint}"));
+            }
+            PathBuf::from(p)
+        }
+        _ => PathBuf::from(format!(
+            "{}onnxruntime{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        )),
+    };
+    let shown = path.display().to_string();
+    let attempt = std::panic::catch_unwind(move || {
+        ort::init_from(&path)
+            .map_err(|e| e.to_string())?
             .with_name("paraforge")
             .build()
             .map_err(|e| e.to_string())
-    })
-    .as_ref()
-    .map_err(|e| {
-        NmtError::Runtime(format!(
-            "{e} (set ORT_DYLIB_PATH to libonnxruntime.so from the onnxruntime wheel; `make ort` fetches it)"
-        ))
-    })
+    });
+    match attempt {
+        Ok(Ok(env)) => Ok(env),
+        Ok(Err(e)) => Err(format!("{shown}: {e}; {hint}")),
+        Err(_) => Err(format!(
+            "{shown}: not a usable ONNX Runtime library (version 1.31 or later is needed); {hint}"
+        )),
+    }
 }
 
 fn session(path: &Path, opts: &LoadOptions) -> Result<Session, NmtError> {
@@ -160,19 +188,26 @@ impl Graphs {
             file("decoder_model_merged"),
         );
         let mut files = vec![enc_path.clone()];
-        let decoder = if first_p.is_file() && past_p.is_file() {
+        let split = first_p.is_file() && past_p.is_file() && opts.decoder != DecoderLayout::Merged;
+        let merged = merged_p.is_file() && opts.decoder != DecoderLayout::Split;
+        let decoder = if split {
             files.extend([first_p.clone(), past_p.clone()]);
             Decoder::Split {
                 first: session(&first_p, opts)?,
                 with_past: session(&past_p, opts)?,
             }
-        } else if merged_p.is_file() {
+        } else if merged {
             files.push(merged_p.clone());
             Decoder::Merged(session(&merged_p, opts)?)
         } else {
-            return Err(missing(format!(
-                "decoder_model{suffix}.onnx + decoder_with_past_model{suffix}.onnx, or decoder_model_merged{suffix}.onnx"
-            )));
+            let what = match opts.decoder {
+                DecoderLayout::Auto => format!(
+                    "decoder_model{suffix}.onnx + decoder_with_past_model{suffix}.onnx, or decoder_model_merged{suffix}.onnx"
+                ),
+                DecoderLayout::Split => format!("decoder_model{suffix}.onnx + decoder_with_past_model{suffix}.onnx"),
+                DecoderLayout::Merged => format!("decoder_model_merged{suffix}.onnx"),
+            };
+            return Err(missing(what));
         };
         let encoder = session(&enc_path, opts)?;
         let g = Graphs {

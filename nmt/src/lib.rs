@@ -21,7 +21,7 @@ mod tokenizer;
 use std::path::{Path, PathBuf};
 
 pub use config::{EarlyStopping, GenerationDefaults, ModelConfig};
-pub use engine::{Device, LoadOptions};
+pub use engine::{DecoderLayout, Device, LoadOptions};
 pub use error::NmtError;
 pub use spm::SentencePiece;
 pub use tokenizer::MarianTokenizer;

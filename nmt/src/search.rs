@@ -159,7 +159,6 @@ impl Beams {
             let base = self.scores[b];
             cands.extend(scratch.row.iter().map(|&(lp, tok)| (lp + base, b, tok)));
         }
-        drop(mask);
         scratch.banned = banned;
         // Rank by score, ties to the lower flat index (beam * vocab + token).
         cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
@@ -285,7 +284,6 @@ impl Greedy {
         let mut banned = std::mem::take(&mut scratch.banned);
         let mask = s.mask(cur_len, &mut banned);
         row_top_k(row, 1, &mask, &mut scratch.row);
-        drop(mask);
         scratch.banned = banned;
         let (lp, tok) = scratch
             .row

@@ -103,7 +103,7 @@ impl CharsMap {
         }
         let trie_size = u32::from_le_bytes(blob[..4].try_into().ok()?) as usize;
         let rest = &blob[4..];
-        if trie_size > rest.len() || trie_size % 4 != 0 {
+        if trie_size > rest.len() || !trie_size.is_multiple_of(4) {
             return None;
         }
         let units = rest[..trie_size]
