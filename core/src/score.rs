@@ -1,0 +1,338 @@
+//! The scores of a (reference, translation) pair, as METHOD.md section 3
+//! defines them: n-gram overlap (seed 000, footnote 6), the paraphrase score
+//! (cosine of averaged word vectors), and token lengths. Every score reads
+//! the same tokens, from [`tokenize`].
+
+use crate::vectors::Vectors;
+
+/// One token of a lowercased sentence, with a hash for fast comparison.
+#[derive(Debug, Clone, Copy)]
+pub struct Token<'a> {
+    pub text: &'a str,
+    hash: u64,
+}
+
+impl PartialEq for Token<'_> {
+    fn eq(&self, o: &Self) -> bool {
+        // The hash rejects almost every unequal pair without touching the text.
+        self.hash == o.hash && self.text == o.text
+    }
+}
+
+/// A lowercased sentence and its tokens (slices of `lower`).
+#[derive(Debug, Default)]
+pub struct Tokens {
+    lower: String,
+    spans: Vec<(u32, u32, u64)>,
+}
+
+impl Tokens {
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Token<'_> {
+        let (a, b, hash) = self.spans[i];
+        Token {
+            text: &self.lower[a as usize..b as usize],
+            hash,
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Token<'_>> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    pub fn texts(&self) -> Vec<&str> {
+        self.iter().map(|t| t.text).collect()
+    }
+}
+
+/// Characters that continue a word: letters, digits and combining marks
+/// (so that "é" in decomposed form stays one word).
+#[inline]
+fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric()
+        || matches!(c as u32, 0x0300..=0x036F | 0x1AB0..=0x1AFF | 0x1DC0..=0x1DFF | 0x20D0..=0x20FF | 0xFE20..=0xFE2F)
+}
+
+#[inline]
+fn fx(bytes: &[u8]) -> u64 {
+    // FxHash-style multiply-rotate: fast on short words, good enough to
+    // pre-filter comparisons (equality is always confirmed on the text).
+    const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+    let mut h: u64 = bytes.len() as u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        h = (h.rotate_left(5) ^ w).wrapping_mul(K);
+    }
+    let mut tail = [0u8; 8];
+    let r = chunks.remainder();
+    tail[..r.len()].copy_from_slice(r);
+    h = (h.rotate_left(5) ^ u64::from_le_bytes(tail)).wrapping_mul(K);
+    h ^ (h >> 29)
+}
+
+/// Lowercases `text` and splits it into words (maximal runs of letters,
+/// digits and combining marks) and punctuation (every other non-space
+/// character on its own). "Don't stop!" gives `don ' t stop !`.
+pub fn tokenize(text: &str) -> Tokens {
+    let mut t = Tokens::default();
+    tokenize_into(text, &mut t);
+    t
+}
+
+/// [`tokenize`] into a reused buffer.
+pub fn tokenize_into(text: &str, out: &mut Tokens) {
+    out.lower.clear();
+    out.spans.clear();
+    if text.is_ascii() {
+        out.lower.push_str(text);
+        out.lower.make_ascii_lowercase();
+    } else {
+        out.lower.push_str(&text.to_lowercase());
+    }
+    let s = out.lower.as_bytes();
+    let mut i = 0;
+    let n = s.len();
+    while i < n {
+        let b = s[i];
+        if b < 0x80 {
+            if b.is_ascii_alphanumeric() {
+                let start = i;
+                i += 1;
+                while i < n {
+                    let c = s[i];
+                    if c.is_ascii_alphanumeric() {
+                        i += 1;
+                    } else if c >= 0x80 {
+                        let ch = out.lower[i..].chars().next().unwrap_or(' ');
+                        if !is_word_char(ch) {
+                            break;
+                        }
+                        i += ch.len_utf8();
+                    } else {
+                        break;
+                    }
+                }
+                out.spans.push((start as u32, i as u32, fx(&s[start..i])));
+            } else if b.is_ascii_whitespace() {
+                i += 1;
+            } else {
+                out.spans.push((i as u32, i as u32 + 1, fx(&s[i..i + 1])));
+                i += 1;
+            }
+            continue;
+        }
+        let ch = out.lower[i..].chars().next().unwrap_or(' ');
+        let len = ch.len_utf8();
+        if is_word_char(ch) {
+            let start = i;
+            i += len;
+            while i < n {
+                let ch = out.lower[i..].chars().next().unwrap_or(' ');
+                if !is_word_char(ch) {
+                    break;
+                }
+                i += ch.len_utf8();
+            }
+            out.spans.push((start as u32, i as u32, fx(&s[start..i])));
+        } else if ch.is_whitespace() {
+            i += len;
+        } else {
+            out.spans
+                .push((i as u32, (i + len) as u32, fx(&s[i..i + len])));
+            i += len;
+        }
+    }
+}
+
+/// n-gram overlap of two token lists: with S the shorter n-gram list and L
+/// the other, |{i : S[i] occurs in L}| / |S|; 0 when S is empty. Repeats in
+/// S each count (the authors' filter script loops over S's positions).
+pub fn ngram_overlap(a: &Tokens, b: &Tokens, n: usize) -> f32 {
+    let (na, nb) = (ngrams(a.len(), n), ngrams(b.len(), n));
+    let (s, l, ns, nl) = if na <= nb {
+        (a, b, na, nb)
+    } else {
+        (b, a, nb, na)
+    };
+    if ns == 0 {
+        return 0.0;
+    }
+    let same = |i: usize, j: usize| {
+        (0..n).all(|k| s.spans[i + k].2 == l.spans[j + k].2 && s.get(i + k) == l.get(j + k))
+    };
+    let hits = (0..ns).filter(|&i| (0..nl).any(|j| same(i, j))).count();
+    hits as f32 / ns as f32
+}
+
+fn ngrams(len: usize, n: usize) -> usize {
+    (len + 1).saturating_sub(n)
+}
+
+/// Everything the pipeline stores about a pair.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PairScores {
+    /// Cosine of the averaged word vectors; `None` when a side has no known token.
+    pub para_score: Option<f32>,
+    pub unigram_overlap: f32,
+    pub bigram_overlap: f32,
+    pub trigram_overlap: f32,
+    pub reference_len: u32,
+    pub translation_len: u32,
+    /// Tokens without a vector, per side.
+    pub reference_oov: u32,
+    pub translation_oov: u32,
+}
+
+/// Scores pairs; holds the vectors and reusable buffers.
+pub struct Scorer<'v> {
+    vectors: Option<&'v Vectors>,
+    r: Tokens,
+    t: Tokens,
+    sum_r: Vec<f32>,
+    sum_t: Vec<f32>,
+}
+
+impl<'v> Scorer<'v> {
+    /// A scorer; without vectors, `para_score` is always `None`.
+    pub fn new(vectors: Option<&'v Vectors>) -> Scorer<'v> {
+        let d = vectors.map_or(0, Vectors::dim);
+        Scorer {
+            vectors,
+            r: Tokens::default(),
+            t: Tokens::default(),
+            sum_r: vec![0.0; d],
+            sum_t: vec![0.0; d],
+        }
+    }
+
+    pub fn score(&mut self, reference: &str, translation: &str) -> PairScores {
+        tokenize_into(reference, &mut self.r);
+        tokenize_into(translation, &mut self.t);
+        let (mut oov_r, mut oov_t, mut para) = (0, 0, None);
+        if let Some(v) = self.vectors {
+            let (kr, or) = v.sum_into(self.r.iter().map(|t| t.text), &mut self.sum_r);
+            let (kt, ot) = v.sum_into(self.t.iter().map(|t| t.text), &mut self.sum_t);
+            oov_r = or;
+            oov_t = ot;
+            if kr > 0 && kt > 0 {
+                // The cosine of the averages equals the cosine of the sums.
+                para = Some(cosine(&self.sum_r, &self.sum_t));
+            }
+        }
+        PairScores {
+            para_score: para,
+            unigram_overlap: ngram_overlap(&self.r, &self.t, 1),
+            bigram_overlap: ngram_overlap(&self.r, &self.t, 2),
+            trigram_overlap: ngram_overlap(&self.r, &self.t, 3),
+            reference_len: self.r.len() as u32,
+            translation_len: self.t.len() as u32,
+            reference_oov: oov_r,
+            translation_oov: oov_t,
+        }
+    }
+}
+
+/// Cosine similarity; 0 when either vector is zero.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let (mut ab, mut aa, mut bb) = (0.0f32, 0.0f32, 0.0f32);
+    for (x, y) in a.iter().zip(b) {
+        ab += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    if aa == 0.0 || bb == 0.0 {
+        return 0.0;
+    }
+    (ab / (aa.sqrt() * bb.sqrt())).clamp(-1.0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(s: &str) -> Vec<String> {
+        tokenize(s).texts().into_iter().map(String::from).collect()
+    }
+
+    #[test]
+    fn tokenizer_lowercases_and_splits_words_from_punctuation() {
+        assert_eq!(
+            toks("Don't STOP, Příliš žluťoučký kůň!"),
+            [
+                "don",
+                "'",
+                "t",
+                "stop",
+                ",",
+                "příliš",
+                "žluťoučký",
+                "kůň",
+                "!"
+            ]
+        );
+        assert_eq!(toks("  \t "), Vec::<String>::new());
+        assert_eq!(toks("3.14 km/h"), ["3", ".", "14", "km", "/", "h"]);
+        assert_eq!(toks("„Ahoj“ — řekl"), ["„", "ahoj", "“", "—", "řekl"]);
+        // Decomposed é (e + U+0301) stays inside the word.
+        assert_eq!(toks("Cafe\u{301} OK"), ["cafe\u{301}", "ok"]);
+        assert_eq!(toks("ΣΊΣΥΦΟΣ"), ["σίσυφος"]);
+    }
+
+    fn overlap(a: &str, b: &str, n: usize) -> f32 {
+        ngram_overlap(&tokenize(a), &tokenize(b), n)
+    }
+
+    #[test]
+    fn trigram_overlap_worked_examples() {
+        // r: the cat sat on the mat -> 4 trigrams; t: the cat sat on a mat -> 4.
+        // Shared: "the cat sat", "cat sat on" -> 2/4.
+        assert_eq!(
+            overlap("the cat sat on the mat", "the cat sat on a mat", 3),
+            0.5
+        );
+        // Identical sentences overlap fully; disjoint ones not at all.
+        assert_eq!(overlap("a b c d", "a b c d", 3), 1.0);
+        assert_eq!(overlap("a b c", "d e f", 3), 0.0);
+        // The shorter list is S: 1 trigram "a b c" occurs in the longer.
+        assert_eq!(overlap("x a b c y z", "a b c", 3), 1.0);
+        assert_eq!(overlap("a b c", "x a b c y z", 3), 1.0);
+        // Fewer than n tokens on a side: S is empty, so 0.
+        assert_eq!(overlap("a b", "a b c", 3), 0.0);
+        assert_eq!(overlap("", "", 3), 0.0);
+        // Punctuation is a token: "hello , world" vs "hello world".
+        assert_eq!(overlap("Hello, world", "hello world", 2), 0.0);
+        assert_eq!(overlap("Hello, world", "hello world", 1), 1.0);
+    }
+
+    #[test]
+    fn repeated_ngrams_in_the_shorter_list_each_count() {
+        // S = [a b c, b c a, c a b, a b c] (6 tokens: a b c a b c); L has only "a b c".
+        // Positions 0 and 3 hit: 2/4.
+        assert_eq!(overlap("a b c a b c", "a b c x y z w", 3), 0.5);
+        // Unigrams: S = "the the the" (3), L contains "the": 3/3.
+        assert_eq!(overlap("the the the", "the dog barked loudly", 1), 1.0);
+        // Repeats in L do not inflate: S = [dog], L = [the the the the] -> 0.
+        assert_eq!(overlap("dog", "the the the the", 1), 0.0);
+    }
+
+    #[test]
+    fn non_ascii_text_is_compared_after_lowercasing() {
+        assert_eq!(overlap("Žluťoučký kůň úpěl", "žluťoučký KŮŇ úpěl", 3), 1.0);
+        assert_eq!(overlap("Ünïcödé wörds here", "ünïcödé wörds there", 2), 0.5);
+    }
+
+    #[test]
+    fn cosine_handles_zero_vectors() {
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
+        assert!((cosine(&[1.0, 1.0], &[2.0, 2.0]) - 1.0).abs() < 1e-6);
+        assert!((cosine(&[1.0, 0.0], &[-1.0, 0.0]) + 1.0).abs() < 1e-6);
+    }
+}

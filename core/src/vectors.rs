@@ -1,0 +1,363 @@
+//! Word vectors in GloVe text format (`word v1 ... vd`, one per line; plain
+//! or gzip). PARAGRAM-PHRASE, PARAGRAM-SL999 and the vectors that
+//! `paraforge export-vectors` writes use the same format. A word2vec-style
+//! header line (`count dim`) is skipped.
+//!
+//! Loading parses blocks of lines in parallel and keeps one contiguous f32
+//! matrix, so 400k x 300 vectors take about 480 MB and load in seconds.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
+
+#[derive(Debug, thiserror::Error)]
+pub enum VectorsError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: no vectors in the file")]
+    Empty { path: PathBuf },
+    #[error("{path}:{line}: {reason}")]
+    BadLine {
+        path: PathBuf,
+        line: u64,
+        reason: String,
+    },
+}
+
+/// What loading skipped, so that a user can tell a clean file from a damaged one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    pub loaded: usize,
+    /// Lines whose number of values differs from the file's dimension.
+    pub wrong_dimension: usize,
+    /// Lines with a value that is not a number.
+    pub unparsable: usize,
+    /// Words seen before (the first vector is kept).
+    pub duplicates: usize,
+    /// First skipped line (1-based), to look at.
+    pub first_skipped_line: Option<u64>,
+}
+
+/// A loaded set of word vectors.
+#[derive(Debug, Clone)]
+pub struct Vectors {
+    dim: usize,
+    index: FxHashMap<Box<str>, u32>,
+    words: Vec<Box<str>>,
+    data: Vec<f32>,
+}
+
+enum Parsed {
+    Vector(Box<str>, Vec<f32>),
+    WrongDim,
+    Unparsable,
+    Blank,
+}
+
+fn parse_line(line: &str, dim: usize) -> Parsed {
+    let line = line.trim_end_matches(['\r', '\n']);
+    let mut parts = line.split(' ').filter(|p| !p.is_empty());
+    let Some(word) = parts.next() else {
+        return Parsed::Blank;
+    };
+    let mut v = Vec::with_capacity(dim);
+    for p in parts {
+        match fast_float2::parse::<f32, _>(p) {
+            Ok(x) if x.is_finite() => v.push(x),
+            _ => return Parsed::Unparsable,
+        }
+    }
+    if v.len() != dim {
+        return Parsed::WrongDim;
+    }
+    Parsed::Vector(word.into(), v)
+}
+
+const BLOCK_LINES: usize = 16_384;
+
+impl Vectors {
+    /// Loads a GloVe-format file (`.gz` is decompressed). Malformed lines are
+    /// skipped and counted in the report; a file with no usable line is an error.
+    pub fn load(path: &Path) -> Result<(Vectors, LoadReport), VectorsError> {
+        let io = |source| VectorsError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
+            Box::new(flate2::read::MultiGzDecoder::new(file))
+        } else {
+            Box::new(file)
+        };
+        Vectors::from_reader(BufReader::with_capacity(1 << 20, reader), path)
+    }
+
+    /// As [`Vectors::load`], from any reader; `path` names it in messages.
+    pub fn from_reader(
+        mut r: impl BufRead,
+        path: &Path,
+    ) -> Result<(Vectors, LoadReport), VectorsError> {
+        let io = |source| VectorsError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut report = LoadReport::default();
+        let mut line_no: u64 = 0;
+        // The dimension comes from the first vector line.
+        let mut first = String::new();
+        let dim = loop {
+            first.clear();
+            if r.read_line(&mut first).map_err(io)? == 0 {
+                return Err(VectorsError::Empty {
+                    path: path.to_path_buf(),
+                });
+            }
+            line_no += 1;
+            let fields: Vec<&str> = first.split_whitespace().collect();
+            if fields.is_empty() {
+                continue;
+            }
+            if fields.len() == 2 && fields.iter().all(|f| f.parse::<u64>().is_ok()) {
+                continue; // word2vec header
+            }
+            if fields.len() < 2 {
+                return Err(VectorsError::BadLine {
+                    path: path.to_path_buf(),
+                    line: line_no,
+                    reason: "expected a word followed by numbers".into(),
+                });
+            }
+            break fields.len() - 1;
+        };
+        let mut v = Vectors {
+            dim,
+            index: FxHashMap::default(),
+            words: Vec::new(),
+            data: Vec::new(),
+        };
+        let add = |parsed: Parsed, line: u64, v: &mut Vectors, report: &mut LoadReport| {
+            let skip = |report: &mut LoadReport| {
+                report.first_skipped_line.get_or_insert(line);
+            };
+            match parsed {
+                Parsed::Vector(word, values) => {
+                    if v.index.contains_key(&word) {
+                        report.duplicates += 1;
+                        return;
+                    }
+                    v.index.insert(word.clone(), v.words.len() as u32);
+                    v.words.push(word);
+                    v.data.extend_from_slice(&values);
+                    report.loaded += 1;
+                }
+                Parsed::WrongDim => {
+                    report.wrong_dimension += 1;
+                    skip(report);
+                }
+                Parsed::Unparsable => {
+                    report.unparsable += 1;
+                    skip(report);
+                }
+                Parsed::Blank => {}
+            }
+        };
+        add(parse_line(&first, dim), line_no, &mut v, &mut report);
+
+        let mut block: Vec<String> = Vec::with_capacity(BLOCK_LINES);
+        loop {
+            block.clear();
+            for _ in 0..BLOCK_LINES {
+                let mut s = String::new();
+                match r.read_line(&mut s) {
+                    Ok(0) => break,
+                    Ok(_) => block.push(s),
+                    // Invalid UTF-8 on a line: count it and go on.
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                        block.push("\u{0}".into())
+                    }
+                    Err(e) => return Err(io(e)),
+                }
+            }
+            if block.is_empty() {
+                break;
+            }
+            let parsed: Vec<Parsed> = block
+                .par_iter()
+                .map(|l| {
+                    if l == "\u{0}" {
+                        Parsed::Unparsable
+                    } else {
+                        parse_line(l, dim)
+                    }
+                })
+                .collect();
+            for p in parsed {
+                line_no += 1;
+                add(p, line_no, &mut v, &mut report);
+            }
+        }
+        if v.words.is_empty() {
+            return Err(VectorsError::Empty {
+                path: path.to_path_buf(),
+            });
+        }
+        v.data.shrink_to_fit();
+        Ok((v, report))
+    }
+
+    /// Builds vectors from (word, values) pairs, e.g. a trained model's embeddings.
+    pub fn from_pairs<'a>(
+        dim: usize,
+        pairs: impl IntoIterator<Item = (&'a str, &'a [f32])>,
+    ) -> Vectors {
+        let mut v = Vectors {
+            dim,
+            index: FxHashMap::default(),
+            words: Vec::new(),
+            data: Vec::new(),
+        };
+        for (w, x) in pairs {
+            if x.len() != dim || v.index.contains_key(w) {
+                continue;
+            }
+            v.index.insert(w.into(), v.words.len() as u32);
+            v.words.push(w.into());
+            v.data.extend_from_slice(x);
+        }
+        v
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    pub fn get(&self, word: &str) -> Option<&[f32]> {
+        self.index.get(word).map(|&i| self.row(i as usize))
+    }
+
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.dim..(i + 1) * self.dim]
+    }
+
+    pub fn word(&self, i: usize) -> &str {
+        &self.words[i]
+    }
+
+    pub fn index_of(&self, word: &str) -> Option<u32> {
+        self.index.get(word).copied()
+    }
+
+    /// Sums the vectors of the known words into `sum`; returns (known, unknown) counts.
+    pub fn sum_into<'a>(
+        &self,
+        words: impl Iterator<Item = &'a str>,
+        sum: &mut [f32],
+    ) -> (u32, u32) {
+        sum.fill(0.0);
+        let (mut known, mut unknown) = (0, 0);
+        for w in words {
+            match self.get(w) {
+                Some(row) => {
+                    for (s, x) in sum.iter_mut().zip(row) {
+                        *s += x;
+                    }
+                    known += 1;
+                }
+                None => unknown += 1,
+            }
+        }
+        (known, unknown)
+    }
+
+    /// Writes the vectors in GloVe text format.
+    pub fn write(&self, mut w: impl std::io::Write) -> std::io::Result<()> {
+        for (i, word) in self.words.iter().enumerate() {
+            w.write_all(word.as_bytes())?;
+            for x in self.row(i) {
+                write!(w, " {x}")?;
+            }
+            w.write_all(b"\n")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<(Vectors, LoadReport), VectorsError> {
+        Vectors::from_reader(
+            std::io::Cursor::new(text.as_bytes().to_vec()),
+            Path::new("test.txt"),
+        )
+    }
+
+    #[test]
+    fn loads_any_dimension_and_skips_bad_lines_with_counts() {
+        let (v, r) =
+            load("the 0.1 0.2 0.3\ncat 1 2 3\nbad 1 2\nnan x 2 3\ncat 9 9 9\n\ndog -1e-3 2.5 3\n")
+                .unwrap();
+        assert_eq!(v.dim(), 3);
+        assert_eq!(v.len(), 3);
+        assert_eq!(v.get("cat").unwrap(), &[1.0, 2.0, 3.0]);
+        assert_eq!(v.get("dog").unwrap(), &[-1e-3, 2.5, 3.0]);
+        assert_eq!(
+            r,
+            LoadReport {
+                loaded: 3,
+                wrong_dimension: 1,
+                unparsable: 1,
+                duplicates: 1,
+                first_skipped_line: Some(3),
+            }
+        );
+    }
+
+    #[test]
+    fn skips_a_word2vec_header_and_rejects_empty_files() {
+        let (v, _) = load("2 2\na 1 0\nb 0 1\n").unwrap();
+        assert_eq!((v.len(), v.dim()), (2, 2));
+        assert!(matches!(load(""), Err(VectorsError::Empty { .. })));
+        assert!(matches!(load("\n\n"), Err(VectorsError::Empty { .. })));
+        assert!(matches!(
+            load("justaword\n"),
+            Err(VectorsError::BadLine { line: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn round_trips_through_the_text_format() {
+        let (v, _) = load("a 0.5 -1.25\nb 3 4\n").unwrap();
+        let mut buf = Vec::new();
+        v.write(&mut buf).unwrap();
+        let (w, _) = load(std::str::from_utf8(&buf).unwrap()).unwrap();
+        assert_eq!(w.get("a"), v.get("a"));
+        assert_eq!(w.get("b"), v.get("b"));
+    }
+
+    #[test]
+    fn sums_known_words_and_counts_unknown_ones() {
+        let (v, _) = load("a 1 0\nb 0 1\n").unwrap();
+        let mut s = vec![0.0; 2];
+        assert_eq!(
+            v.sum_into(["a", "b", "zz", "a"].into_iter(), &mut s),
+            (3, 1)
+        );
+        assert_eq!(s, [2.0, 1.0]);
+    }
+}
