@@ -12,6 +12,8 @@ ORT_WHEEL     ?= onnxruntime
 ORT_DIR       := $(CURDIR)/.cache/ort/$(ORT_WHEEL)-$(ORT_VERSION)
 ORT_LIB       := $(ORT_DIR)/libonnxruntime.so.$(ORT_VERSION)
 PYTHON        ?= python3
+# The full bitext (not in the repo) for re-training models and re-recording fixtures.
+BITEXT        ?= ../shared/data/bitext/*.tsv
 VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
@@ -31,6 +33,20 @@ ort: $(ORT_LIB)
 
 build:
 	$(CARGO) build --release -p paraforge
+
+DEMO_DIR := $(CURDIR)/.cache/demo
+demo: $(ORT_LIB) build
+	@mkdir -p $(DEMO_DIR)
+	head -n 200 data/sample/czeng16-heldout.cs-en.tsv | cut -f3 > $(DEMO_DIR)/cs.txt
+	head -n 200 data/sample/czeng16-heldout.cs-en.tsv | cut -f4 > $(DEMO_DIR)/reference.en
+	target/release/paraforge translate --model models/tiny-cs-en --beam 12 --scores \
+		$(DEMO_DIR)/cs.txt -o $(DEMO_DIR)/translation.tsv
+	@echo
+	@echo "reference | back-translation (score)"
+	@paste -d '\t' $(DEMO_DIR)/reference.en $(DEMO_DIR)/translation.tsv | head -n 15 | \
+		awk -F '\t' '{ printf "%s\n  -> %s  (%s)\n", $$1, $$3, $$2 }'
+	@echo
+	@echo "all 200: $(DEMO_DIR)/translation.tsv"
 
 test: $(ORT_LIB)
 	$(CARGO) test --workspace --all-targets
@@ -53,9 +69,11 @@ $(VENV)/.done: tools/requirements.txt
 	@touch $@
 
 # Regenerates the tokenizer and generation references the parity tests read.
+# (.cache/tiny-cs-en/hf is the Hugging Face checkpoint that
+# `tools/marian_model.py train --out .cache/tiny-cs-en` writes.)
 fixtures: venv
-	$(VENV)/bin/python tools/reference_outputs.py --model models/tiny-cs-en \
-		--sentences tests/data/parity-cs.txt --out tests/data/reference
+	$(VENV)/bin/python tools/reference_outputs.py --hf .cache/tiny-cs-en/hf \
+		--sentences tests/data/parity-cs.txt --bitext $(BITEXT) --out tests/data/reference
 
 bench-nmt: venv $(ORT_LIB) build
 	$(VENV)/bin/python tools/bench_nmt.py --paraforge target/release/paraforge

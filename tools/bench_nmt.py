@@ -88,7 +88,15 @@ def bench_optimum(sents, threads, batch) -> float:
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     tok = MarianTokenizer.from_pretrained(CACHE / "hf")
-    model = ORTModelForSeq2SeqLM.from_pretrained(CACHE / "onnx", session_options=so, use_cache=True)
+    model = ORTModelForSeq2SeqLM.from_pretrained(
+        CACHE / "onnx",
+        session_options=so,
+        use_cache=True,
+        use_merged=False,
+        encoder_file_name="encoder_model.onnx",
+        decoder_file_name="decoder_model.onnx",
+        decoder_with_past_file_name="decoder_with_past_model.onnx",
+    )
     return _hf_generate(model, tok, sents, batch)
 
 

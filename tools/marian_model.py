@@ -174,20 +174,28 @@ def cmd_train(args) -> None:
     train, held = read_bitext([Path(p) for p in args.bitext])
     log(f"bitext: {len(train)} training pairs, {len(held)} held out")
     hf_dir = Path(args.out) / "hf"
-    hf_dir.mkdir(parents=True, exist_ok=True)
-    spm_prefix = hf_dir / "spm"
-    train_spm([r[1] for r in train] + [r[2] for r in train], args.vocab, spm_prefix, args.seed)
-    vocab = write_marian_tokenizer_files(Path(str(spm_prefix) + ".model"), hf_dir)
-    for ext in (".model", ".vocab"):
-        os.unlink(str(spm_prefix) + ext)
-    if args.direction == "en-cs":
-        cfg = json.loads((hf_dir / "tokenizer_config.json").read_text())
-        cfg.update(source_lang="en", target_lang="cs")
-        (hf_dir / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
-    tok = MarianTokenizer.from_pretrained(hf_dir)
-    pad = vocab["<pad>"]
-    config = marian_config(len(vocab), pad, args)
-    model = MarianMTModel(config)
+    state_path = Path(args.out) / "train_state.pt"
+    resume = args.resume and (hf_dir / "model.safetensors").exists()
+    if resume:
+        tok = MarianTokenizer.from_pretrained(hf_dir)
+        vocab = tok.get_vocab()
+        pad = tok.pad_token_id
+        model = MarianMTModel.from_pretrained(hf_dir)
+        log(f"resuming from {hf_dir}")
+    else:
+        hf_dir.mkdir(parents=True, exist_ok=True)
+        spm_prefix = hf_dir / "spm"
+        train_spm([r[1] for r in train] + [r[2] for r in train], args.vocab, spm_prefix, args.seed)
+        vocab = write_marian_tokenizer_files(Path(str(spm_prefix) + ".model"), hf_dir)
+        for ext in (".model", ".vocab"):
+            os.unlink(str(spm_prefix) + ext)
+        if args.direction == "en-cs":
+            cfg = json.loads((hf_dir / "tokenizer_config.json").read_text())
+            cfg.update(source_lang="en", target_lang="cs")
+            (hf_dir / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
+        tok = MarianTokenizer.from_pretrained(hf_dir)
+        pad = vocab["<pad>"]
+        model = MarianMTModel(marian_config(len(vocab), pad, args))
     nparams = sum(p.numel() for p in model.parameters())
     log(f"model: {nparams/1e6:.2f}M parameters, vocab {len(vocab)}")
 
@@ -232,7 +240,20 @@ def cmd_train(args) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.0)
     deadline = time.time() + args.minutes * 60
     last_save = time.time()
-    step, epoch = 0, 0
+    step, epoch, trained_s = 0, 0, 0.0
+    if resume and state_path.exists():
+        st = torch.load(state_path)
+        opt.load_state_dict(st["optimizer"])
+        step, epoch, trained_s = st["step"], st["epoch"], st.get("trained_s", 0.0)
+        log(f"optimizer state restored at step {step}")
+    started = time.time()
+
+    def checkpoint():
+        model.save_pretrained(hf_dir)
+        write_generation_config(hf_dir, pad, args.max_positions, args.num_beams)
+        torch.save({"optimizer": opt.state_dict(), "step": step, "epoch": epoch,
+                    "trained_s": trained_s + time.time() - started}, state_path)
+
     warmup = args.warmup
     done = False
     while not done:
@@ -263,8 +284,7 @@ def cmd_train(args) -> None:
                         n += k
                 log(f"dev loss {tot/n:.3f} (ppl {math.exp(tot/n):.1f})")
             if args.save_every and time.time() - last_save > args.save_every * 60:
-                model.save_pretrained(hf_dir)
-                write_generation_config(hf_dir, pad, args.max_positions, args.num_beams)
+                checkpoint()
                 last_save = time.time()
                 log(f"checkpoint saved at step {step}")
             if time.time() > deadline or (args.max_steps and step >= args.max_steps):
@@ -272,15 +292,14 @@ def cmd_train(args) -> None:
                 break
     log(f"trained {step} steps, {epoch} epochs")
     model.eval()
-    model.save_pretrained(hf_dir)
-    write_generation_config(hf_dir, pad, args.max_positions, args.num_beams)
+    checkpoint()
     (Path(args.out) / "training.json").write_text(
         json.dumps(
             {
                 "direction": args.direction,
                 "steps": step,
                 "epochs": epoch,
-                "minutes": args.minutes,
+                "minutes": round((trained_s + time.time() - started) / 60, 1),
                 "parameters": nparams,
                 "vocab": len(vocab),
                 "d_model": args.d_model,
@@ -382,8 +401,12 @@ def cmd_random(args) -> None:
         vocab[f"<extra_{i}>"] = len(vocab)
         i += 1
     vocab["<pad>"] = len(vocab)
-    for f in ("source.spm", "target.spm", "tokenizer_config.json"):
+    for f in ("source.spm", "target.spm"):
         shutil.copy(tok_src / f, hf / f)
+    # The source's added-token table pins <pad> to its old id; drop it.
+    tcfg = json.loads((tok_src / "tokenizer_config.json").read_text())
+    tcfg.pop("added_tokens_decoder", None)
+    (hf / "tokenizer_config.json").write_text(json.dumps(tcfg, indent=1))
     (hf / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     pad = vocab["<pad>"]
     config = marian_config(len(vocab), pad, args)
@@ -422,6 +445,7 @@ def main(argv=None) -> None:
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--warmup", type=int, default=1000)
     t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out if there is one")
     t.add_argument("--save-every", type=float, default=0, help="minutes between checkpoints (0 = only at the end)")
     arch(t, 64, 2, 4, 256, 4000, 256)
     t.set_defaults(fn=cmd_train)

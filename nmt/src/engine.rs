@@ -15,11 +15,12 @@ use std::path::{Path, PathBuf};
 
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue};
-use ort::value::{DynValue, Tensor};
+use ort::value::{DynValue, Tensor, TensorRef};
+use rayon::prelude::*;
 
 use crate::config::ModelConfig;
 use crate::error::NmtError;
-use crate::search::{Beams, Finished, Greedy, Settings, StepScratch};
+use crate::search::{row_candidates, Beams, Finished, Greedy, Settings, StepScratch};
 
 /// Where the model runs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -80,8 +81,24 @@ enum Decoder {
     Merged(Session),
 }
 
+/// Where decoding time goes, summed over calls (see `Translator::profile`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Profile {
+    pub encoder_s: f64,
+    pub decoder_s: f64,
+    /// log-softmax, top-k and beam bookkeeping.
+    pub search_s: f64,
+    /// Reordering and shrinking the KV caches.
+    pub cache_s: f64,
+    pub decoder_calls: u64,
+    pub decoder_rows: u64,
+}
+
 /// Loaded ONNX graphs plus the names and sizes needed to call them.
 pub(crate) struct Graphs {
+    pub(crate) profile: Profile,
+    /// Per-row candidates of the current step, reused across steps.
+    row_cands: Vec<Vec<(f32, u32)>>,
     encoder: Session,
     decoder: Decoder,
     layers: usize,
@@ -151,6 +168,11 @@ fn session(path: &Path, opts: &LoadOptions) -> Result<Session, NmtError> {
     if opts.threads > 0 {
         b = b.with_intra_threads(opts.threads).map_err(map)?;
     }
+    // Between graph runs the search runs on rayon's threads; ONNX Runtime's
+    // workers spinning for work would steal those cores.
+    b = b
+        .with_config_entry("session.intra_op.allow_spinning", "0")
+        .map_err(map)?;
     if let Device::Cuda(id) = opts.device {
         let ep = ort::ep::CUDA::default()
             .with_device_id(id)
@@ -211,6 +233,8 @@ impl Graphs {
         };
         let encoder = session(&enc_path, opts)?;
         let g = Graphs {
+            profile: Profile::default(),
+            row_cands: Vec::new(),
             encoder,
             decoder,
             layers: cfg.decoder_layers,
@@ -293,20 +317,83 @@ fn take(
         .ok_or_else(|| NmtError::inference(stage, format!("the graph has no output {name:?}")))
 }
 
-/// Copies rows of a (rows, ...) f32 tensor in the given order.
-fn gather_rows(v: &DynValue, rows: &[usize]) -> Result<Tensor<f32>, NmtError> {
-    let (shape, data) = v
-        .try_extract_tensor::<f32>()
-        .map_err(|e| NmtError::inference("cache", e))?;
-    let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
-    let row = dims[1..].iter().product::<usize>();
-    let mut out = Vec::with_capacity(rows.len() * row);
-    for &r in rows {
-        out.extend_from_slice(&data[r * row..(r + 1) * row]);
+/// The self-attention cache fed to the next step: either the graph's
+/// own `present` outputs (when beams kept their order) or copies
+/// reordered by beam parent into buffers that are reused across steps, so
+/// that the reorder does not allocate (and fault in) fresh memory.
+enum Cache {
+    Ort(Vec<DynValue>),
+    Own {
+        bufs: Vec<Vec<f32>>,
+        dims: [usize; 4],
+    },
+}
+
+impl Cache {
+    fn input(&self, i: usize) -> Result<SessionInputValue<'_>, NmtError> {
+        Ok(match self {
+            Cache::Ort(v) => v[i].view().into(),
+            Cache::Own { bufs, dims } => TensorRef::from_array_view((dims.to_vec(), &bufs[i][..]))
+                .map_err(|e| NmtError::inference("cache", e))?
+                .into(),
+        })
     }
-    let mut new_dims = dims;
-    new_dims[0] = rows.len();
-    tensor_f32(new_dims, out)
+
+    fn take_bufs(&mut self) -> Vec<Vec<f32>> {
+        match self {
+            Cache::Own { bufs, .. } => std::mem::take(bufs),
+            Cache::Ort(_) => Vec::new(),
+        }
+    }
+}
+
+impl Cache {
+    /// The tensors' data and their common (rows, heads, length, dim) shape.
+    fn slices(&self) -> Result<(Vec<&[f32]>, [usize; 4]), NmtError> {
+        match self {
+            Cache::Own { bufs, dims } => Ok((bufs.iter().map(Vec::as_slice).collect(), *dims)),
+            Cache::Ort(values) => {
+                let mut dims = [0usize; 4];
+                let data = values
+                    .iter()
+                    .map(|v| {
+                        let (shape, data) = v
+                            .try_extract_tensor::<f32>()
+                            .map_err(|e| NmtError::inference("cache", e))?;
+                        if shape.len() != 4 {
+                            return Err(NmtError::inference(
+                                "cache",
+                                format!("expected a 4-d cache tensor, got {shape:?}"),
+                            ));
+                        }
+                        for (d, &x) in dims.iter_mut().zip(shape.iter()) {
+                            *d = x as usize;
+                        }
+                        Ok(data)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok((data, dims))
+            }
+        }
+    }
+
+    /// A cache holding `rows` of this one, in that order, built in `bufs`
+    /// (one per tensor, capacity reused), copying tensors in parallel.
+    fn gather(&self, rows: &[usize], mut bufs: Vec<Vec<f32>>) -> Result<Cache, NmtError> {
+        let (src, mut dims) = self.slices()?;
+        bufs.resize_with(src.len(), Vec::new);
+        let row = dims[1] * dims[2] * dims[3];
+        src.par_iter()
+            .zip(bufs.par_iter_mut())
+            .for_each(|(data, buf)| {
+                buf.clear();
+                for &r in rows {
+                    buf.extend_from_slice(&data[r * row..(r + 1) * row]);
+                }
+            });
+        dims[0] = rows.len();
+        Ok(Cache::Own { bufs, dims })
+    }
 }
 
 /// One batch being decoded: its sentences, their cache and search state.
@@ -318,13 +405,15 @@ struct Batch {
     /// Encoder attention mask per live sentence (unexpanded).
     masks: Vec<Vec<i64>>,
     /// Per layer: decoder self-attention key and value, (rows, h, t, d).
-    self_kv: Vec<DynValue>,
+    self_kv: Cache,
     /// Per layer: cross-attention key and value, (rows, h, src, d).
-    cross_kv: Vec<DynValue>,
+    cross_kv: Cache,
     /// The cross-attention tensors as fed (expanded to the live rows).
     cross_rows: Vec<usize>,
     /// Last token of every row, fed to the next step.
     last: Vec<i64>,
+    /// Buffers of the previous reordered cache, reused by the next reorder.
+    spare: Vec<Vec<f32>>,
 }
 
 pub(crate) enum SearchState {
@@ -357,6 +446,7 @@ impl Graphs {
         }
         let flat_mask: Vec<i64> = masks.iter().flatten().copied().collect();
 
+        let t0 = std::time::Instant::now();
         let hidden = {
             let mut out = Graphs::run(
                 &mut self.encoder,
@@ -371,15 +461,17 @@ impl Graphs {
             )?;
             take(&mut out, "last_hidden_state", "encoder")?
         };
+        self.profile.encoder_s += t0.elapsed().as_secs_f64();
 
         let mut batch = Batch {
             live: (0..n).collect(),
             src_len,
             masks,
-            self_kv: Vec::new(),
-            cross_kv: Vec::new(),
+            self_kv: Cache::Ort(Vec::new()),
+            cross_kv: Cache::Ort(Vec::new()),
             cross_rows: Vec::new(),
             last: vec![start_id as i64; n],
+            spare: Vec::new(),
         };
         let mut state = if s.num_beams == 1 {
             SearchState::Greedy(vec![Greedy::default(); n])
@@ -426,6 +518,7 @@ impl Graphs {
         hidden: &DynValue,
         mask: Vec<i64>,
     ) -> Result<DynValue, NmtError> {
+        let t0 = std::time::Instant::now();
         let rows = b.live.len();
         let mut inputs: Vec<(Cow<'static, str>, SessionInputValue<'_>)> = vec![
             (
@@ -464,27 +557,32 @@ impl Graphs {
         };
         let mut out = Graphs::run(session, "decoder", inputs)?;
         let logits = take(&mut out, "logits", "decoder")?;
-        b.self_kv.clear();
-        b.cross_kv.clear();
+        let (mut self_kv, mut cross_kv) = (Vec::new(), Vec::new());
         for l in 0..self.layers {
             for part in ["key", "value"] {
-                b.self_kv.push(take(
+                self_kv.push(take(
                     &mut out,
                     &format!("present.{l}.decoder.{part}"),
                     "decoder",
                 )?);
-                b.cross_kv.push(take(
+                cross_kv.push(take(
                     &mut out,
                     &format!("present.{l}.encoder.{part}"),
                     "decoder",
                 )?);
             }
         }
+        b.self_kv = Cache::Ort(self_kv);
+        b.cross_kv = Cache::Ort(cross_kv);
         b.cross_rows = (0..rows).collect();
+        self.profile.decoder_s += t0.elapsed().as_secs_f64();
+        self.profile.decoder_calls += 1;
+        self.profile.decoder_rows += rows as u64;
         Ok(logits)
     }
 
     fn next_step(&mut self, b: &mut Batch) -> Result<DynValue, NmtError> {
+        let t0 = std::time::Instant::now();
         let rows = b.last.len();
         let mask: Vec<i64> = b
             .cross_rows
@@ -505,11 +603,11 @@ impl Graphs {
             for (j, part) in ["key", "value"].iter().enumerate() {
                 inputs.push((
                     format!("past_key_values.{l}.decoder.{part}").into(),
-                    b.self_kv[2 * l + j].view().into(),
+                    b.self_kv.input(2 * l + j)?,
                 ));
                 inputs.push((
                     format!("past_key_values.{l}.encoder.{part}").into(),
-                    b.cross_kv[2 * l + j].view().into(),
+                    b.cross_kv.input(2 * l + j)?,
                 ));
             }
         }
@@ -535,7 +633,11 @@ impl Graphs {
             }
         }
         drop(out);
-        b.self_kv = kv;
+        b.spare = b.self_kv.take_bufs();
+        b.self_kv = Cache::Ort(kv);
+        self.profile.decoder_s += t0.elapsed().as_secs_f64();
+        self.profile.decoder_calls += 1;
+        self.profile.decoder_rows += rows as u64;
         Ok(logits)
     }
 
@@ -552,6 +654,7 @@ impl Graphs {
         scratch: &mut StepScratch,
         results: &mut [Vec<Finished>],
     ) -> Result<(), NmtError> {
+        let t0 = std::time::Instant::now();
         let (shape, data) = logits
             .try_extract_tensor::<f32>()
             .map_err(|e| NmtError::inference("decoder", e))?;
@@ -565,7 +668,20 @@ impl Graphs {
                 ),
             ));
         }
-        let row = |r: usize| &data[r * v..(r + 1) * v];
+        // Every row's best candidates, in parallel: this pass reads
+        // rows x vocab logits and dominates the search time.
+        let nrows = data.len() / v;
+        let k = match state {
+            SearchState::Beam(_) => 2 * s.num_beams,
+            SearchState::Greedy(_) => 1,
+        };
+        let mask = s.step_mask(cur_len);
+        self.row_cands.resize_with(nrows, Vec::new);
+        self.row_cands[..nrows]
+            .par_iter_mut()
+            .enumerate()
+            .for_each(|(r, out)| row_candidates(&data[r * v..(r + 1) * v], k, &mask, out));
+        let cands = &self.row_cands;
 
         // Rows of the next call: (source row in this call, token), and the
         // live sentences they belong to.
@@ -579,7 +695,8 @@ impl Graphs {
                 for &sent in &b.live {
                     let bm = &mut beams[sent];
                     let nrows = bm.rows();
-                    let rows: Vec<&[f32]> = (r0..r0 + nrows).map(row).collect();
+                    let rows: Vec<&[(f32, u32)]> =
+                        cands[r0..r0 + nrows].iter().map(Vec::as_slice).collect();
                     let out = bm.step(s, &rows, cur_len, scratch);
                     if bm.is_done() {
                         results[sent] = std::mem::take(bm).into_finished(s.nbest);
@@ -595,7 +712,7 @@ impl Graphs {
             SearchState::Greedy(gs) => {
                 for &sent in &b.live {
                     let g = &mut gs[sent];
-                    let tok = g.step(s, row(r0), cur_len, scratch);
+                    let tok = g.step(s, &cands[r0], cur_len);
                     if g.is_done() {
                         results[sent] = vec![std::mem::take(g).into_finished(s)];
                     } else {
@@ -608,6 +725,8 @@ impl Graphs {
                 }
             }
         }
+        let t1 = std::time::Instant::now();
+        self.profile.search_s += (t1 - t0).as_secs_f64();
         if live.is_empty() {
             b.live.clear();
             return Ok(());
@@ -615,11 +734,8 @@ impl Graphs {
         // Self-attention cache: reorder only when rows moved.
         let identity = parents.len() == r0 && parents.iter().enumerate().all(|(i, &p)| i == p);
         if !identity {
-            b.self_kv = b
-                .self_kv
-                .iter()
-                .map(|t| gather_rows(t, &parents).map(Tensor::into_dyn))
-                .collect::<Result<_, _>>()?;
+            let spare = std::mem::take(&mut b.spare);
+            b.self_kv = b.self_kv.gather(&parents, spare)?;
         }
         // Cross-attention: one row per beam of each live sentence. It only
         // changes when a sentence leaves or at the first expansion.
@@ -636,15 +752,12 @@ impl Graphs {
                     b.cross_rows.iter().position(|r| r == sent).unwrap_or(0)
                 })
                 .collect();
-            b.cross_kv = b
-                .cross_kv
-                .iter()
-                .map(|t| gather_rows(t, &index).map(Tensor::into_dyn))
-                .collect::<Result<_, _>>()?;
+            b.cross_kv = b.cross_kv.gather(&index, Vec::new())?;
             b.cross_rows = want;
         }
         b.live = live;
         b.last = tokens;
+        self.profile.cache_s += t1.elapsed().as_secs_f64();
         Ok(())
     }
 }

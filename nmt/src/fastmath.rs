@@ -7,40 +7,103 @@
 
 const CHUNK: usize = 16;
 
-/// ln(sum(exp(x))) of a non-empty row, computed as max + ln(sum(exp(x - max))).
-pub fn log_sum_exp(x: &[f32]) -> f32 {
+/// One pass over a row of logits: returns ln(sum(exp(x))) and leaves in
+/// `out` the `k` largest values with their indices, largest first, ties to
+/// the lower index, skipping indices in `banned`. The log-sum-exp keeps a
+/// running maximum (rescaling the partial sums when it grows), so the row
+/// is read once, while it is hot in cache.
+pub fn log_sum_exp_top_k(x: &[f32], k: usize, banned: &[u32], out: &mut Vec<(f32, u32)>) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
             // SAFETY: the features were detected on this CPU.
-            return unsafe { log_sum_exp_avx2(x) };
+            return unsafe { fused_avx2(x, k, banned, out) };
         }
     }
-    log_sum_exp_generic(x)
+    fused_generic(x, k, banned, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn log_sum_exp_avx2(x: &[f32]) -> f32 {
-    log_sum_exp_generic(x)
+unsafe fn fused_avx2(x: &[f32], k: usize, banned: &[u32], out: &mut Vec<(f32, u32)>) -> f32 {
+    fused_generic(x, k, banned, out)
+}
+
+/// Running state of [`fused_generic`]: per-lane partial sums of
+/// exp(x - max) and the running maximum.
+struct Lse {
+    acc: [f32; CHUNK],
+    max: f32,
+}
+
+impl Lse {
+    /// Adds one chunk whose maximum is `cm` (> -inf). Kept free of closures
+    /// and calls so that it inlines into the AVX2 caller and vectorizes
+    /// (`mul_add` outside an FMA-enabled function is a libm call).
+    #[inline(always)]
+    fn add(&mut self, c: &[f32; CHUNK], cm: f32) {
+        if cm > self.max {
+            if self.max > f32::NEG_INFINITY {
+                let scale = exp(self.max - cm);
+                for a in self.acc.iter_mut() {
+                    *a *= scale;
+                }
+            }
+            self.max = cm;
+        }
+        let m = self.max;
+        for i in 0..CHUNK {
+            self.acc[i] += exp(c[i] - m);
+        }
+    }
 }
 
 #[inline(always)]
-fn log_sum_exp_generic(x: &[f32]) -> f32 {
-    let max = max_of(x);
-    if !max.is_finite() {
-        return max;
-    }
-    let mut acc = [0.0f32; CHUNK];
+fn fused_generic(x: &[f32], k: usize, banned: &[u32], out: &mut Vec<(f32, u32)>) -> f32 {
+    out.clear();
+    let mut top = TopK {
+        k,
+        banned,
+        floor: f32::NEG_INFINITY,
+    };
+    let mut lse = Lse {
+        acc: [0.0; CHUNK],
+        max: f32::NEG_INFINITY,
+    };
+    let mut base = 0;
     let mut chunks = x.chunks_exact(CHUNK);
     for c in &mut chunks {
-        for i in 0..CHUNK {
-            acc[i] += exp(c[i] - max);
+        let c: &[f32; CHUNK] = c.try_into().unwrap_or(&[f32::NEG_INFINITY; CHUNK]);
+        let cm = max_of(c);
+        if cm > f32::NEG_INFINITY {
+            lse.add(c, cm);
+            if k > 0 && (cm > top.floor || out.len() < k) {
+                for (j, &v) in c.iter().enumerate() {
+                    top.offer(v, base + j, out);
+                }
+            }
+        }
+        base += CHUNK;
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        // Padding is -inf: it adds exp(-inf) = 0 and is never selected.
+        let mut pad = [f32::NEG_INFINITY; CHUNK];
+        pad[..rest.len()].copy_from_slice(rest);
+        let cm = max_of(&pad);
+        if cm > f32::NEG_INFINITY {
+            lse.add(&pad, cm);
+            for (j, &v) in rest.iter().enumerate() {
+                top.offer(v, base + j, out);
+            }
         }
     }
-    let mut sum: f32 = chunks.remainder().iter().map(|&v| exp(v - max)).sum();
+    if lse.max == f32::NEG_INFINITY {
+        return lse.max;
+    }
     // Pairwise reduction keeps the rounding error of 62k terms small.
+    let mut acc = lse.acc;
     let mut w = CHUNK;
     while w > 1 {
         w /= 2;
@@ -48,8 +111,38 @@ fn log_sum_exp_generic(x: &[f32]) -> f32 {
             acc[i] += acc[i + w];
         }
     }
-    sum += acc[0];
-    max + sum.ln()
+    lse.max + acc[0].ln()
+}
+
+/// Insertion into a short sorted list with a rejection floor.
+struct TopK<'a> {
+    k: usize,
+    banned: &'a [u32],
+    floor: f32,
+}
+
+impl TopK<'_> {
+    #[inline(always)]
+    fn offer(&mut self, v: f32, i: usize, out: &mut Vec<(f32, u32)>) {
+        // NaN never compares greater, so it is never selected.
+        if !(v > self.floor || (out.len() < self.k && v >= self.floor))
+            || self.banned.contains(&(i as u32))
+        {
+            return;
+        }
+        // Equal values keep index order: insert after them.
+        let pos = out.partition_point(|&(w, _)| w >= v);
+        if pos >= self.k {
+            return;
+        }
+        out.insert(pos, (v, i as u32));
+        if out.len() > self.k {
+            out.pop();
+        }
+        if out.len() == self.k {
+            self.floor = out[self.k - 1].0;
+        }
+    }
 }
 
 #[inline(always)]
@@ -79,8 +172,9 @@ fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
-    let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2E).round();
+    let x = x.max(-87.0).min(88.0);
+    // floor(y + 0.5), not round(): round-half-away has no SIMD instruction.
+    let n = x.mul_add(LOG2E, 0.5).floor();
     let r = x - n * LN2_HI - n * LN2_LO;
     let p = 1.987_569_1e-4f32;
     let p = p.mul_add(r, 1.398_199_9e-3);
@@ -89,68 +183,11 @@ fn exp(x: f32) -> f32 {
     let p = p.mul_add(r, 1.666_666_5e-1);
     let p = p.mul_add(r, 5e-1);
     let p = (p * r).mul_add(r, r) + 1.0;
-    let bits = ((n as i32 + 127) as u32) << 23;
+    // 2^n from the bits of n + 1.5 * 2^23 (n sits in the low mantissa
+    // bits): integer ops that vectorize, unlike a saturating float cast.
+    let t = (n + 12_582_912.0f32).to_bits();
+    let bits = t.wrapping_sub(0x4B40_0000).wrapping_add(127) << 23;
     p * f32::from_bits(bits)
-}
-
-/// The `k` largest values of `x` with their indices, largest first, ties
-/// to the lower index; indices in `banned` are skipped. `out` is replaced.
-pub fn top_k(x: &[f32], k: usize, banned: &[u32], out: &mut Vec<(f32, u32)>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the feature was detected on this CPU.
-            return unsafe { top_k_avx2(x, k, banned, out) };
-        }
-    }
-    top_k_generic(x, k, banned, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn top_k_avx2(x: &[f32], k: usize, banned: &[u32], out: &mut Vec<(f32, u32)>) {
-    top_k_generic(x, k, banned, out)
-}
-
-#[inline(always)]
-fn top_k_generic(x: &[f32], k: usize, banned: &[u32], out: &mut Vec<(f32, u32)>) {
-    out.clear();
-    if k == 0 {
-        return;
-    }
-    let mut floor = f32::NEG_INFINITY;
-    let offer = |v: f32, i: usize, out: &mut Vec<(f32, u32)>, floor: &mut f32| {
-        // NaN never compares greater, so it is never selected.
-        if !(v > *floor || (out.len() < k && v >= *floor)) || banned.contains(&(i as u32)) {
-            return;
-        }
-        // Equal values keep index order: insert after them.
-        let pos = out.partition_point(|&(w, _)| w >= v);
-        if pos >= k {
-            return;
-        }
-        out.insert(pos, (v, i as u32));
-        if out.len() > k {
-            out.pop();
-        }
-        if out.len() == k {
-            *floor = out[k - 1].0;
-        }
-    };
-    let mut base = 0;
-    let mut chunks = x.chunks_exact(CHUNK);
-    for c in &mut chunks {
-        let m = max_of(c);
-        if m > floor || out.len() < k {
-            for (j, &v) in c.iter().enumerate() {
-                offer(v, base + j, out, &mut floor);
-            }
-        }
-        base += CHUNK;
-    }
-    for (j, &v) in chunks.remainder().iter().enumerate() {
-        offer(v, base + j, out, &mut floor);
-    }
 }
 
 #[cfg(test)]
@@ -177,22 +214,31 @@ mod tests {
             .collect();
         let m = x.iter().copied().fold(f32::MIN, f32::max) as f64;
         let want = m + x.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
-        let got = log_sum_exp(&x) as f64;
+        let mut out = Vec::new();
+        let got = log_sum_exp_top_k(&x, 3, &[], &mut out) as f64;
         assert!((got - want).abs() < 1e-5, "{got} vs {want}");
-        assert_eq!(log_sum_exp(&[f32::NEG_INFINITY; 3]), f32::NEG_INFINITY);
+        // A maximum late in the row exercises the rescaling.
+        let mut y = x.clone();
+        y.reverse();
+        let got = log_sum_exp_top_k(&y, 3, &[], &mut out) as f64;
+        assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+        assert_eq!(
+            log_sum_exp_top_k(&[f32::NEG_INFINITY; 3], 2, &[], &mut out),
+            f32::NEG_INFINITY
+        );
     }
 
     #[test]
     fn top_k_orders_values_breaks_ties_by_index_and_skips_banned() {
-        let x = [1.0, 5.0, 3.0, 5.0, 9.0, -1.0, 3.0, f32::NAN, 7.0];
+        let x = [1.0, 5.0, 3.0, 5.0, 9.0, -1.0, 3.0, -2.0, 7.0];
         let mut out = Vec::new();
-        top_k(&x, 4, &[4], &mut out);
+        log_sum_exp_top_k(&x, 4, &[4], &mut out);
         assert_eq!(out, vec![(7.0, 8), (5.0, 1), (5.0, 3), (3.0, 2)]);
-        top_k(&x, 20, &[], &mut out);
-        assert_eq!(out.len(), 8, "all but the NaN");
+        log_sum_exp_top_k(&x, 20, &[], &mut out);
+        assert_eq!(out.len(), 9, "the whole row, padding left out");
         // A long row exercises the chunked path.
         let long: Vec<f32> = (0..1000).map(|i| ((i * 37) % 101) as f32).collect();
-        top_k(&long, 3, &[], &mut out);
+        log_sum_exp_top_k(&long, 3, &[], &mut out);
         assert_eq!(out.iter().map(|c| c.0).collect::<Vec<_>>(), vec![100.0; 3]);
         assert!(out[0].1 < out[1].1 && out[1].1 < out[2].1);
     }

@@ -21,7 +21,7 @@ mod tokenizer;
 use std::path::{Path, PathBuf};
 
 pub use config::{EarlyStopping, GenerationDefaults, ModelConfig};
-pub use engine::{DecoderLayout, Device, LoadOptions};
+pub use engine::{DecoderLayout, Device, LoadOptions, Profile};
 pub use error::NmtError;
 pub use spm::SentencePiece;
 pub use tokenizer::MarianTokenizer;
@@ -182,6 +182,11 @@ impl Translator {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Time spent per decoding stage since the model was loaded.
+    pub fn profile(&self) -> Profile {
+        self.graphs.profile
     }
 
     /// The ONNX files in use, for checksums and provenance.

@@ -44,33 +44,30 @@ pub struct Finished {
     pub score: f32,
 }
 
-/// What a step's masks do to the log-probabilities of one row.
-enum RowMask<'a> {
+/// What a step's masks do to the log-probabilities of every row.
+#[derive(Debug, Clone, Default)]
+pub struct StepMask {
     /// Only this token may follow (forced bos/eos): it scores 0, all others -inf.
-    Forced(u32),
+    forced: Option<u32>,
     /// These tokens score -inf.
-    Banned(&'a [u32]),
+    banned: Vec<u32>,
 }
 
 impl Settings {
-    fn mask<'a>(&'a self, cur_len: usize, scratch: &'a mut Vec<u32>) -> RowMask<'a> {
-        if cur_len == 1 {
-            if let Some(bos) = self.forced_bos_id {
-                return RowMask::Forced(bos);
-            }
-        }
-        if cur_len + 1 == self.max_length {
-            if let Some(eos) = self.forced_eos_id {
-                return RowMask::Forced(eos);
-            }
-        }
+    /// The masks of the step at decoder length `cur_len`.
+    pub fn step_mask(&self, cur_len: usize) -> StepMask {
+        let forced = if cur_len == 1 && self.forced_bos_id.is_some() {
+            self.forced_bos_id
+        } else if cur_len + 1 == self.max_length {
+            self.forced_eos_id
+        } else {
+            None
+        };
+        let mut banned = self.banned_ids.clone();
         if cur_len < self.min_length {
-            scratch.clear();
-            scratch.extend_from_slice(&self.banned_ids);
-            scratch.push(self.eos_id);
-            return RowMask::Banned(scratch);
+            banned.push(self.eos_id);
         }
-        RowMask::Banned(&self.banned_ids)
+        StepMask { forced, banned }
     }
 
     fn penalised(&self, score: f32, generated: usize) -> f32 {
@@ -81,13 +78,15 @@ impl Settings {
 /// The best `k` (log-probability, token) pairs of one row of logits, best
 /// first, ties to the lower token id (as torch.topk on CPU in practice).
 /// Masked tokens are left out; the log-softmax runs over the whole row.
-fn row_top_k(logits: &[f32], k: usize, mask: &RowMask<'_>, out: &mut Vec<(f32, u32)>) {
-    out.clear();
-    let lse = fastmath::log_sum_exp(logits);
-    match mask {
-        RowMask::Forced(id) => out.push((0.0, *id)),
-        RowMask::Banned(banned) => {
-            fastmath::top_k(logits, k, banned, out);
+/// Rows are independent, so the engine runs this on all rows in parallel.
+pub fn row_candidates(logits: &[f32], k: usize, mask: &StepMask, out: &mut Vec<(f32, u32)>) {
+    match mask.forced {
+        Some(id) => {
+            out.clear();
+            out.push((0.0, id));
+        }
+        None => {
+            let lse = fastmath::log_sum_exp_top_k(logits, k, &mask.banned, out);
             for c in out.iter_mut() {
                 c.0 -= lse;
             }
@@ -137,29 +136,25 @@ impl Beams {
         self.tokens.len()
     }
 
-    /// Advances by one token. `rows` holds this sentence's logits, one slice
-    /// per running beam; `cur_len` is the decoder length before the step
-    /// (1 at the first step).
+    /// Advances by one token. `rows` holds, per running beam, the top
+    /// `2 * num_beams` candidates of its row (from [`row_candidates`]);
+    /// `cur_len` is the decoder length before the step (1 at the first step).
     pub fn step(
         &mut self,
         s: &Settings,
-        rows: &[&[f32]],
+        rows: &[&[(f32, u32)]],
         cur_len: usize,
         scratch: &mut StepScratch,
     ) -> StepOut {
         debug_assert_eq!(rows.len(), self.tokens.len());
         let nb = s.num_beams;
         let k = 2 * nb;
-        let mut banned = std::mem::take(&mut scratch.banned);
-        let mask = s.mask(cur_len, &mut banned);
         let cands = &mut scratch.cands;
         cands.clear();
         for (b, row) in rows.iter().enumerate() {
-            row_top_k(row, k, &mask, &mut scratch.row);
             let base = self.scores[b];
-            cands.extend(scratch.row.iter().map(|&(lp, tok)| (lp + base, b, tok)));
+            cands.extend(row.iter().map(|&(lp, tok)| (lp + base, b, tok)));
         }
-        scratch.banned = banned;
         // Rank by score, ties to the lower flat index (beam * vocab + token).
         cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
         cands.truncate(k);
@@ -256,8 +251,6 @@ impl Default for Beams {
 #[derive(Debug, Default)]
 pub struct StepScratch {
     cands: Vec<(f32, usize, u32)>,
-    row: Vec<(f32, u32)>,
-    banned: Vec<u32>,
 }
 
 /// Greedy decoding (`num_beams = 1`), which transformers runs as its own
@@ -274,19 +267,9 @@ impl Greedy {
         self.done
     }
 
-    pub fn step(
-        &mut self,
-        s: &Settings,
-        row: &[f32],
-        cur_len: usize,
-        scratch: &mut StepScratch,
-    ) -> u32 {
-        let mut banned = std::mem::take(&mut scratch.banned);
-        let mask = s.mask(cur_len, &mut banned);
-        row_top_k(row, 1, &mask, &mut scratch.row);
-        scratch.banned = banned;
-        let (lp, tok) = scratch
-            .row
+    /// Takes the best candidate of the row (from [`row_candidates`] with k = 1).
+    pub fn step(&mut self, s: &Settings, cands: &[(f32, u32)], cur_len: usize) -> u32 {
+        let (lp, tok) = cands
             .first()
             .copied()
             .unwrap_or((f32::NEG_INFINITY, s.eos_id));
@@ -324,19 +307,22 @@ mod tests {
         }
     }
 
-    fn logp(probs: &[f32]) -> Vec<f32> {
-        probs.iter().map(|p| p.ln()).collect()
+    /// A row's candidates, as the engine computes them.
+    fn cands(s: &Settings, cur_len: usize, probs: &[f32], k: usize) -> Vec<(f32, u32)> {
+        let logits: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+        let mut out = Vec::new();
+        row_candidates(&logits, k, &s.step_mask(cur_len), &mut out);
+        out
     }
 
     #[test]
     fn greedy_stops_at_eos_and_averages_log_probs() {
         let s = settings(1, 10);
         let mut g = Greedy::default();
-        let mut sc = StepScratch::default();
         // Token 4 is banned although it is the most likely.
-        let t = g.step(&s, &logp(&[0.1, 0.2, 0.1, 0.1, 0.5]), 1, &mut sc);
+        let t = g.step(&s, &cands(&s, 1, &[0.1, 0.2, 0.1, 0.1, 0.5], 1), 1);
         assert_eq!(t, 1);
-        let t = g.step(&s, &logp(&[0.6, 0.1, 0.1, 0.1, 0.1]), 2, &mut sc);
+        let t = g.step(&s, &cands(&s, 2, &[0.6, 0.1, 0.1, 0.1, 0.1], 1), 2);
         assert_eq!(t, 0);
         assert!(g.is_done());
         let f = g.into_finished(&s);
@@ -352,24 +338,30 @@ mod tests {
         let mut sc = StepScratch::default();
         // Step 1: eos is the best continuation, so it finishes at once;
         // tokens 1 and 2 run on.
-        let out = b.step(&s, &[&logp(&[0.5, 0.3, 0.15, 0.05, 0.0001])], 1, &mut sc);
+        let out = b.step(
+            &s,
+            &[&cands(&s, 1, &[0.5, 0.3, 0.15, 0.0499, 0.0001], 4)],
+            1,
+            &mut sc,
+        );
         assert_eq!(out.tokens, vec![1, 2]);
         assert_eq!(out.parents, vec![0, 0]);
         assert_eq!(b.finished.len(), 1);
         assert!(!b.is_done());
         // Step 2: both beams end with eos (ranks 0 and 1), filling the slots.
-        let r = logp(&[0.9, 0.04, 0.03, 0.02, 0.01]);
+        let r = cands(&s, 2, &[0.9, 0.04, 0.03, 0.02, 0.01], 4);
         let _ = b.step(&s, &[&r, &r], 2, &mut sc);
         assert_eq!(b.finished.len(), 2);
         assert!(
             b.is_done(),
             "the running beams cannot beat the worst finished one"
         );
+        // Best first: (ln 0.3 + ln 0.9) / 2 = -0.654 beats ln 0.5 = -0.693.
         let f = b.into_finished(2);
-        assert_eq!(f[0].tokens, vec![0]);
-        assert!((f[0].score - 0.5f32.ln()).abs() < 1e-5);
-        assert_eq!(f[1].tokens, vec![1, 0]);
-        assert!((f[1].score - (0.3f32.ln() + 0.9f32.ln()) / 2.0).abs() < 1e-5);
+        assert_eq!(f[0].tokens, vec![1, 0]);
+        assert!((f[0].score - (0.3f32.ln() + 0.9f32.ln()) / 2.0).abs() < 1e-5);
+        assert_eq!(f[1].tokens, vec![0]);
+        assert!((f[1].score - 0.5f32.ln()).abs() < 1e-5);
     }
 
     #[test]
@@ -378,11 +370,16 @@ mod tests {
         s.min_length = 2;
         let mut b = Beams::new();
         let mut sc = StepScratch::default();
-        let out = b.step(&s, &[&logp(&[0.9, 0.04, 0.03, 0.02, 0.01])], 1, &mut sc);
+        let out = b.step(
+            &s,
+            &[&cands(&s, 1, &[0.9, 0.04, 0.03, 0.02, 0.01], 4)],
+            1,
+            &mut sc,
+        );
         assert!(!out.tokens.contains(&0), "eos is banned before min_length");
         assert!(b.finished.is_empty());
         // cur_len 2 = max_length - 1: eos is forced and every beam finishes.
-        let r = logp(&[0.01, 0.9, 0.03, 0.03, 0.03]);
+        let r = cands(&s, 2, &[0.01, 0.9, 0.03, 0.03, 0.03], 4);
         let _ = b.step(&s, &[&r, &r], 2, &mut sc);
         assert!(b.is_done());
         let f = b.into_finished(2);
