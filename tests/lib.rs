@@ -33,3 +33,67 @@ pub fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Vec<T> {
         })
         .collect()
 }
+
+/// Real pairs from the bundled sample: (id, czech, english).
+pub fn sample_pairs(n: usize) -> Vec<(String, String, String)> {
+    let path = repo_root().join("data/sample/czeng16-heldout.cs-en.tsv");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .take(n)
+        .map(|l| {
+            let c: Vec<&str> = l.split('\t').collect();
+            (c[0].to_string(), c[2].to_string(), c[3].to_string())
+        })
+        .collect()
+}
+
+/// Back-translates and scores the first `n` sample pairs with the bundled
+/// test model and vectors (the worker's steps, in one process), and writes
+/// them as `files` Parquet files under `dir`. Returns the rows.
+pub fn scored_dataset(dir: &Path, n: usize, files: usize) -> Vec<paraforge_core::PairRow> {
+    use paraforge_core::schema::{schema, PairFileWriter};
+    use paraforge_core::{RowsBuilder, Scorer, Vectors};
+    use paraforge_nmt::{GenerateOptions, LoadOptions, Translator};
+
+    let pairs = sample_pairs(n);
+    let mut t =
+        Translator::load(&model("tiny-cs-en"), &LoadOptions::default()).expect("test model");
+    let cs: Vec<&str> = pairs.iter().map(|p| p.1.as_str()).collect();
+    let o = GenerateOptions {
+        num_beams: 4,
+        max_new_tokens: Some(48),
+        ..GenerateOptions::default()
+    };
+    let out = t.translate(&cs, &o).expect("translate");
+    let (vectors, _) = Vectors::load(&repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz"))
+        .expect("vectors");
+    let mut scorer = Scorer::new(Some(&vectors));
+    let rows: Vec<paraforge_core::PairRow> = pairs
+        .iter()
+        .zip(&out)
+        .map(|((id, cs, en), tr)| paraforge_core::PairRow {
+            id: id.clone(),
+            source: cs.clone(),
+            reference: en.clone(),
+            translation: tr.text.clone(),
+            translation_score: tr.score,
+            source_len: tr.source_tokens as i32,
+            truncated: tr.flag.is_some(),
+            scores: scorer.score(en, &tr.text),
+        })
+        .collect();
+    let per = rows.len().div_ceil(files.max(1));
+    for (i, chunk) in rows.chunks(per).enumerate() {
+        let mut b = RowsBuilder::default();
+        for r in chunk {
+            b.push(r);
+        }
+        let mut w =
+            PairFileWriter::create(&dir.join(format!("part-{i:05}.parquet")), schema(), &[])
+                .expect("writer");
+        w.write(&b.finish()).expect("write");
+        w.close().expect("close");
+    }
+    rows
+}

@@ -1,5 +1,6 @@
 //! `paraforge`: the one binary users run.
 
+mod dataset;
 mod translate;
 
 use anyhow::Result;
@@ -26,6 +27,10 @@ struct Cli {
 enum Command {
     /// Translate sentences (one per line) with a MarianMT ONNX model.
     Translate(translate::Args),
+    /// Cut scored pairs into para_score ranges, deciles and the training sample.
+    Bin(dataset::BinArgs),
+    /// Statistics and figures of a scored corpus (Markdown, HTML, SVG).
+    Report(dataset::ReportArgs),
 }
 
 fn main() {
@@ -33,6 +38,8 @@ fn main() {
     init_logging(&cli.log, cli.log_json);
     let result: Result<()> = match cli.command {
         Command::Translate(a) => translate::run(a),
+        Command::Bin(a) => dataset::bin(a),
+        Command::Report(a) => dataset::report(a),
     };
     if let Err(e) = result {
         eprintln!("paraforge: error: {e:#}");

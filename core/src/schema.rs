@@ -1,0 +1,515 @@
+//! The output table (METHOD.md section 4): one row per scored pair, written
+//! as Parquet with zstd and file-level key-value metadata naming the model,
+//! its checksum, the config and the pipeline version. Every stage after the
+//! worker (bins, report, training) reads it through [`PairReader`].
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::builder::{BooleanBuilder, Float32Builder, Int32Builder, StringBuilder};
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, Float32Array, Int32Array, RecordBatch, StringArray,
+};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+
+use crate::score::PairScores;
+
+/// Column names, in file order.
+pub mod col {
+    pub const ID: &str = "id";
+    pub const SOURCE: &str = "source";
+    pub const REFERENCE: &str = "reference";
+    pub const TRANSLATION: &str = "translation";
+    pub const TRANSLATION_SCORE: &str = "translation_score";
+    pub const PARA_SCORE: &str = "para_score";
+    pub const UNIGRAM_OVERLAP: &str = "unigram_overlap";
+    pub const BIGRAM_OVERLAP: &str = "bigram_overlap";
+    pub const TRIGRAM_OVERLAP: &str = "trigram_overlap";
+    pub const SOURCE_LEN: &str = "source_len";
+    pub const REFERENCE_LEN: &str = "reference_len";
+    pub const TRANSLATION_LEN: &str = "translation_len";
+    pub const TRUNCATED: &str = "truncated";
+}
+
+/// The scores a dataset can be ranked or binned by.
+pub const SCORE_COLUMNS: [&str; 5] = [
+    col::PARA_SCORE,
+    col::TRIGRAM_OVERLAP,
+    col::TRANSLATION_SCORE,
+    col::BIGRAM_OVERLAP,
+    col::UNIGRAM_OVERLAP,
+];
+
+/// Metadata keys written into every Parquet file's footer.
+pub mod meta {
+    pub const VERSION: &str = "paraforge.version";
+    pub const MODEL: &str = "paraforge.model";
+    pub const MODEL_SHA256: &str = "paraforge.model_sha256";
+    pub const CONFIG: &str = "paraforge.config";
+}
+
+pub fn schema() -> SchemaRef {
+    let f32n = |n: &str, nullable| Field::new(n, DataType::Float32, nullable);
+    let i32n = |n: &str| Field::new(n, DataType::Int32, false);
+    let text = |n: &str| Field::new(n, DataType::Utf8, false);
+    Arc::new(Schema::new(vec![
+        text(col::ID),
+        text(col::SOURCE),
+        text(col::REFERENCE),
+        text(col::TRANSLATION),
+        f32n(col::TRANSLATION_SCORE, false),
+        f32n(col::PARA_SCORE, true),
+        f32n(col::UNIGRAM_OVERLAP, false),
+        f32n(col::BIGRAM_OVERLAP, false),
+        f32n(col::TRIGRAM_OVERLAP, false),
+        i32n(col::SOURCE_LEN),
+        i32n(col::REFERENCE_LEN),
+        i32n(col::TRANSLATION_LEN),
+        Field::new(col::TRUNCATED, DataType::Boolean, false),
+    ]))
+}
+
+/// One output row, owned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairRow {
+    pub id: String,
+    pub source: String,
+    pub reference: String,
+    pub translation: String,
+    pub translation_score: f32,
+    pub source_len: i32,
+    pub truncated: bool,
+    pub scores: PairScores,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Parquet {
+        path: PathBuf,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    #[error("{path}: {source}")]
+    Arrow {
+        path: PathBuf,
+        #[source]
+        source: arrow_schema::ArrowError,
+    },
+    #[error("{path}: missing column {column:?} (a paraforge output file has {expected})")]
+    MissingColumn {
+        path: PathBuf,
+        column: String,
+        expected: String,
+    },
+    #[error("{path}: column {column:?} has type {found}, expected {expected}")]
+    WrongType {
+        path: PathBuf,
+        column: String,
+        found: String,
+        expected: String,
+    },
+    #[error("{path}: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+}
+
+impl DataError {
+    pub fn io(path: &Path, source: std::io::Error) -> DataError {
+        DataError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Builds record batches of output rows.
+pub struct RowsBuilder {
+    id: StringBuilder,
+    source: StringBuilder,
+    reference: StringBuilder,
+    translation: StringBuilder,
+    translation_score: Float32Builder,
+    para_score: Float32Builder,
+    unigram: Float32Builder,
+    bigram: Float32Builder,
+    trigram: Float32Builder,
+    source_len: Int32Builder,
+    reference_len: Int32Builder,
+    translation_len: Int32Builder,
+    truncated: BooleanBuilder,
+    len: usize,
+}
+
+impl Default for RowsBuilder {
+    fn default() -> Self {
+        RowsBuilder {
+            id: StringBuilder::new(),
+            source: StringBuilder::new(),
+            reference: StringBuilder::new(),
+            translation: StringBuilder::new(),
+            translation_score: Float32Builder::new(),
+            para_score: Float32Builder::new(),
+            unigram: Float32Builder::new(),
+            bigram: Float32Builder::new(),
+            trigram: Float32Builder::new(),
+            source_len: Int32Builder::new(),
+            reference_len: Int32Builder::new(),
+            translation_len: Int32Builder::new(),
+            truncated: BooleanBuilder::new(),
+            len: 0,
+        }
+    }
+}
+
+impl RowsBuilder {
+    pub fn push(&mut self, r: &PairRow) {
+        self.id.append_value(&r.id);
+        self.source.append_value(&r.source);
+        self.reference.append_value(&r.reference);
+        self.translation.append_value(&r.translation);
+        self.translation_score.append_value(r.translation_score);
+        self.para_score.append_option(r.scores.para_score);
+        self.unigram.append_value(r.scores.unigram_overlap);
+        self.bigram.append_value(r.scores.bigram_overlap);
+        self.trigram.append_value(r.scores.trigram_overlap);
+        self.source_len.append_value(r.source_len);
+        self.reference_len
+            .append_value(r.scores.reference_len as i32);
+        self.translation_len
+            .append_value(r.scores.translation_len as i32);
+        self.truncated.append_value(r.truncated);
+        self.len += 1;
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The rows so far as a batch; the builder starts empty again.
+    pub fn finish(&mut self) -> RecordBatch {
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(self.id.finish()),
+            Arc::new(self.source.finish()),
+            Arc::new(self.reference.finish()),
+            Arc::new(self.translation.finish()),
+            Arc::new(self.translation_score.finish()),
+            Arc::new(self.para_score.finish()),
+            Arc::new(self.unigram.finish()),
+            Arc::new(self.bigram.finish()),
+            Arc::new(self.trigram.finish()),
+            Arc::new(self.source_len.finish()),
+            Arc::new(self.reference_len.finish()),
+            Arc::new(self.translation_len.finish()),
+            Arc::new(self.truncated.finish()),
+        ];
+        self.len = 0;
+        RecordBatch::try_new(schema(), cols).expect("builder columns match the schema")
+    }
+}
+
+/// Writer properties for every paraforge Parquet file: zstd, row groups
+/// small enough that a writer holds little in memory, and the metadata.
+pub fn writer_properties(metadata: &[(&str, String)]) -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
+        .set_max_row_group_row_count(Some(64 * 1024))
+        .set_key_value_metadata(Some(
+            metadata
+                .iter()
+                .map(|(k, v)| KeyValue::new(k.to_string(), v.clone()))
+                .collect(),
+        ))
+        .build()
+}
+
+/// Writes record batches of the output schema to one local Parquet file.
+pub struct PairFileWriter {
+    path: PathBuf,
+    writer: ArrowWriter<File>,
+    rows: u64,
+}
+
+impl PairFileWriter {
+    pub fn create(
+        path: &Path,
+        schema: SchemaRef,
+        metadata: &[(&str, String)],
+    ) -> Result<PairFileWriter, DataError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| DataError::io(dir, e))?;
+        }
+        let file = File::create(path).map_err(|e| DataError::io(path, e))?;
+        let writer = ArrowWriter::try_new(file, schema, Some(writer_properties(metadata)))
+            .map_err(|source| DataError::Parquet {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(PairFileWriter {
+            path: path.to_path_buf(),
+            writer,
+            rows: 0,
+        })
+    }
+
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<(), DataError> {
+        self.rows += batch.num_rows() as u64;
+        self.writer
+            .write(batch)
+            .map_err(|source| DataError::Parquet {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    pub fn close(self) -> Result<u64, DataError> {
+        self.writer.close().map_err(|source| DataError::Parquet {
+            path: self.path.clone(),
+            source,
+        })?;
+        Ok(self.rows)
+    }
+}
+
+/// Reads a Parquet file of output rows batch by batch, checking that the
+/// columns a stage needs are there with the right types.
+pub struct PairReader {
+    path: PathBuf,
+    inner: parquet::arrow::arrow_reader::ParquetRecordBatchReader,
+    metadata: HashMap<String, String>,
+    rows: i64,
+}
+
+impl PairReader {
+    pub fn open(path: &Path, required: &[&str]) -> Result<PairReader, DataError> {
+        let file = File::open(path).map_err(|e| DataError::io(path, e))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|source| {
+            DataError::Parquet {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+        let expected = schema();
+        for name in required {
+            let want = expected
+                .field_with_name(name)
+                .map(|f| f.data_type().clone())
+                .ok();
+            match builder.schema().field_with_name(name) {
+                Err(_) => {
+                    return Err(DataError::MissingColumn {
+                        path: path.to_path_buf(),
+                        column: name.to_string(),
+                        expected: expected
+                            .fields()
+                            .iter()
+                            .map(|f| f.name().as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    })
+                }
+                Ok(f) => {
+                    if let Some(want) = want {
+                        if f.data_type() != &want {
+                            return Err(DataError::WrongType {
+                                path: path.to_path_buf(),
+                                column: name.to_string(),
+                                found: f.data_type().to_string(),
+                                expected: want.to_string(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        let md = builder.metadata().file_metadata();
+        let rows = md.num_rows();
+        let metadata = md
+            .key_value_metadata()
+            .map(|kv| {
+                kv.iter()
+                    .map(|k| (k.key.clone(), k.value.clone().unwrap_or_default()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let inner = builder
+            .with_batch_size(8192)
+            .build()
+            .map_err(|source| DataError::Parquet {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(PairReader {
+            path: path.to_path_buf(),
+            inner,
+            metadata,
+            rows,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn metadata(&self) -> &HashMap<String, String> {
+        &self.metadata
+    }
+
+    pub fn num_rows(&self) -> i64 {
+        self.rows
+    }
+}
+
+impl Iterator for PairReader {
+    type Item = Result<RecordBatch, DataError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.inner.next().map(|r| {
+            r.map_err(|source| DataError::Arrow {
+                path: self.path.clone(),
+                source,
+            })
+        })
+    }
+}
+
+/// Typed access to a batch's columns by name.
+pub fn f32_column<'a>(
+    b: &'a RecordBatch,
+    name: &str,
+    path: &Path,
+) -> Result<&'a Float32Array, DataError> {
+    column(b, name, path)
+}
+
+pub fn i32_column<'a>(
+    b: &'a RecordBatch,
+    name: &str,
+    path: &Path,
+) -> Result<&'a Int32Array, DataError> {
+    column(b, name, path)
+}
+
+pub fn str_column<'a>(
+    b: &'a RecordBatch,
+    name: &str,
+    path: &Path,
+) -> Result<&'a StringArray, DataError> {
+    column(b, name, path)
+}
+
+pub fn bool_column<'a>(
+    b: &'a RecordBatch,
+    name: &str,
+    path: &Path,
+) -> Result<&'a BooleanArray, DataError> {
+    column(b, name, path)
+}
+
+fn column<'a, T: Array + 'static>(
+    b: &'a RecordBatch,
+    name: &str,
+    path: &Path,
+) -> Result<&'a T, DataError> {
+    let c = b
+        .column_by_name(name)
+        .ok_or_else(|| DataError::MissingColumn {
+            path: path.to_path_buf(),
+            column: name.to_string(),
+            expected: schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+    c.as_any()
+        .downcast_ref::<T>()
+        .ok_or_else(|| DataError::WrongType {
+            path: path.to_path_buf(),
+            column: name.to_string(),
+            found: c.data_type().to_string(),
+            expected: std::any::type_name::<T>()
+                .rsplit("::")
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        })
+}
+
+/// The Parquet files of a dataset directory: those named in its
+/// `_manifest.json` when there is one, else every `*.parquet` below it
+/// (Hive partitions included), in path order so that reads are repeatable.
+pub fn dataset_files(root: &Path) -> Result<Vec<PathBuf>, DataError> {
+    if root.is_file() {
+        return Ok(vec![root.to_path_buf()]);
+    }
+    let manifest = root.join("_manifest.json");
+    if manifest.is_file() {
+        let text = std::fs::read_to_string(&manifest).map_err(|e| DataError::io(&manifest, e))?;
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| DataError::Invalid {
+            path: manifest.clone(),
+            reason: format!("invalid JSON: {e}"),
+        })?;
+        if let Some(files) = v.get("files").and_then(|f| f.as_array()) {
+            let mut out = Vec::new();
+            for f in files {
+                let rel =
+                    f.get("path")
+                        .and_then(|p| p.as_str())
+                        .ok_or_else(|| DataError::Invalid {
+                            path: manifest.clone(),
+                            reason: "a files entry has no \"path\"".into(),
+                        })?;
+                out.push(root.join(rel));
+            }
+            return Ok(out);
+        }
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let rd = std::fs::read_dir(&dir).map_err(|e| DataError::io(&dir, e))?;
+        for e in rd {
+            let e = e.map_err(|e| DataError::io(&dir, e))?;
+            let p = e.path();
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('_') || name.starts_with('.') {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else if name.ends_with(".parquet") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    if out.is_empty() {
+        return Err(DataError::Invalid {
+            path: root.to_path_buf(),
+            reason: "no Parquet files here".into(),
+        });
+    }
+    Ok(out)
+}

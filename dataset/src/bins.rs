@@ -1,0 +1,635 @@
+//! `paraforge bin`: the score bins a training stage draws from (METHOD.md
+//! section 5), written as Hive-style partitions with a manifest.
+//!
+//! * the paper's five para_score ranges (seed 000, Table 3);
+//! * deciles by any score, from a global ranking over the whole dataset:
+//!   exact and streaming. Scores map to order-preserving 32-bit keys; one
+//!   pass counts keys by their high 16 bits, a second counts the low 16 bits
+//!   inside the buckets where decile boundaries fall, which pins each
+//!   boundary to an exact key. Ties are broken by row order, so the ten
+//!   folds hold ranks `[i*N/10, (i+1)*N/10)` exactly;
+//! * the paper's training set: the top two para_score deciles, both sides at
+//!   most 30 tokens, a uniform random sample of N pairs with a fixed seed
+//!   (the eligible rows are counted first, then N ordinals are drawn).
+//!
+//! Memory is bounded by the number of rows only through a bitmap of kept
+//! rows and, with `--dedup`, a set of 128-bit hashes of kept pairs.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use arrow_array::{Array, BooleanArray, Float32Array, RecordBatch};
+use arrow_select::filter::filter_record_batch;
+use paraforge_core::schema::{
+    self, col, dataset_files, DataError, PairFileWriter, PairReader, SCORE_COLUMNS,
+};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+/// The paper's para_score ranges; the first is open below.
+pub const PARA_RANGES: [(f32, f32, &str); 5] = [
+    (f32::NEG_INFINITY, 0.2, "min-0.2"),
+    (0.2, 0.4, "0.2-0.4"),
+    (0.4, 0.6, "0.4-0.6"),
+    (0.6, 0.8, "0.6-0.8"),
+    (0.8, f32::INFINITY, "0.8-1.0"),
+];
+
+/// Which range a para_score falls in: (lo, hi], the first from -inf.
+pub fn para_range(score: Option<f32>) -> Option<usize> {
+    let s = score.filter(|s| !s.is_nan())?;
+    Some(
+        PARA_RANGES
+            .iter()
+            .position(|&(_, hi, _)| s <= hi)
+            .unwrap_or(PARA_RANGES.len() - 1),
+    )
+}
+
+#[derive(Debug, Clone)]
+pub struct BinOptions {
+    pub input: PathBuf,
+    pub output: PathBuf,
+    /// Write the five para_score ranges.
+    pub ranges: bool,
+    /// Scores to cut into deciles (any of `SCORE_COLUMNS`).
+    pub deciles: Vec<String>,
+    /// Size of the paper's training sample (top two para_score deciles).
+    pub train_sample: Option<usize>,
+    /// Longest sentence (tokens, both sides) in the training sample.
+    pub train_max_tokens: i32,
+    pub seed: u64,
+    /// Drop exact duplicates of (reference, translation), keeping the first.
+    pub dedup: bool,
+    /// Keep only pairs whose two sides have at least / at most this many tokens.
+    pub min_tokens: Option<i32>,
+    pub max_tokens: Option<i32>,
+}
+
+impl BinOptions {
+    pub fn new(input: PathBuf, output: PathBuf) -> BinOptions {
+        BinOptions {
+            input,
+            output,
+            ranges: true,
+            deciles: vec![col::PARA_SCORE.into()],
+            train_sample: None,
+            train_max_tokens: 30,
+            seed: 1,
+            dedup: false,
+            min_tokens: None,
+            max_tokens: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BinError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error("--deciles {0:?}: not a score column (use one of {list})", list = SCORE_COLUMNS.join(", "))]
+    UnknownScore(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Counts and boundaries, written to `_manifest.json`.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct BinManifest {
+    pub input: String,
+    pub input_rows: u64,
+    pub kept_rows: u64,
+    pub dropped_duplicates: u64,
+    pub dropped_length: u64,
+    /// para_range label -> rows; `none` holds rows without a para_score.
+    pub ranges: BTreeMap<String, u64>,
+    pub deciles: BTreeMap<String, Deciles>,
+    pub train: Option<TrainSample>,
+    pub files: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Deciles {
+    /// Ranked rows (those with a number for this score).
+    pub ranked: u64,
+    /// Rows without one (null or NaN); not in any fold.
+    pub unranked: u64,
+    /// The score at the first rank of folds 1..9.
+    pub boundaries: Vec<f32>,
+    pub counts: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct TrainSample {
+    pub eligible: u64,
+    pub sampled: u64,
+    pub seed: u64,
+    pub max_tokens: i32,
+}
+
+/// Order-preserving map from f32 to u32 (NaN excluded by the caller).
+pub fn key(x: f32) -> u32 {
+    let b = x.to_bits();
+    if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
+}
+
+fn unkey(k: u32) -> f32 {
+    f32::from_bits(if k & 0x8000_0000 != 0 {
+        k & 0x7FFF_FFFF
+    } else {
+        !k
+    })
+}
+
+/// Exact decile boundaries of one score: boundary i (1..=9) sits at rank
+/// `ceil(i * n / 10)`; `take` is how many rows with the boundary's key rank
+/// below it.
+#[derive(Debug, Clone)]
+struct Boundaries {
+    keys: Vec<u32>,
+    takes: Vec<u64>,
+}
+
+/// Assigns folds in row order; the state counts rows seen per boundary key.
+struct FoldAssigner<'a> {
+    b: &'a Boundaries,
+    seen: BTreeMap<u32, u64>,
+}
+
+impl<'a> FoldAssigner<'a> {
+    fn new(b: &'a Boundaries) -> Self {
+        FoldAssigner {
+            b,
+            seen: BTreeMap::new(),
+        }
+    }
+
+    fn fold(&mut self, k: u32) -> usize {
+        let mut fold = 0;
+        let mut on_boundary = false;
+        let seen = self.seen.get(&k).copied().unwrap_or(0);
+        for (&bk, &take) in self.b.keys.iter().zip(&self.b.takes) {
+            if k > bk || (k == bk && seen >= take) {
+                fold += 1;
+            }
+            on_boundary |= k == bk;
+        }
+        if on_boundary {
+            *self.seen.entry(k).or_insert(0) += 1;
+        }
+        fold
+    }
+}
+
+fn score_key(
+    batch: &RecordBatch,
+    name: &str,
+    path: &Path,
+    row: usize,
+) -> Result<Option<u32>, DataError> {
+    let c = schema::f32_column(batch, name, path)?;
+    Ok(if c.is_null(row) || c.value(row).is_nan() {
+        None
+    } else {
+        Some(key(c.value(row)))
+    })
+}
+
+/// The rows kept after filters, as a bitmap over global row ordinals.
+struct Kept {
+    bits: Vec<u64>,
+}
+
+impl Kept {
+    fn get(&self, i: u64) -> bool {
+        self.bits
+            .get((i / 64) as usize)
+            .is_some_and(|w| w >> (i % 64) & 1 == 1)
+    }
+    fn set(&mut self, i: u64) {
+        let w = (i / 64) as usize;
+        if self.bits.len() <= w {
+            self.bits.resize(w + 1, 0);
+        }
+        self.bits[w] |= 1 << (i % 64);
+    }
+}
+
+/// Streams every batch of the dataset in a fixed order with its first
+/// row's global ordinal.
+fn for_each_batch(
+    files: &[PathBuf],
+    required: &[&str],
+    mut f: impl FnMut(&Path, &RecordBatch, u64) -> Result<(), BinError>,
+) -> Result<u64, BinError> {
+    let mut ordinal = 0u64;
+    for path in files {
+        for batch in PairReader::open(path, required)? {
+            let batch = batch?;
+            f(path, &batch, ordinal)?;
+            ordinal += batch.num_rows() as u64;
+        }
+    }
+    Ok(ordinal)
+}
+
+fn pair_hash(reference: &str, translation: &str) -> u128 {
+    // Two independent 64-bit hashes: a false duplicate needs both to collide.
+    let mut a = std::collections::hash_map::DefaultHasher::new();
+    (reference, translation).hash(&mut a);
+    let mut b = rustc_hash::FxHasher::default();
+    (translation, reference, 0x9e37_79b9u32).hash(&mut b);
+    ((a.finish() as u128) << 64) | b.finish() as u128
+}
+
+/// Runs the binning; returns what it wrote.
+pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
+    for d in &o.deciles {
+        if !SCORE_COLUMNS.contains(&d.as_str()) {
+            return Err(BinError::UnknownScore(d.clone()));
+        }
+    }
+    let mut decile_scores: Vec<String> = o.deciles.clone();
+    if o.train_sample.is_some() && !decile_scores.iter().any(|d| d == col::PARA_SCORE) {
+        decile_scores.push(col::PARA_SCORE.into());
+    }
+    let files = dataset_files(&o.input)?;
+    let mut m = BinManifest {
+        input: o.input.display().to_string(),
+        ..Default::default()
+    };
+
+    // Pass 1: filters, and the high-16-bit histogram of every decile score.
+    let mut kept = Kept { bits: Vec::new() };
+    let mut seen_pairs: HashSet<u128> = HashSet::new();
+    let mut hist_hi: Vec<Vec<u64>> = vec![vec![0; 1 << 16]; decile_scores.len()];
+    let mut unranked = vec![0u64; decile_scores.len()];
+    let mut need: Vec<&str> = vec![col::REFERENCE_LEN, col::TRANSLATION_LEN];
+    need.extend(decile_scores.iter().map(String::as_str));
+    if o.dedup {
+        need.extend([col::REFERENCE, col::TRANSLATION]);
+    }
+    m.input_rows = for_each_batch(&files, &need, |path, batch, first| {
+        let rl = schema::i32_column(batch, col::REFERENCE_LEN, path)?;
+        let tl = schema::i32_column(batch, col::TRANSLATION_LEN, path)?;
+        let texts = if o.dedup {
+            Some((
+                schema::str_column(batch, col::REFERENCE, path)?,
+                schema::str_column(batch, col::TRANSLATION, path)?,
+            ))
+        } else {
+            None
+        };
+        for r in 0..batch.num_rows() {
+            let (a, b) = (rl.value(r), tl.value(r));
+            if o.min_tokens.is_some_and(|n| a < n || b < n)
+                || o.max_tokens.is_some_and(|n| a > n || b > n)
+            {
+                m.dropped_length += 1;
+                continue;
+            }
+            if let Some((refs, trans)) = texts {
+                if !seen_pairs.insert(pair_hash(refs.value(r), trans.value(r))) {
+                    m.dropped_duplicates += 1;
+                    continue;
+                }
+            }
+            kept.set(first + r as u64);
+            for (s, name) in decile_scores.iter().enumerate() {
+                match score_key(batch, name, path, r)? {
+                    Some(k) => hist_hi[s][(k >> 16) as usize] += 1,
+                    None => unranked[s] += 1,
+                }
+            }
+        }
+        Ok(())
+    })?;
+    drop(seen_pairs);
+    m.kept_rows = m.input_rows - m.dropped_duplicates - m.dropped_length;
+
+    // Pass 2: low-16-bit histograms inside the buckets holding boundaries.
+    let targets: Vec<(u64, Vec<u64>)> = hist_hi
+        .iter()
+        .map(|h| {
+            let n: u64 = h.iter().sum();
+            let ranks = (1..10u64).map(|i| (i * n).div_ceil(10)).collect();
+            (n, ranks)
+        })
+        .collect();
+    let mut wanted: Vec<BTreeMap<u16, Vec<u64>>> = vec![BTreeMap::new(); decile_scores.len()];
+    let mut below_bucket: Vec<BTreeMap<u16, u64>> = vec![BTreeMap::new(); decile_scores.len()];
+    for (s, (n, ranks)) in targets.iter().enumerate() {
+        for &rank in ranks {
+            if rank >= *n {
+                continue; // fewer than 10 rows: empty upper folds
+            }
+            let (mut acc, mut bucket) = (0u64, 0usize);
+            while acc + hist_hi[s][bucket] <= rank {
+                acc += hist_hi[s][bucket];
+                bucket += 1;
+            }
+            wanted[s]
+                .entry(bucket as u16)
+                .or_insert_with(|| vec![0; 1 << 16]);
+            below_bucket[s].insert(bucket as u16, acc);
+        }
+    }
+    if wanted.iter().any(|w| !w.is_empty()) {
+        let need: Vec<&str> = decile_scores.iter().map(String::as_str).collect();
+        for_each_batch(&files, &need, |path, batch, first| {
+            for r in 0..batch.num_rows() {
+                if !kept.get(first + r as u64) {
+                    continue;
+                }
+                for (s, name) in decile_scores.iter().enumerate() {
+                    if let Some(k) = score_key(batch, name, path, r)? {
+                        if let Some(h) = wanted[s].get_mut(&((k >> 16) as u16)) {
+                            h[(k & 0xFFFF) as usize] += 1;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })?;
+    }
+    let bounds: Vec<Boundaries> = targets
+        .iter()
+        .enumerate()
+        .map(|(s, (n, ranks))| {
+            let mut b = Boundaries {
+                keys: Vec::new(),
+                takes: Vec::new(),
+            };
+            for &rank in ranks {
+                if rank >= *n {
+                    b.keys.push(u32::MAX);
+                    b.takes.push(u64::MAX);
+                    continue;
+                }
+                let (mut bucket, mut acc) = (0usize, 0u64);
+                while acc + hist_hi[s][bucket] <= rank {
+                    acc += hist_hi[s][bucket];
+                    bucket += 1;
+                }
+                let low = &wanted[s][&(bucket as u16)];
+                let mut lo = 0usize;
+                while acc + low[lo] <= rank {
+                    acc += low[lo];
+                    lo += 1;
+                }
+                b.keys.push(((bucket as u32) << 16) | lo as u32);
+                b.takes.push(rank - acc);
+            }
+            b
+        })
+        .collect();
+    for (s, name) in decile_scores.iter().enumerate() {
+        m.deciles.insert(
+            name.clone(),
+            Deciles {
+                ranked: targets[s].0,
+                unranked: unranked[s],
+                boundaries: bounds[s]
+                    .keys
+                    .iter()
+                    .filter(|&&k| k != u32::MAX)
+                    .map(|&k| unkey(k))
+                    .collect(),
+                counts: vec![0; 10],
+            },
+        );
+    }
+    let para_idx = decile_scores.iter().position(|d| d == col::PARA_SCORE);
+
+    // Pass 3 (training sample only): count eligible rows, draw N ordinals.
+    let mut chosen: BTreeSet<u64> = BTreeSet::new();
+    if let (Some(n), Some(pi)) = (o.train_sample, para_idx) {
+        let mut folds = FoldAssigner::new(&bounds[pi]);
+        let mut eligible: Vec<u64> = Vec::new();
+        let mut eligible_count = 0u64;
+        let need = [col::PARA_SCORE, col::REFERENCE_LEN, col::TRANSLATION_LEN];
+        // Eligible rows are remembered by their rank among eligible rows;
+        // ordinals are stored only for the drawn ones (pass 4 recomputes).
+        for_each_batch(&files, &need, |path, batch, first| {
+            let rl = schema::i32_column(batch, col::REFERENCE_LEN, path)?;
+            let tl = schema::i32_column(batch, col::TRANSLATION_LEN, path)?;
+            for r in 0..batch.num_rows() {
+                if !kept.get(first + r as u64) {
+                    continue;
+                }
+                if let Some(k) = score_key(batch, col::PARA_SCORE, path, r)? {
+                    let fold = folds.fold(k);
+                    if fold >= 8
+                        && rl.value(r) <= o.train_max_tokens
+                        && tl.value(r) <= o.train_max_tokens
+                    {
+                        eligible_count += 1;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        let take = (n as u64).min(eligible_count);
+        // Floyd's algorithm: `take` distinct indices in [0, eligible).
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(o.seed);
+        let mut picked: BTreeSet<u64> = BTreeSet::new();
+        for j in (eligible_count - take)..eligible_count {
+            let t = rng.random_range(0..=j);
+            if !picked.insert(t) {
+                picked.insert(j);
+            }
+        }
+        eligible.extend(picked);
+        chosen = eligible.into_iter().collect();
+        m.train = Some(TrainSample {
+            eligible: eligible_count,
+            sampled: take,
+            seed: o.seed,
+            max_tokens: o.train_max_tokens,
+        });
+    }
+
+    // Pass 4: write every partition.
+    let out = &o.output;
+    std::fs::create_dir_all(out).map_err(|e| BinError::Io {
+        path: out.clone(),
+        source: e,
+    })?;
+    let metadata = vec![
+        (schema::meta::VERSION, env!("CARGO_PKG_VERSION").to_string()),
+        ("paraforge.bins.input", o.input.display().to_string()),
+    ];
+    let mut writers: BTreeMap<String, PairFileWriter> = BTreeMap::new();
+    let mut folds: Vec<FoldAssigner> = bounds.iter().map(FoldAssigner::new).collect();
+    let mut eligible_rank = 0u64;
+    let write = |rel: String,
+                 batch: &RecordBatch,
+                 mask: Vec<bool>,
+                 writers: &mut BTreeMap<String, PairFileWriter>|
+     -> Result<(), BinError> {
+        if !mask.iter().any(|&b| b) {
+            return Ok(());
+        }
+        let sel = filter_record_batch(batch, &BooleanArray::from(mask)).map_err(|source| {
+            DataError::Arrow {
+                path: out.join(&rel),
+                source,
+            }
+        })?;
+        if !writers.contains_key(&rel) {
+            let w = PairFileWriter::create(&out.join(&rel), batch.schema(), &metadata)?;
+            writers.insert(rel.clone(), w);
+        }
+        writers.get_mut(&rel).map(|w| w.write(&sel)).transpose()?;
+        Ok(())
+    };
+    for_each_batch(&files, &[], |path, batch, first| {
+        let n = batch.num_rows();
+        let keep: Vec<bool> = (0..n).map(|r| kept.get(first + r as u64)).collect();
+        let rl = schema::i32_column(batch, col::REFERENCE_LEN, path)?;
+        let tl = schema::i32_column(batch, col::TRANSLATION_LEN, path)?;
+        if o.ranges {
+            let para = schema::f32_column(batch, col::PARA_SCORE, path)?;
+            let ranges: Vec<Option<usize>> = (0..n)
+                .map(|r| {
+                    para_range(if para.is_null(r) {
+                        None
+                    } else {
+                        Some(para.value(r))
+                    })
+                })
+                .collect();
+            for (i, &(_, _, label)) in PARA_RANGES.iter().enumerate() {
+                let mask: Vec<bool> = (0..n).map(|r| keep[r] && ranges[r] == Some(i)).collect();
+                *m.ranges.entry(label.to_string()).or_insert(0) +=
+                    mask.iter().filter(|&&b| b).count() as u64;
+                write(
+                    format!("ranges/para_range={label}/part-00000.parquet"),
+                    batch,
+                    mask,
+                    &mut writers,
+                )?;
+            }
+            let mask: Vec<bool> = (0..n).map(|r| keep[r] && ranges[r].is_none()).collect();
+            let c = mask.iter().filter(|&&b| b).count() as u64;
+            if c > 0 {
+                *m.ranges.entry("none".into()).or_insert(0) += c;
+            }
+            write(
+                "ranges/para_range=none/part-00000.parquet".into(),
+                batch,
+                mask,
+                &mut writers,
+            )?;
+        }
+        let mut para_folds: Vec<Option<usize>> = vec![None; n];
+        for (s, name) in decile_scores.iter().enumerate() {
+            let mut row_fold: Vec<Option<usize>> = vec![None; n];
+            for r in 0..n {
+                if keep[r] {
+                    if let Some(k) = score_key(batch, name, path, r)? {
+                        row_fold[r] = Some(folds[s].fold(k));
+                    }
+                }
+            }
+            if Some(s) == para_idx {
+                para_folds = row_fold.clone();
+            }
+            if !o.deciles.contains(name) {
+                continue;
+            }
+            let d = m.deciles.get_mut(name).expect("inserted above");
+            for f in 0..10 {
+                let mask: Vec<bool> = row_fold.iter().map(|x| *x == Some(f)).collect();
+                d.counts[f] += mask.iter().filter(|&&b| b).count() as u64;
+                write(
+                    format!("deciles/{name}/fold={f}/part-00000.parquet"),
+                    batch,
+                    mask,
+                    &mut writers,
+                )?;
+            }
+        }
+        if o.train_sample.is_some() {
+            let mut mask = vec![false; n];
+            for r in 0..n {
+                if para_folds[r].is_some_and(|f| f >= 8)
+                    && rl.value(r) <= o.train_max_tokens
+                    && tl.value(r) <= o.train_max_tokens
+                {
+                    mask[r] = chosen.contains(&eligible_rank);
+                    eligible_rank += 1;
+                }
+            }
+            write("train/part-00000.parquet".into(), batch, mask, &mut writers)?;
+        }
+        Ok(())
+    })?;
+    for (rel, w) in writers {
+        let rows = w.close()?;
+        m.files.push(format!("{rel} ({rows} rows)"));
+    }
+    m.deciles.retain(|k, _| o.deciles.contains(k));
+    let manifest = out.join("_manifest.json");
+    let text = serde_json::to_string_pretty(&m).unwrap_or_default();
+    std::fs::write(&manifest, text).map_err(|e| BinError::Io {
+        path: manifest.clone(),
+        source: e,
+    })?;
+    Ok(m)
+}
+
+/// Float32 helper for tests and the report.
+pub fn values(batch: &RecordBatch, name: &str) -> Option<Float32Array> {
+    batch
+        .column_by_name(name)?
+        .as_any()
+        .downcast_ref::<Float32Array>()
+        .cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_preserve_order_and_round_trip() {
+        let xs = [
+            f32::NEG_INFINITY,
+            -3.5,
+            -0.0,
+            0.0,
+            1e-30,
+            0.2,
+            0.2000001,
+            7.0,
+            f32::INFINITY,
+        ];
+        for w in xs.windows(2) {
+            assert!(key(w[0]) < key(w[1]), "{} < {}", w[0], w[1]);
+        }
+        for x in xs {
+            assert_eq!(unkey(key(x)).to_bits(), x.to_bits());
+        }
+    }
+
+    #[test]
+    fn para_ranges_are_closed_above() {
+        assert_eq!(para_range(Some(-0.5)), Some(0));
+        assert_eq!(para_range(Some(0.2)), Some(0));
+        assert_eq!(para_range(Some(0.2000001)), Some(1));
+        assert_eq!(para_range(Some(0.8)), Some(3));
+        assert_eq!(para_range(Some(1.0)), Some(4));
+        assert_eq!(para_range(None), None);
+        assert_eq!(para_range(Some(f32::NAN)), None);
+    }
+}

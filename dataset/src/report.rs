@@ -1,0 +1,504 @@
+//! `paraforge report`: what a scored corpus looks like, in the terms of
+//! seed 000's Tables 1 and 3, with histograms of every score and a scatter
+//! of para_score against trigram overlap (SVG, drawn with plotters),
+//! gathered in one Markdown page and one HTML page.
+//!
+//! Definitions used here:
+//! * lengths are in scoring tokens (`reference_len`, `translation_len`);
+//! * IDF of a word is ln(total / count) from a word-frequency list
+//!   (`word count` per line; the bundled one is English Wikipedia); words not
+//!   in the list get the IDF of the rarest listed word; a sentence's IDF is
+//!   the mean over its tokens; the table reports the mean over references;
+//! * vocabulary entropy is the entropy (nats) of the unigram distribution of
+//!   the reference tokens.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use arrow_array::Array;
+use paraforge_core::schema::{self, col, dataset_files, DataError, PairReader};
+use paraforge_core::score::tokenize;
+use plotters::prelude::*;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::bins::{para_range, PARA_RANGES};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: expected `word count`")]
+    BadFrequencyLine { path: PathBuf, line: usize },
+    #[error("drawing {path}: {reason}")]
+    Plot { path: PathBuf, reason: String },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
+    move |source| ReportError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Word IDFs from a frequency list.
+pub struct Idf {
+    idf: HashMap<String, f32>,
+    unknown: f32,
+}
+
+impl Idf {
+    pub fn load(path: &Path) -> Result<Idf, ReportError> {
+        let text = std::fs::read_to_string(path).map_err(io(path))?;
+        let mut counts = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let mut it = line.split_whitespace();
+            let (Some(w), Some(c), None) = (it.next(), it.next(), it.next()) else {
+                return Err(ReportError::BadFrequencyLine {
+                    path: path.to_path_buf(),
+                    line: i + 1,
+                });
+            };
+            let c: f64 = c.parse().map_err(|_| ReportError::BadFrequencyLine {
+                path: path.to_path_buf(),
+                line: i + 1,
+            })?;
+            counts.push((w.to_lowercase(), c.max(1.0)));
+        }
+        let total: f64 = counts.iter().map(|(_, c)| c).sum();
+        let min = counts.iter().map(|(_, c)| *c).fold(f64::INFINITY, f64::min);
+        let mut idf = HashMap::with_capacity(counts.len());
+        for (w, c) in counts {
+            idf.entry(w).or_insert(((total / c).ln()) as f32);
+        }
+        Ok(Idf {
+            idf,
+            unknown: (total / min.max(1.0)).ln() as f32,
+        })
+    }
+
+    pub fn get(&self, w: &str) -> f32 {
+        self.idf.get(w).copied().unwrap_or(self.unknown)
+    }
+}
+
+/// Running mean and standard deviation (Welford).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Moments {
+    pub n: u64,
+    pub mean: f64,
+    m2: f64,
+}
+
+impl Moments {
+    pub fn add(&mut self, x: f64) {
+        self.n += 1;
+        let d = x - self.mean;
+        self.mean += d / self.n as f64;
+        self.m2 += d * (x - self.mean);
+    }
+    pub fn std(&self) -> f64 {
+        if self.n < 2 {
+            0.0
+        } else {
+            (self.m2 / (self.n - 1) as f64).sqrt()
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RangeRow {
+    pub label: String,
+    pub pairs: u64,
+    pub trigram_overlap: Moments,
+    pub reference_len: Moments,
+    pub translation_len: Moments,
+    pub translation_score: Moments,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub input: String,
+    pub pairs: u64,
+    pub reference_len: Moments,
+    pub translation_len: Moments,
+    pub reference_idf: Moments,
+    pub para_score: Moments,
+    pub trigram_overlap: Moments,
+    pub translation_score: Moments,
+    pub vocab_entropy: f64,
+    pub vocab_size: usize,
+    pub no_para_score: u64,
+    pub truncated: u64,
+    pub ranges: Vec<RangeRow>,
+}
+
+/// A fixed-range histogram; values outside are clamped to the end bins.
+struct Hist {
+    lo: f64,
+    hi: f64,
+    bins: Vec<u64>,
+}
+
+impl Hist {
+    fn new(lo: f64, hi: f64, n: usize) -> Hist {
+        Hist {
+            lo,
+            hi,
+            bins: vec![0; n],
+        }
+    }
+    fn add(&mut self, x: f64) {
+        if x.is_nan() {
+            return;
+        }
+        let n = self.bins.len();
+        let i = ((x - self.lo) / (self.hi - self.lo) * n as f64).floor();
+        self.bins[(i.max(0.0) as usize).min(n - 1)] += 1;
+    }
+}
+
+const SCATTER_POINTS: usize = 4000;
+
+/// Computes the report and writes `report.md`, `report.html`, `report.json`
+/// and the SVG figures into `out`.
+pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError> {
+    let idf = Idf::load(freq)?;
+    let files = dataset_files(input)?;
+    let mut r = Report {
+        input: input.display().to_string(),
+        ranges: PARA_RANGES
+            .iter()
+            .map(|&(_, _, l)| RangeRow {
+                label: l.to_string(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let mut hists: Vec<(&str, &str, Hist)> = vec![
+        (col::PARA_SCORE, "para_score", Hist::new(-0.2, 1.0, 60)),
+        (
+            col::TRIGRAM_OVERLAP,
+            "trigram overlap",
+            Hist::new(0.0, 1.0, 50),
+        ),
+        (
+            col::BIGRAM_OVERLAP,
+            "bigram overlap",
+            Hist::new(0.0, 1.0, 50),
+        ),
+        (
+            col::UNIGRAM_OVERLAP,
+            "unigram overlap",
+            Hist::new(0.0, 1.0, 50),
+        ),
+        (
+            col::TRANSLATION_SCORE,
+            "translation score",
+            Hist::new(-4.0, 0.0, 80),
+        ),
+        (
+            col::REFERENCE_LEN,
+            "reference length (tokens)",
+            Hist::new(0.0, 80.0, 80),
+        ),
+        (
+            col::TRANSLATION_LEN,
+            "translation length (tokens)",
+            Hist::new(0.0, 80.0, 80),
+        ),
+    ];
+    let mut vocab: HashMap<String, u64> = HashMap::new();
+    let mut scatter: Vec<(f32, f32)> = Vec::with_capacity(SCATTER_POINTS);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let required = [
+        col::REFERENCE,
+        col::PARA_SCORE,
+        col::TRIGRAM_OVERLAP,
+        col::TRANSLATION_SCORE,
+        col::REFERENCE_LEN,
+        col::TRANSLATION_LEN,
+    ];
+    for path in &files {
+        for batch in PairReader::open(path, &required)? {
+            let b = batch?;
+            let refs = schema::str_column(&b, col::REFERENCE, path)?;
+            let para = schema::f32_column(&b, col::PARA_SCORE, path)?;
+            let tri = schema::f32_column(&b, col::TRIGRAM_OVERLAP, path)?;
+            let ts = schema::f32_column(&b, col::TRANSLATION_SCORE, path)?;
+            let rl = schema::i32_column(&b, col::REFERENCE_LEN, path)?;
+            let tl = schema::i32_column(&b, col::TRANSLATION_LEN, path)?;
+            let trunc = schema::bool_column(&b, col::TRUNCATED, path).ok();
+            for i in 0..b.num_rows() {
+                r.pairs += 1;
+                let p = if para.is_null(i) || para.value(i).is_nan() {
+                    None
+                } else {
+                    Some(para.value(i))
+                };
+                r.reference_len.add(rl.value(i) as f64);
+                r.translation_len.add(tl.value(i) as f64);
+                r.trigram_overlap.add(tri.value(i) as f64);
+                if ts.value(i).is_finite() {
+                    r.translation_score.add(ts.value(i) as f64);
+                }
+                if trunc.is_some_and(|t| t.value(i)) {
+                    r.truncated += 1;
+                }
+                match p {
+                    Some(v) => r.para_score.add(v as f64),
+                    None => r.no_para_score += 1,
+                }
+                if let Some(k) = para_range(p) {
+                    let row = &mut r.ranges[k];
+                    row.pairs += 1;
+                    row.trigram_overlap.add(tri.value(i) as f64);
+                    row.reference_len.add(rl.value(i) as f64);
+                    row.translation_len.add(tl.value(i) as f64);
+                    if ts.value(i).is_finite() {
+                        row.translation_score.add(ts.value(i) as f64);
+                    }
+                }
+                let toks = tokenize(refs.value(i));
+                if !toks.is_empty() {
+                    let s: f32 = toks.iter().map(|t| idf.get(t.text)).sum();
+                    r.reference_idf.add((s / toks.len() as f32) as f64);
+                }
+                for t in toks.iter() {
+                    *vocab.entry(t.text.to_string()).or_insert(0) += 1;
+                }
+                if let Some(v) = p {
+                    // Reservoir sample for the scatter plot.
+                    let point = (tri.value(i), v);
+                    if scatter.len() < SCATTER_POINTS {
+                        scatter.push(point);
+                    } else {
+                        let j = rng.random_range(0..r.pairs) as usize;
+                        if j < SCATTER_POINTS {
+                            scatter[j] = point;
+                        }
+                    }
+                }
+            }
+            for (name, _, h) in hists.iter_mut() {
+                if let Ok(c) = schema::f32_column(&b, name, path) {
+                    for i in 0..c.len() {
+                        if !c.is_null(i) {
+                            h.add(c.value(i) as f64);
+                        }
+                    }
+                } else if let Ok(c) = schema::i32_column(&b, name, path) {
+                    for i in 0..c.len() {
+                        h.add(c.value(i) as f64);
+                    }
+                }
+            }
+        }
+    }
+    let total: u64 = vocab.values().sum();
+    r.vocab_size = vocab.len();
+    r.vocab_entropy = vocab
+        .values()
+        .map(|&c| {
+            let p = c as f64 / total as f64;
+            -p * p.ln()
+        })
+        .sum();
+
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let mut figures = Vec::new();
+    for (name, title, h) in &hists {
+        let file = format!("hist_{name}.svg");
+        draw_histogram(&out.join(&file), title, h)?;
+        figures.push((title.to_string(), file));
+    }
+    draw_scatter(&out.join("scatter_para_trigram.svg"), &scatter)?;
+    figures.push((
+        "para_score against trigram overlap (sample)".into(),
+        "scatter_para_trigram.svg".into(),
+    ));
+
+    let md = markdown(&r, &figures);
+    let md_path = out.join("report.md");
+    std::fs::write(&md_path, &md).map_err(io(&md_path))?;
+    let html_path = out.join("report.html");
+    std::fs::write(&html_path, html(&r, &figures)).map_err(io(&html_path))?;
+    let json_path = out.join("report.json");
+    std::fs::write(
+        &json_path,
+        serde_json::to_string_pretty(&r).unwrap_or_default(),
+    )
+    .map_err(io(&json_path))?;
+    Ok(r)
+}
+
+fn plot_err(path: &Path, e: impl std::fmt::Display) -> ReportError {
+    ReportError::Plot {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+fn draw_histogram(path: &Path, title: &str, h: &Hist) -> Result<(), ReportError> {
+    let root = SVGBackend::new(path, (640, 360)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| plot_err(path, e))?;
+    let ymax = h.bins.iter().copied().max().unwrap_or(1).max(1);
+    let width = (h.hi - h.lo) / h.bins.len() as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(h.lo..h.hi, 0u64..(ymax + ymax / 10 + 1))
+        .map_err(|e| plot_err(path, e))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .y_desc("pairs")
+        .draw()
+        .map_err(|e| plot_err(path, e))?;
+    chart
+        .draw_series(h.bins.iter().enumerate().map(|(i, &c)| {
+            let x0 = h.lo + i as f64 * width;
+            Rectangle::new([(x0, 0), (x0 + width * 0.95, c)], BLUE.mix(0.6).filled())
+        }))
+        .map_err(|e| plot_err(path, e))?;
+    root.present().map_err(|e| plot_err(path, e))
+}
+
+fn draw_scatter(path: &Path, points: &[(f32, f32)]) -> Result<(), ReportError> {
+    let root = SVGBackend::new(path, (560, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| plot_err(path, e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("para_score vs trigram overlap", ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(45)
+        .build_cartesian_2d(0f32..1f32, -0.2f32..1f32)
+        .map_err(|e| plot_err(path, e))?;
+    chart
+        .configure_mesh()
+        .x_desc("trigram overlap")
+        .y_desc("para_score")
+        .draw()
+        .map_err(|e| plot_err(path, e))?;
+    chart
+        .draw_series(
+            points
+                .iter()
+                .map(|&(x, y)| Circle::new((x, y.clamp(-0.2, 1.0)), 2, BLUE.mix(0.25).filled())),
+        )
+        .map_err(|e| plot_err(path, e))?;
+    root.present().map_err(|e| plot_err(path, e))
+}
+
+fn pm(m: &Moments, digits: usize) -> String {
+    format!("{:.*} ± {:.*}", digits, m.mean, digits, m.std())
+}
+
+fn tables(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "## Corpus statistics (seed 000, Table 1)\n");
+    let _ = writeln!(
+        s,
+        "| pairs | avg. length (ref) | avg. length (translation) | avg. IDF (ref) | avg. para_score | vocab. entropy (nats) | vocabulary |"
+    );
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        s,
+        "| {} | {} | {} | {} | {} | {:.2} | {} |\n",
+        r.pairs,
+        pm(&r.reference_len, 1),
+        pm(&r.translation_len, 1),
+        pm(&r.reference_idf, 2),
+        pm(&r.para_score, 2),
+        r.vocab_entropy,
+        r.vocab_size
+    );
+    let _ = writeln!(
+        s,
+        "Pairs without a para_score (no known word on a side): {}. Truncated sources: {}. Mean trigram overlap {}, mean translation score {}.\n",
+        r.no_para_score,
+        r.truncated,
+        pm(&r.trigram_overlap, 3),
+        pm(&r.translation_score, 3)
+    );
+    let _ = writeln!(s, "## By para_score range (seed 000, Table 3)\n");
+    let _ = writeln!(
+        s,
+        "| para_score range | pairs | share | trigram overlap mean (std) | ref. length | translation length | translation score |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---|---:|---:|---:|");
+    let ranked: u64 = r.ranges.iter().map(|x| x.pairs).sum();
+    for (row, &(lo, hi, _)) in r.ranges.iter().zip(PARA_RANGES.iter()) {
+        let label = if lo.is_finite() {
+            format!("({lo:.1}, {:.1}]", hi.min(1.0))
+        } else {
+            format!("(-inf, {hi:.1}]")
+        };
+        let _ = writeln!(
+            s,
+            "| {label} | {} | {:.1}% | {:.2} ({:.2}) | {:.1} | {:.1} | {:.2} |",
+            row.pairs,
+            100.0 * row.pairs as f64 / ranked.max(1) as f64,
+            row.trigram_overlap.mean,
+            row.trigram_overlap.std(),
+            row.reference_len.mean,
+            row.translation_len.mean,
+            row.translation_score.mean
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nParaNMT-50M for comparison: 4.0M / 3.8M / 6.9M / 14.4M / 18.0M pairs, mean trigram overlap 0.00 / 0.02 / 0.07 / 0.17 / 0.35.\n"
+    );
+    s
+}
+
+fn markdown(r: &Report, figures: &[(String, String)]) -> String {
+    let mut s = format!("# paraforge report: {}\n\n", r.input);
+    s.push_str(&tables(r));
+    s.push_str("## Figures\n\n");
+    for (title, file) in figures {
+        let _ = writeln!(s, "![{title}]({file})\n");
+    }
+    s
+}
+
+fn html(r: &Report, figures: &[(String, String)]) -> String {
+    // The tables are Markdown; rendered as preformatted text they stay
+    // readable without a Markdown engine.
+    let esc = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let mut s = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>paraforge report</title>\
+         <style>body{{font-family:sans-serif;max-width:1100px;margin:auto}}pre{{background:#f6f6f6;padding:8px}}img{{margin:6px}}</style>\
+         </head><body><h1>paraforge report: {}</h1><pre>{}</pre>",
+        esc(&r.input),
+        esc(&tables(r))
+    );
+    for (title, file) in figures {
+        let _ = write!(
+            s,
+            "<figure><img src=\"{file}\" alt=\"{}\"><figcaption>{}</figcaption></figure>",
+            esc(title),
+            esc(title)
+        );
+    }
+    s.push_str("</body></html>\n");
+    s
+}

@@ -1,0 +1,366 @@
+//! Bins, deciles, the training sample and the report, on real pairs
+//! back-translated and scored by the bundled model, checked against a
+//! brute-force in-memory computation of the same definitions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::OnceLock;
+
+use arrow_array::{Array, Float32Array, Int32Array, StringArray};
+use paraforge_core::schema::{col, dataset_files, PairReader};
+use paraforge_core::PairRow;
+use paraforge_dataset::bins::{self, BinOptions, PARA_RANGES};
+use paraforge_tests::{repo_root, scored_dataset};
+
+const N: usize = 1200;
+
+/// The scored dataset, built once per test binary.
+fn dataset() -> &'static (tempfile::TempDir, Vec<PairRow>) {
+    static DS: OnceLock<(tempfile::TempDir, Vec<PairRow>)> = OnceLock::new();
+    DS.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = scored_dataset(dir.path(), N, 3);
+        (dir, rows)
+    })
+}
+
+/// (id, score, reference_len, translation_len) of every row of a dataset directory.
+fn read(dir: &Path, score: &str) -> Vec<(String, Option<f32>, i32, i32)> {
+    let mut out = Vec::new();
+    for f in dataset_files(dir).unwrap() {
+        for b in PairReader::open(&f, &[]).unwrap() {
+            let b = b.unwrap();
+            let ids = b
+                .column_by_name(col::ID)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap();
+            let s = b
+                .column_by_name(score)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Float32Array>()
+                .unwrap();
+            let rl = b
+                .column_by_name(col::REFERENCE_LEN)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Int32Array>()
+                .unwrap();
+            let tl = b
+                .column_by_name(col::TRANSLATION_LEN)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Int32Array>()
+                .unwrap();
+            for i in 0..b.num_rows() {
+                let v = if s.is_null(i) { None } else { Some(s.value(i)) };
+                out.push((ids.value(i).to_string(), v, rl.value(i), tl.value(i)));
+            }
+        }
+    }
+    out
+}
+
+fn score_of(r: &PairRow, name: &str) -> Option<f32> {
+    match name {
+        "para_score" => r.scores.para_score,
+        "trigram_overlap" => Some(r.scores.trigram_overlap),
+        "translation_score" => Some(r.translation_score),
+        _ => unreachable!(),
+    }
+    .filter(|v| !v.is_nan())
+}
+
+/// Folds by the definition: rank by (score, row order), ten equal parts.
+fn brute_force_folds(rows: &[PairRow], name: &str) -> BTreeMap<String, usize> {
+    let mut ranked: Vec<(f32, usize)> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| score_of(r, name).map(|s| (s, i)))
+        .collect();
+    ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let n = ranked.len();
+    ranked
+        .iter()
+        .enumerate()
+        .map(|(rank, &(_, i))| (rows[i].id.clone(), rank * 10 / n))
+        .collect()
+}
+
+#[test]
+fn ranges_deciles_and_training_sample_match_their_definitions() {
+    let (dir, rows) = dataset();
+    let out = tempfile::tempdir().unwrap();
+    let mut o = BinOptions::new(dir.path().to_path_buf(), out.path().to_path_buf());
+    o.deciles = vec![
+        "para_score".into(),
+        "trigram_overlap".into(),
+        "translation_score".into(),
+    ];
+    o.train_sample = Some(100);
+    o.seed = 42;
+    let m = bins::run(&o).unwrap();
+    assert_eq!(m.input_rows, N as u64);
+    assert_eq!(m.kept_rows, N as u64);
+
+    // The five ranges: every row sits in its range, and all rows are somewhere.
+    let mut total = 0;
+    for &(lo, hi, label) in &PARA_RANGES {
+        let part = out.path().join(format!("ranges/para_range={label}"));
+        if !part.exists() {
+            assert_eq!(m.ranges.get(label).copied().unwrap_or(0), 0);
+            continue;
+        }
+        let got = read(&part, "para_score");
+        assert_eq!(got.len() as u64, m.ranges[label]);
+        for (id, s, _, _) in &got {
+            let s = s.unwrap();
+            assert!(
+                s > lo && s <= hi.max(1.0 + 1e-6) || (lo.is_infinite() && s <= hi),
+                "{id}: {s} in {label}"
+            );
+        }
+        total += got.len();
+    }
+    total += m.ranges.get("none").copied().unwrap_or(0) as usize;
+    assert_eq!(total, N);
+    eprintln!("ranges: {:?}", m.ranges);
+
+    // Deciles: the same folds as ranking everything in memory.
+    for name in ["para_score", "trigram_overlap", "translation_score"] {
+        let want = brute_force_folds(rows, name);
+        let d = &m.deciles[name];
+        assert_eq!(d.ranked as usize, want.len());
+        assert_eq!(d.counts.iter().sum::<u64>(), d.ranked);
+        let mut got = BTreeMap::new();
+        for f in 0..10 {
+            let part = out.path().join(format!("deciles/{name}/fold={f}"));
+            for (id, _, _, _) in read(&part, name) {
+                got.insert(id, f);
+            }
+        }
+        assert_eq!(got, want, "{name}: folds differ from the in-memory ranking");
+        let sizes: Vec<u64> = d.counts.clone();
+        assert!(
+            sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1,
+            "{name}: {sizes:?}"
+        );
+        eprintln!("{name}: boundaries {:?}", d.boundaries);
+    }
+
+    // Training sample: 100 distinct pairs from the top two para_score folds, both sides <= 30 tokens.
+    let folds = brute_force_folds(rows, "para_score");
+    let train = read(&out.path().join("train"), "para_score");
+    assert_eq!(train.len(), 100);
+    let ids: BTreeSet<&String> = train.iter().map(|t| &t.0).collect();
+    assert_eq!(ids.len(), 100);
+    for (id, _, rl, tl) in &train {
+        assert!(folds[id] >= 8, "{id} is in fold {}", folds[id]);
+        assert!(*rl <= 30 && *tl <= 30);
+    }
+    let eligible = rows
+        .iter()
+        .filter(|r| {
+            folds.get(&r.id).is_some_and(|&f| f >= 8)
+                && r.scores.reference_len <= 30
+                && r.scores.translation_len <= 30
+        })
+        .count();
+    assert_eq!(m.train.as_ref().unwrap().eligible as usize, eligible);
+
+    // Same seed, same sample; another seed, another sample.
+    let again = tempfile::tempdir().unwrap();
+    o.output = again.path().to_path_buf();
+    o.deciles = vec!["para_score".into()];
+    bins::run(&o).unwrap();
+    let same: BTreeSet<String> = read(&again.path().join("train"), "para_score")
+        .into_iter()
+        .map(|t| t.0)
+        .collect();
+    assert_eq!(same, ids.iter().map(|s| s.to_string()).collect());
+    let other = tempfile::tempdir().unwrap();
+    o.output = other.path().to_path_buf();
+    o.seed = 43;
+    bins::run(&o).unwrap();
+    let diff: BTreeSet<String> = read(&other.path().join("train"), "para_score")
+        .into_iter()
+        .map(|t| t.0)
+        .collect();
+    assert_ne!(diff, same);
+
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("_manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["kept_rows"], N as u64);
+}
+
+#[test]
+fn duplicates_and_length_filters_are_dropped_and_counted() {
+    let (dir, rows) = dataset();
+    // The same rows twice: a second directory with every file copied.
+    let doubled = tempfile::tempdir().unwrap();
+    for f in dataset_files(dir.path()).unwrap() {
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        std::fs::copy(&f, doubled.path().join(&name)).unwrap();
+        std::fs::copy(&f, doubled.path().join(format!("copy-{name}"))).unwrap();
+    }
+    let out = tempfile::tempdir().unwrap();
+    let mut o = BinOptions::new(doubled.path().to_path_buf(), out.path().to_path_buf());
+    o.dedup = true;
+    o.min_tokens = Some(3);
+    o.max_tokens = Some(40);
+    let m = bins::run(&o).unwrap();
+    let in_limits = |r: &PairRow| {
+        let (a, b) = (
+            r.scores.reference_len as i32,
+            r.scores.translation_len as i32,
+        );
+        a >= 3 && b >= 3 && a <= 40 && b <= 40
+    };
+    let distinct: BTreeSet<(&str, &str)> = rows
+        .iter()
+        .filter(|r| in_limits(r))
+        .map(|r| (r.reference.as_str(), r.translation.as_str()))
+        .collect();
+    assert_eq!(m.input_rows, 2 * N as u64);
+    assert_eq!(
+        m.dropped_length,
+        2 * rows.iter().filter(|r| !in_limits(r)).count() as u64
+    );
+    assert_eq!(m.kept_rows, distinct.len() as u64);
+    assert_eq!(
+        m.dropped_duplicates,
+        m.input_rows - m.dropped_length - m.kept_rows
+    );
+    assert!(m.dropped_duplicates >= N as u64 - m.dropped_length / 2);
+}
+
+#[test]
+fn bad_parquet_input_gives_clear_errors() {
+    use arrow_array::{ArrayRef, RecordBatch};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    // A file without para_score.
+    let ids: ArrayRef = Arc::new(StringArray::from(vec!["a", "b"]));
+    let batch = RecordBatch::try_from_iter(vec![("id", ids)]).unwrap();
+    let p = dir.path().join("part-0.parquet");
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(&p).unwrap(),
+        batch.schema(),
+        None,
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let e = bins::run(&BinOptions::new(
+        dir.path().to_path_buf(),
+        out.path().to_path_buf(),
+    ))
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("missing column") && msg.contains("part-0.parquet"),
+        "{msg}"
+    );
+
+    // Not Parquet at all.
+    std::fs::write(&p, b"not parquet").unwrap();
+    let e = bins::run(&BinOptions::new(
+        dir.path().to_path_buf(),
+        out.path().to_path_buf(),
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("part-0.parquet"), "{e}");
+
+    // An empty directory, and an unknown score.
+    let empty = tempfile::tempdir().unwrap();
+    let e = bins::run(&BinOptions::new(
+        empty.path().to_path_buf(),
+        out.path().to_path_buf(),
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("no Parquet files"), "{e}");
+    let mut o = BinOptions::new(dataset().0.path().to_path_buf(), out.path().to_path_buf());
+    o.deciles = vec!["bleu".into()];
+    assert!(bins::run(&o).unwrap_err().to_string().contains("bleu"));
+}
+
+#[test]
+fn nan_and_null_scores_are_unranked_not_fatal() {
+    use paraforge_core::schema::{schema, PairFileWriter};
+    use paraforge_core::RowsBuilder;
+    let (_, rows) = dataset();
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = RowsBuilder::default();
+    for (i, r) in rows.iter().take(50).enumerate() {
+        let mut r = r.clone();
+        if i % 10 == 0 {
+            r.scores.para_score = Some(f32::NAN);
+        } else if i % 10 == 1 {
+            r.scores.para_score = None;
+        }
+        b.push(&r);
+    }
+    let mut w = PairFileWriter::create(&dir.path().join("p.parquet"), schema(), &[]).unwrap();
+    w.write(&b.finish()).unwrap();
+    w.close().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let m = bins::run(&BinOptions::new(
+        dir.path().to_path_buf(),
+        out.path().to_path_buf(),
+    ))
+    .unwrap();
+    assert_eq!(m.ranges["none"], 10);
+    assert_eq!(m.deciles["para_score"].unranked, 10);
+    assert_eq!(m.deciles["para_score"].ranked, 40);
+}
+
+#[test]
+fn report_has_the_tables_and_figures() {
+    let (dir, rows) = dataset();
+    // Kept under target/ so that a person can open the figures after a run.
+    let out = repo_root().join("target/test-report");
+    let _ = std::fs::remove_dir_all(&out);
+    let r = paraforge_dataset::report::run(
+        dir.path(),
+        &repo_root().join("data/freq/enwiki_vocab_top50k.txt"),
+        &out,
+    )
+    .unwrap();
+    assert_eq!(r.pairs, N as u64);
+    assert_eq!(
+        r.ranges.iter().map(|x| x.pairs).sum::<u64>() + r.no_para_score,
+        N as u64
+    );
+    let mean_tri = rows
+        .iter()
+        .map(|r| r.scores.trigram_overlap as f64)
+        .sum::<f64>()
+        / N as f64;
+    assert!((r.trigram_overlap.mean - mean_tri).abs() < 1e-6);
+    assert!(
+        r.vocab_entropy > 3.0 && r.vocab_entropy < 12.0,
+        "{}",
+        r.vocab_entropy
+    );
+    assert!(
+        r.reference_idf.mean > 2.0 && r.reference_idf.mean < 15.0,
+        "{}",
+        r.reference_idf.mean
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("Table 3") && md.contains("(0.8, 1.0]"));
+    for f in [
+        "hist_para_score.svg",
+        "hist_trigram_overlap.svg",
+        "hist_translation_score.svg",
+        "scatter_para_trigram.svg",
+    ] {
+        let svg = std::fs::read_to_string(out.join(f)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.len() > 1000, "{f}");
+        assert!(md.contains(f));
+    }
+}
