@@ -18,7 +18,7 @@ VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build ort test demo lint fmt venv fixtures bench-nmt clean-ort
+.PHONY: all build ort test demo lint fmt venv fixtures bench-nmt bench-score bench-bins clean-ort
 
 all: build
 
@@ -77,6 +77,17 @@ fixtures: venv
 
 bench-nmt: venv $(ORT_LIB) build
 	$(VENV)/bin/python tools/bench_nmt.py --paraforge target/release/paraforge
+
+# Scoring throughput against a plain Python implementation of the same definitions.
+bench-score: venv $(ORT_LIB) build
+	$(CARGO) build --release -p paraforge-core --examples
+	$(VENV)/bin/python tools/bench_score.py --paraforge target/release/paraforge \
+		--bench target/release/examples/bench_score
+
+# `paraforge bin` on 10M rows with peak memory.
+bench-bins: $(ORT_LIB) build
+	$(CARGO) build --release -p paraforge-dataset --examples
+	tools/bench_bins.sh 10000000
 
 clean-ort:
 	rm -rf $(CURDIR)/.cache/ort

@@ -60,6 +60,13 @@ fn is_word_char(c: char) -> bool {
         || matches!(c as u32, 0x0300..=0x036F | 0x1AB0..=0x1AFF | 0x1DC0..=0x1DFF | 0x20D0..=0x20FF | 0xFE20..=0xFE2F)
 }
 
+/// The hash tokens carry; word vectors are indexed by it too, so a token is
+/// hashed once per pair.
+#[inline]
+pub fn word_hash(word: &str) -> u64 {
+    fx(word.as_bytes())
+}
+
 #[inline]
 fn fx(bytes: &[u8]) -> u64 {
     // FxHash-style multiply-rotate: fast on short words, good enough to
@@ -154,8 +161,57 @@ pub fn tokenize_into(text: &str, out: &mut Tokens) {
 
 /// n-gram overlap of two token lists: with S the shorter n-gram list and L
 /// the other, |{i : S[i] occurs in L}| / |S|; 0 when S is empty. Repeats in
-/// S each count (the authors' filter script loops over S's positions).
+/// S each count (the authors' filter script loops over S's positions). When
+/// both lists have the same length, S is `a`.
 pub fn ngram_overlap(a: &Tokens, b: &Tokens, n: usize) -> f32 {
+    let (mut ia, mut ib) = (Vec::new(), Vec::new());
+    intern(a, b, &mut ia, &mut ib, &mut Vec::new());
+    overlap_ids(&ia, &ib, n)
+}
+
+/// Where an interned token was first seen: side (0 = a, 1 = b) and index.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    side: u8,
+    index: u32,
+}
+
+/// Gives equal tokens of the two sentences equal small ids, so that n-grams
+/// compare as integers. Hashes pre-filter; equality is confirmed on the text.
+fn intern(
+    a: &Tokens,
+    b: &Tokens,
+    ia: &mut Vec<u32>,
+    ib: &mut Vec<u32>,
+    table: &mut Vec<(u64, Span)>,
+) {
+    table.clear();
+    for (side, toks, ids) in [(0u8, a, ia), (1u8, b, ib)] {
+        ids.clear();
+        for (index, t) in toks.iter().enumerate() {
+            let found = table.iter().position(|&(h, sp)| {
+                h == t.hash && {
+                    let other = if sp.side == 0 { a } else { b };
+                    other.get(sp.index as usize).text == t.text
+                }
+            });
+            let id = found.unwrap_or_else(|| {
+                table.push((
+                    t.hash,
+                    Span {
+                        side,
+                        index: index as u32,
+                    },
+                ));
+                table.len() - 1
+            });
+            ids.push(id as u32);
+        }
+    }
+}
+
+/// The overlap on interned ids; n-grams up to 3 pack into one u64.
+fn overlap_ids(a: &[u32], b: &[u32], n: usize) -> f32 {
     let (na, nb) = (ngrams(a.len(), n), ngrams(b.len(), n));
     let (s, l, ns, nl) = if na <= nb {
         (a, b, na, nb)
@@ -165,10 +221,26 @@ pub fn ngram_overlap(a: &Tokens, b: &Tokens, n: usize) -> f32 {
     if ns == 0 {
         return 0.0;
     }
-    let same = |i: usize, j: usize| {
-        (0..n).all(|k| s.spans[i + k].2 == l.spans[j + k].2 && s.get(i + k) == l.get(j + k))
+    let hits = if n <= 3 {
+        // Ids are below 2^21: a pair has fewer tokens than that.
+        let key = |v: &[u32], i: usize| (0..n).fold(0u64, |k, j| k | (v[i + j] as u64) << (21 * j));
+        let mut stack = [0u64; 64];
+        let mut heap = Vec::new();
+        let lk: &mut [u64] = if nl <= stack.len() {
+            &mut stack[..nl]
+        } else {
+            heap.resize(nl, 0);
+            &mut heap
+        };
+        for (j, k) in lk.iter_mut().enumerate() {
+            *k = key(l, j);
+        }
+        (0..ns).filter(|&i| lk.contains(&key(s, i))).count()
+    } else {
+        (0..ns)
+            .filter(|&i| (0..nl).any(|j| s[i..i + n] == l[j..j + n]))
+            .count()
     };
-    let hits = (0..ns).filter(|&i| (0..nl).any(|j| same(i, j))).count();
     hits as f32 / ns as f32
 }
 
@@ -196,6 +268,10 @@ pub struct Scorer<'v> {
     vectors: Option<&'v Vectors>,
     r: Tokens,
     t: Tokens,
+    ids_r: Vec<u32>,
+    ids_t: Vec<u32>,
+    table: Vec<(u64, Span)>,
+    counts: Vec<(u32, u32)>,
     sum_r: Vec<f32>,
     sum_t: Vec<f32>,
 }
@@ -208,6 +284,10 @@ impl<'v> Scorer<'v> {
             vectors,
             r: Tokens::default(),
             t: Tokens::default(),
+            ids_r: Vec::new(),
+            ids_t: Vec::new(),
+            table: Vec::new(),
+            counts: Vec::new(),
             sum_r: vec![0.0; d],
             sum_t: vec![0.0; d],
         }
@@ -216,27 +296,77 @@ impl<'v> Scorer<'v> {
     pub fn score(&mut self, reference: &str, translation: &str) -> PairScores {
         tokenize_into(reference, &mut self.r);
         tokenize_into(translation, &mut self.t);
+        let mut table = std::mem::take(&mut self.table);
+        intern(
+            &self.r,
+            &self.t,
+            &mut self.ids_r,
+            &mut self.ids_t,
+            &mut table,
+        );
         let (mut oov_r, mut oov_t, mut para) = (0, 0, None);
         if let Some(v) = self.vectors {
-            let (kr, or) = v.sum_into(self.r.iter().map(|t| t.text), &mut self.sum_r);
-            let (kt, ot) = v.sum_into(self.t.iter().map(|t| t.text), &mut self.sum_t);
-            oov_r = or;
-            oov_t = ot;
+            // One lookup per distinct token, weighted by its count per side.
+            self.counts.clear();
+            self.counts.resize(table.len(), (0, 0));
+            for &i in &self.ids_r {
+                self.counts[i as usize].0 += 1;
+            }
+            for &i in &self.ids_t {
+                self.counts[i as usize].1 += 1;
+            }
+            self.sum_r.fill(0.0);
+            self.sum_t.fill(0.0);
+            let (mut kr, mut kt) = (0u32, 0u32);
+            for (&(hash, span), &(cr, ct)) in table.iter().zip(&self.counts) {
+                let word = self.text(span);
+                match v.get_hashed(hash, word) {
+                    Some(row) => {
+                        if cr > 0 {
+                            let w = cr as f32;
+                            self.sum_r
+                                .iter_mut()
+                                .zip(row)
+                                .for_each(|(s, x)| *s += w * x);
+                            kr += cr;
+                        }
+                        if ct > 0 {
+                            let w = ct as f32;
+                            self.sum_t
+                                .iter_mut()
+                                .zip(row)
+                                .for_each(|(s, x)| *s += w * x);
+                            kt += ct;
+                        }
+                    }
+                    None => {
+                        oov_r += cr;
+                        oov_t += ct;
+                    }
+                }
+            }
             if kr > 0 && kt > 0 {
                 // The cosine of the averages equals the cosine of the sums.
                 para = Some(cosine(&self.sum_r, &self.sum_t));
             }
         }
+        self.table = table;
+        let (a, b) = (&self.ids_r, &self.ids_t);
         PairScores {
             para_score: para,
-            unigram_overlap: ngram_overlap(&self.r, &self.t, 1),
-            bigram_overlap: ngram_overlap(&self.r, &self.t, 2),
-            trigram_overlap: ngram_overlap(&self.r, &self.t, 3),
+            unigram_overlap: overlap_ids(a, b, 1),
+            bigram_overlap: overlap_ids(a, b, 2),
+            trigram_overlap: overlap_ids(a, b, 3),
             reference_len: self.r.len() as u32,
             translation_len: self.t.len() as u32,
             reference_oov: oov_r,
             translation_oov: oov_t,
         }
+    }
+
+    fn text(&self, span: Span) -> &str {
+        let toks = if span.side == 0 { &self.r } else { &self.t };
+        toks.get(span.index as usize).text
     }
 }
 

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
+use crate::score::word_hash;
+
 #[derive(Debug, thiserror::Error)]
 pub enum VectorsError {
     #[error("{path}: {source}")]
@@ -48,7 +50,11 @@ pub struct LoadReport {
 #[derive(Debug, Clone)]
 pub struct Vectors {
     dim: usize,
+    /// Used while loading (duplicates); emptied by `seal`.
     index: FxHashMap<Box<str>, u32>,
+    /// Open addressing on `word_hash`: slot -> word index (u32::MAX = empty).
+    slots: Vec<u32>,
+    hashes: Vec<u64>,
     words: Vec<Box<str>>,
     data: Vec<f32>,
 }
@@ -138,6 +144,8 @@ impl Vectors {
         let mut v = Vectors {
             dim,
             index: FxHashMap::default(),
+            slots: Vec::new(),
+            hashes: Vec::new(),
             words: Vec::new(),
             data: Vec::new(),
         };
@@ -208,6 +216,7 @@ impl Vectors {
             });
         }
         v.data.shrink_to_fit();
+        v.seal();
         Ok((v, report))
     }
 
@@ -219,6 +228,8 @@ impl Vectors {
         let mut v = Vectors {
             dim,
             index: FxHashMap::default(),
+            slots: Vec::new(),
+            hashes: Vec::new(),
             words: Vec::new(),
             data: Vec::new(),
         };
@@ -230,7 +241,43 @@ impl Vectors {
             v.words.push(w.into());
             v.data.extend_from_slice(x);
         }
+        v.seal();
         v
+    }
+
+    /// Builds the lookup table keyed by the tokens' own hash.
+    fn seal(&mut self) {
+        self.index = FxHashMap::default();
+        let cap = (self.words.len() * 2).next_power_of_two().max(16);
+        self.slots = vec![u32::MAX; cap];
+        self.hashes = self.words.iter().map(|w| word_hash(w)).collect();
+        for (i, &h) in self.hashes.iter().enumerate() {
+            let mut s = h as usize & (cap - 1);
+            while self.slots[s] != u32::MAX {
+                s = (s + 1) & (cap - 1);
+            }
+            self.slots[s] = i as u32;
+        }
+    }
+
+    /// Looks a word up by its `word_hash` (already computed by the tokenizer).
+    pub fn get_hashed(&self, hash: u64, word: &str) -> Option<&[f32]> {
+        self.find(hash, word).map(|i| self.row(i as usize))
+    }
+
+    fn find(&self, hash: u64, word: &str) -> Option<u32> {
+        let mask = self.slots.len().checked_sub(1)?;
+        let mut s = hash as usize & mask;
+        loop {
+            let i = self.slots[s];
+            if i == u32::MAX {
+                return None;
+            }
+            if self.hashes[i as usize] == hash && &*self.words[i as usize] == word {
+                return Some(i);
+            }
+            s = (s + 1) & mask;
+        }
     }
 
     pub fn dim(&self) -> usize {
@@ -246,7 +293,7 @@ impl Vectors {
     }
 
     pub fn get(&self, word: &str) -> Option<&[f32]> {
-        self.index.get(word).map(|&i| self.row(i as usize))
+        self.get_hashed(word_hash(word), word)
     }
 
     pub fn row(&self, i: usize) -> &[f32] {
@@ -258,7 +305,7 @@ impl Vectors {
     }
 
     pub fn index_of(&self, word: &str) -> Option<u32> {
-        self.index.get(word).copied()
+        self.find(word_hash(word), word)
     }
 
     /// Sums the vectors of the known words into `sum`; returns (known, unknown) counts.

@@ -1,0 +1,79 @@
+//! Scoring throughput: tokenize both sides, unigram/bigram/trigram overlap
+//! and para_score for every pair, on all cores. Used by `make bench-score`
+//! (tools/bench_score.py), which runs the Python peer on the same pairs.
+//!
+//! usage: bench_score PAIRS.tsv VECTORS [MIN_PAIRS]
+//! PAIRS.tsv holds `reference<TAB>translation` per line; the pairs are
+//! repeated until at least MIN_PAIRS (default 2,000,000) are scored.
+
+use std::time::Instant;
+
+use paraforge_core::{Scorer, Vectors};
+use rayon::prelude::*;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 3 {
+        eprintln!("usage: bench_score PAIRS.tsv VECTORS [MIN_PAIRS]");
+        std::process::exit(2);
+    }
+    let text = std::fs::read_to_string(&args[1]).unwrap_or_else(|e| {
+        eprintln!("{}: {e}", args[1]);
+        std::process::exit(1)
+    });
+    let pairs: Vec<(&str, &str)> = text.lines().filter_map(|l| l.split_once('\t')).collect();
+    let min: usize = args
+        .get(3)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2_000_000);
+    let t = Instant::now();
+    let (vectors, report) = Vectors::load(args[2].as_ref()).unwrap_or_else(|e| {
+        eprintln!("{e}");
+        std::process::exit(1)
+    });
+    let load_s = t.elapsed().as_secs_f64();
+    // With BENCH_DUMP=FILE, also write every pair's scores once (for the
+    // agreement check against the Python definitions).
+    if let Some(dump) = std::env::var_os("BENCH_DUMP") {
+        let mut scorer = Scorer::new(Some(&vectors));
+        let mut out = String::new();
+        for (r, t) in &pairs {
+            let s = scorer.score(r, t);
+            let para = s.para_score.map_or("null".to_string(), |p| p.to_string());
+            out.push_str(&format!(
+                "{{\"para_score\":{para},\"unigram_overlap\":{},\"bigram_overlap\":{},\"trigram_overlap\":{},\"reference_len\":{},\"translation_len\":{}}}\n",
+                s.unigram_overlap, s.bigram_overlap, s.trigram_overlap, s.reference_len, s.translation_len
+            ));
+        }
+        std::fs::write(&dump, out).unwrap_or_else(|e| {
+            eprintln!("{}: {e}", std::path::Path::new(&dump).display());
+            std::process::exit(1)
+        });
+    }
+    let rounds = min.div_ceil(pairs.len().max(1));
+    let t = Instant::now();
+    let checksum: f64 = (0..rounds)
+        .into_par_iter()
+        .map_init(
+            || Scorer::new(Some(&vectors)),
+            |scorer, _| {
+                pairs
+                    .iter()
+                    .map(|(r, t)| {
+                        let s = scorer.score(r, t);
+                        s.trigram_overlap as f64 + s.para_score.unwrap_or(0.0) as f64
+                    })
+                    .sum::<f64>()
+            },
+        )
+        .sum();
+    let secs = t.elapsed().as_secs_f64();
+    let n = rounds * pairs.len();
+    println!(
+        "{{\"pairs\":{n},\"seconds\":{secs:.4},\"pairs_per_second\":{:.0},\"threads\":{},\"vectors\":{},\"dim\":{},\"vectors_load_seconds\":{load_s:.3},\"checksum\":{checksum:.3}}}",
+        n as f64 / secs,
+        rayon::current_num_threads(),
+        report.loaded,
+        vectors.dim()
+    );
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Scoring benchmark: paraforge's scorer against a plain Python
+implementation of the same definitions (tools/score_reference.py), on the
+same real pairs in the same run; also checks that both give the same scores.
+
+Pairs: the English references of the bundled sample
+(data/sample/czeng16-heldout.cs-en.tsv) with back-translations of their Czech
+side by the bundled model (greedy), so lengths and vocabulary are real.
+
+usage: tools/bench_score.py --paraforge target/release/paraforge --bench target/release/examples/bench_score
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import score_reference as ref  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--paraforge", required=True)
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--vectors", default=str(ROOT / "data/vectors/glove.6B.50d.top25k.txt.gz"))
+    ap.add_argument("--python-pairs", type=int, default=20000)
+    args = ap.parse_args()
+    out = ROOT / "bench-out"
+    out.mkdir(exist_ok=True)
+    sample = (ROOT / "data/sample/czeng16-heldout.cs-en.tsv").read_text(encoding="utf-8").splitlines()
+    cols = [l.split("\t") for l in sample]
+    pairs_file = out / "score-pairs.tsv"
+    if not pairs_file.exists():
+        (out / "score-cs.txt").write_text("\n".join(c[2] for c in cols) + "\n", encoding="utf-8")
+        subprocess.run([args.paraforge, "translate", "--model", str(ROOT / "models/tiny-cs-en"), "--beam", "1",
+                        "--max-new-tokens", "64", str(out / "score-cs.txt"), "-o", str(out / "score-en.txt")], check=True)
+        trans = (out / "score-en.txt").read_text(encoding="utf-8").splitlines()
+        pairs_file.write_text("".join(f"{c[3]}\t{t}\n" for c, t in zip(cols, trans)), encoding="utf-8")
+    pairs = [l.split("\t", 1) for l in pairs_file.read_text(encoding="utf-8").splitlines()]
+
+    dump = out / "score-rust.jsonl"
+    r = subprocess.run([args.bench, str(pairs_file), args.vectors, "2000000"], check=True, capture_output=True,
+                       text=True, env={**os.environ, "BENCH_DUMP": str(dump)})
+    rust = json.loads(r.stdout.strip().splitlines()[-1])
+
+    t = time.perf_counter()
+    vecs = ref.load_vectors(args.vectors)
+    py_load = time.perf_counter() - t
+    n = args.python_pairs
+    t = time.perf_counter()
+    done = 0
+    while done < n:
+        for a, b in pairs:
+            ref.score(a, b, vecs)
+            done += 1
+            if done >= n:
+                break
+    py = n / (time.perf_counter() - t)
+
+    # Agreement on every pair.
+    rust_rows = [json.loads(l) for l in dump.read_text().splitlines()]
+    worst, mismatched = 0.0, 0
+    for (a, b), rr in zip(pairs, rust_rows):
+        pr = ref.score(a, b, vecs)
+        for k in ("unigram_overlap", "bigram_overlap", "trigram_overlap", "reference_len", "translation_len"):
+            if abs(pr[k] - rr[k]) > 1e-6:
+                mismatched += 1
+                break
+        if (pr["para_score"] is None) != (rr["para_score"] is None):
+            mismatched += 1
+        elif pr["para_score"] is not None:
+            worst = max(worst, abs(pr["para_score"] - rr["para_score"]))
+
+    res = {"rust": rust, "python_pairs_per_second": py, "python_vectors_load_seconds": py_load,
+           "ratio": rust["pairs_per_second"] / py, "pairs_compared": len(rust_rows),
+           "pairs_disagreeing": mismatched, "worst_para_score_difference": worst}
+    (out / "score.json").write_text(json.dumps(res, indent=1))
+    print(f"{len(pairs)} real pairs (reference, back-translation), GloVe {rust['dim']}d ({rust['vectors']} words)")
+    print(f"paraforge: {rust['pairs_per_second']:,.0f} pairs/s on {rust['threads']} threads ({rust['pairs']:,} pairs)")
+    print(f"python:    {py:,.0f} pairs/s (1 thread, {n:,} pairs)")
+    print(f"ratio:     {res['ratio']:.0f}x")
+    print(f"agreement: {len(rust_rows) - mismatched}/{len(rust_rows)} pairs identical, "
+          f"worst para_score difference {worst:.2e}")
+    print(f"vectors load: paraforge {rust['vectors_load_seconds']:.2f} s, python {py_load:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
