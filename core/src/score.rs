@@ -186,6 +186,9 @@ fn intern(
     table: &mut Vec<(u64, Span)>,
 ) {
     table.clear();
+    if a.len() + b.len() > LONG {
+        return intern_long(a, b, ia, ib, table);
+    }
     for (side, toks, ids) in [(0u8, a, ia), (1u8, b, ib)] {
         ids.clear();
         for (index, t) in toks.iter().enumerate() {
@@ -210,6 +213,38 @@ fn intern(
     }
 }
 
+/// Above this many tokens in a pair, interning and n-gram matching switch
+/// from linear scans (fastest for sentences) to hashing and sorting, so that
+/// a pathological 100k-token line costs O(n log n), not O(n^2).
+const LONG: usize = 256;
+
+fn intern_long(
+    a: &Tokens,
+    b: &Tokens,
+    ia: &mut Vec<u32>,
+    ib: &mut Vec<u32>,
+    table: &mut Vec<(u64, Span)>,
+) {
+    let mut seen: rustc_hash::FxHashMap<&str, u32> = rustc_hash::FxHashMap::default();
+    for (side, toks, ids) in [(0u8, a, ia), (1u8, b, ib)] {
+        ids.clear();
+        for (index, t) in toks.iter().enumerate() {
+            let next = table.len() as u32;
+            let id = *seen.entry(t.text).or_insert_with(|| {
+                table.push((
+                    t.hash,
+                    Span {
+                        side,
+                        index: index as u32,
+                    },
+                ));
+                next
+            });
+            ids.push(id);
+        }
+    }
+}
+
 /// The overlap on interned ids; n-grams up to 3 pack into one u64.
 fn overlap_ids(a: &[u32], b: &[u32], n: usize) -> f32 {
     let (na, nb) = (ngrams(a.len(), n), ngrams(b.len(), n));
@@ -224,22 +259,27 @@ fn overlap_ids(a: &[u32], b: &[u32], n: usize) -> f32 {
     let hits = if n <= 3 {
         // Ids are below 2^21: a pair has fewer tokens than that.
         let key = |v: &[u32], i: usize| (0..n).fold(0u64, |k, j| k | (v[i + j] as u64) << (21 * j));
-        let mut stack = [0u64; 64];
-        let mut heap = Vec::new();
-        let lk: &mut [u64] = if nl <= stack.len() {
-            &mut stack[..nl]
+        if nl <= 64 {
+            let mut lk = [0u64; 64];
+            for (j, k) in lk[..nl].iter_mut().enumerate() {
+                *k = key(l, j);
+            }
+            (0..ns).filter(|&i| lk[..nl].contains(&key(s, i))).count()
         } else {
-            heap.resize(nl, 0);
-            &mut heap
-        };
-        for (j, k) in lk.iter_mut().enumerate() {
-            *k = key(l, j);
+            let mut lk: Vec<u64> = (0..nl).map(|j| key(l, j)).collect();
+            lk.sort_unstable();
+            (0..ns)
+                .filter(|&i| lk.binary_search(&key(s, i)).is_ok())
+                .count()
         }
-        (0..ns).filter(|&i| lk.contains(&key(s, i))).count()
     } else {
-        (0..ns)
-            .filter(|&i| (0..nl).any(|j| s[i..i + n] == l[j..j + n]))
-            .count()
+        {
+            let mut lk: Vec<&[u32]> = (0..nl).map(|j| &l[j..j + n]).collect();
+            lk.sort_unstable();
+            (0..ns)
+                .filter(|&i| lk.binary_search(&&s[i..i + n]).is_ok())
+                .count()
+        }
     };
     hits as f32 / ns as f32
 }
@@ -457,6 +497,77 @@ mod tests {
     fn non_ascii_text_is_compared_after_lowercasing() {
         assert_eq!(overlap("Žluťoučký kůň úpěl", "žluťoučký KŮŇ úpěl", 3), 1.0);
         assert_eq!(overlap("Ünïcödé wörds here", "ünïcödé wörds there", 2), 0.5);
+    }
+
+    fn vectors() -> Vectors {
+        Vectors::from_pairs(
+            2,
+            [
+                ("cat", &[1.0f32, 0.0][..]),
+                ("dog", &[0.8, 0.6][..]),
+                ("the", &[0.0, 1.0][..]),
+            ],
+        )
+    }
+
+    #[test]
+    fn para_score_averages_known_words_and_counts_the_rest() {
+        let v = vectors();
+        let mut s = Scorer::new(Some(&v));
+        let p = s.score("The cat!", "the dog");
+        // sums: (1, 1) and (0.8, 1.6): cos = 2.4 / (sqrt 2 * sqrt 3.2)
+        let want = 2.4 / (2f32.sqrt() * 3.2f32.sqrt());
+        assert!((p.para_score.unwrap() - want).abs() < 1e-6);
+        assert_eq!(
+            (p.reference_oov, p.translation_oov),
+            (1, 0),
+            "'!' has no vector"
+        );
+        assert_eq!((p.reference_len, p.translation_len), (3, 2));
+        // A side with no known word has no score.
+        assert_eq!(s.score("zebra !", "the cat").para_score, None);
+        assert_eq!(
+            Scorer::new(None).score("the cat", "the cat").para_score,
+            None
+        );
+    }
+
+    #[test]
+    fn empty_whitespace_and_very_long_inputs_have_defined_scores() {
+        let v = vectors();
+        let mut s = Scorer::new(Some(&v));
+        for (a, b) in [("", ""), ("   \t ", "the cat"), ("", "x")] {
+            let p = s.score(a, b);
+            assert_eq!(p.para_score, None);
+            assert_eq!(p.trigram_overlap, 0.0);
+            assert_eq!(p.unigram_overlap, 0.0);
+        }
+        // 200k tokens a side: the sorted/hashed paths, well under a few seconds.
+        let long: String = (0..200_000).map(|i| format!("w{} ", i % 5000)).collect();
+        let p = s.score(&long, &long);
+        assert_eq!(p.trigram_overlap, 1.0);
+        assert_eq!(p.reference_len, 200_000);
+        // The long paths agree with the short ones.
+        let mid: String = (0..300).map(|i| format!("w{} ", i % 40)).collect();
+        let short: String = (0..100).map(|i| format!("w{} ", (i * 7) % 50)).collect();
+        let (a, b) = (tokenize(&mid), tokenize(&short));
+        let (mut ia, mut ib, mut t1) = (Vec::new(), Vec::new(), Vec::new());
+        intern_long(&a, &b, &mut ia, &mut ib, &mut t1);
+        for n in 1..=4 {
+            let brute = {
+                let (ga, gb): (Vec<_>, Vec<_>) = (
+                    a.texts().windows(n).map(|w| w.to_vec()).collect(),
+                    b.texts().windows(n).map(|w| w.to_vec()).collect(),
+                );
+                let (sx, lx) = if ga.len() <= gb.len() {
+                    (&ga, &gb)
+                } else {
+                    (&gb, &ga)
+                };
+                sx.iter().filter(|g| lx.contains(g)).count() as f32 / sx.len() as f32
+            };
+            assert_eq!(overlap_ids(&ia, &ib, n), brute, "n = {n}");
+        }
     }
 
     #[test]
