@@ -454,3 +454,21 @@ fn a_vocabulary_or_config_that_does_not_match_the_model_is_refused() {
         .unwrap_err();
     assert!(e.to_string().contains("vocabulary"), "{e}");
 }
+
+/// The device-resident path (I/O binding, beam reorder by the gather graph)
+/// that `--device cuda:N` uses, run on the CPU execution provider.
+#[test]
+fn io_binding_path_matches_transformers() {
+    let o = LoadOptions {
+        io_binding: true,
+        ..LoadOptions::default()
+    };
+    assert_parity(12, &o);
+    assert_parity(1, &o);
+    let merged = LoadOptions {
+        io_binding: true,
+        decoder: paraforge_nmt::DecoderLayout::Merged,
+        ..LoadOptions::default()
+    };
+    assert_parity(4, &merged);
+}

@@ -13,6 +13,7 @@
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
+use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor, TensorRef};
@@ -20,6 +21,7 @@ use rayon::prelude::*;
 
 use crate::config::ModelConfig;
 use crate::error::NmtError;
+use crate::gather_graph;
 use crate::search::{row_candidates, Beams, Finished, Greedy, Settings, StepScratch};
 
 /// Where the model runs.
@@ -72,6 +74,10 @@ pub struct LoadOptions {
     /// Load `*_quantized.onnx` (ONNX Runtime dynamic int8) instead of fp32.
     pub quantized: bool,
     pub decoder: DecoderLayout,
+    /// Keep the KV caches in the execution provider's memory between steps
+    /// (I/O binding, reorder on the device). Always on for CUDA; on CPU it
+    /// exercises the same path (the tests run it there).
+    pub io_binding: bool,
 }
 
 enum Decoder {
@@ -94,8 +100,19 @@ pub struct Profile {
     pub decoder_rows: u64,
 }
 
+/// The device-resident path: where caches live, and the graph that
+/// reorders them there.
+struct DeviceIo {
+    /// Memory the caches are bound to (the execution provider's device).
+    cache_mem: MemoryInfo<'static>,
+    /// Host memory for the logits, which the search reads.
+    host_mem: MemoryInfo<'static>,
+    gather: Session,
+}
+
 /// Loaded ONNX graphs plus the names and sizes needed to call them.
 pub(crate) struct Graphs {
+    device_io: Option<DeviceIo>,
     pub(crate) profile: Profile,
     /// Per-row candidates of the current step, reused across steps.
     row_cands: Vec<Vec<(f32, u32)>>,
@@ -158,7 +175,10 @@ fn init_runtime() -> Result<ort::environment::Environment, String> {
     }
 }
 
-fn session(path: &Path, opts: &LoadOptions) -> Result<Session, NmtError> {
+fn builder(
+    path: &Path,
+    opts: &LoadOptions,
+) -> Result<ort::session::builder::SessionBuilder, NmtError> {
     let env = environment()?;
     let map = |e: ort::Error<ort::session::builder::SessionBuilder>| onnx_error(path, e);
     let mut b = Session::builder(env)
@@ -185,7 +205,13 @@ fn session(path: &Path, opts: &LoadOptions) -> Result<Session, NmtError> {
             ),
         })?;
     }
-    b.commit_from_file(path).map_err(|e| onnx_error(path, e))
+    Ok(b)
+}
+
+fn session(path: &Path, opts: &LoadOptions) -> Result<Session, NmtError> {
+    builder(path, opts)?
+        .commit_from_file(path)
+        .map_err(|e| onnx_error(path, e))
 }
 
 impl Graphs {
@@ -232,7 +258,41 @@ impl Graphs {
             return Err(missing(what));
         };
         let encoder = session(&enc_path, opts)?;
+        let device_io = if opts.io_binding || matches!(opts.device, Device::Cuda(_)) {
+            let (alloc_dev, id) = match opts.device {
+                Device::Cuda(id) => (AllocationDevice::CUDA, id),
+                Device::Cpu => (AllocationDevice::CPU, 0),
+            };
+            let mem_err = |e: ort::Error| NmtError::Device {
+                device: opts.device.to_string(),
+                reason: format!("memory info: {e}"),
+            };
+            let gather_path = dir.join("<cache gather graph>");
+            let gather = builder(&gather_path, opts)?
+                .commit_from_memory(&crate::gather_graph::gather_model(2 * cfg.decoder_layers))
+                .map_err(|e| onnx_error(&gather_path, e))?;
+            Some(DeviceIo {
+                cache_mem: MemoryInfo::new(
+                    alloc_dev,
+                    id,
+                    AllocatorType::Device,
+                    MemoryType::Default,
+                )
+                .map_err(mem_err)?,
+                host_mem: MemoryInfo::new(
+                    AllocationDevice::CPU,
+                    0,
+                    AllocatorType::Device,
+                    MemoryType::Default,
+                )
+                .map_err(mem_err)?,
+                gather,
+            })
+        } else {
+            None
+        };
         let g = Graphs {
+            device_io,
             profile: Profile::default(),
             row_cands: Vec::new(),
             encoder,
@@ -299,6 +359,72 @@ impl Graphs {
     }
 }
 
+/// Runs a graph and returns its outputs by name. With `io`, the run uses
+/// I/O binding: outputs named in `on_device` stay in the device's memory,
+/// the rest (the logits) come back to the host.
+fn run_step(
+    session: &mut Session,
+    io: Option<(&MemoryInfo<'static>, &MemoryInfo<'static>)>,
+    stage: &'static str,
+    inputs: Vec<(Cow<'static, str>, SessionInputValue<'_>)>,
+    on_device: &dyn Fn(&str) -> bool,
+) -> Result<std::collections::HashMap<String, DynValue>, NmtError> {
+    let names: Vec<String> = session
+        .outputs()
+        .iter()
+        .map(|o| o.name().to_string())
+        .collect();
+    let err = |e: ort::Error| NmtError::inference(stage, e);
+    let mut map = std::collections::HashMap::with_capacity(names.len());
+    match io {
+        None => {
+            let mut out = Graphs::run(session, stage, inputs)?;
+            for n in names {
+                if let Some(v) = out.remove(&n) {
+                    map.insert(n, v);
+                }
+            }
+        }
+        Some((cache_mem, host_mem)) => {
+            let mut binding = session.create_binding().map_err(err)?;
+            for (name, v) in &inputs {
+                let value: &DynValue = match v {
+                    SessionInputValue::View(v) => v,
+                    SessionInputValue::ViewMut(v) => v,
+                    SessionInputValue::Owned(v) => v,
+                };
+                binding.bind_input(name.as_ref(), value).map_err(err)?;
+            }
+            for n in &names {
+                let mem = if on_device(n) { cache_mem } else { host_mem };
+                binding
+                    .bind_output_to_device(n.as_str(), mem)
+                    .map_err(err)?;
+            }
+            let mut out = session.run_binding(&binding).map_err(err)?;
+            for n in names {
+                if let Some(v) = out.remove(&n) {
+                    map.insert(n, v);
+                }
+            }
+        }
+    }
+    Ok(map)
+}
+
+fn take_out(
+    map: &mut std::collections::HashMap<String, DynValue>,
+    name: &str,
+    stage: &'static str,
+) -> Result<DynValue, NmtError> {
+    map.remove(name)
+        .ok_or_else(|| NmtError::inference(stage, format!("the graph has no output {name:?}")))
+}
+
+fn is_present(name: &str) -> bool {
+    name.starts_with("present.")
+}
+
 fn tensor_i64(shape: [usize; 2], data: Vec<i64>) -> Result<Tensor<i64>, NmtError> {
     Tensor::from_array((shape, data)).map_err(|e| NmtError::inference("input", e))
 }
@@ -327,12 +453,14 @@ enum Cache {
         bufs: Vec<Vec<f32>>,
         dims: [usize; 4],
     },
+    /// Tensors in the execution provider's memory (I/O binding path).
+    Device(Vec<DynValue>),
 }
 
 impl Cache {
     fn input(&self, i: usize) -> Result<SessionInputValue<'_>, NmtError> {
         Ok(match self {
-            Cache::Ort(v) => v[i].view().into(),
+            Cache::Ort(v) | Cache::Device(v) => v[i].view().into(),
             Cache::Own { bufs, dims } => TensorRef::from_array_view((dims.to_vec(), &bufs[i][..]))
                 .map_err(|e| NmtError::inference("cache", e))?
                 .into(),
@@ -342,7 +470,14 @@ impl Cache {
     fn take_bufs(&mut self) -> Vec<Vec<f32>> {
         match self {
             Cache::Own { bufs, .. } => std::mem::take(bufs),
-            Cache::Ort(_) => Vec::new(),
+            Cache::Ort(_) | Cache::Device(_) => Vec::new(),
+        }
+    }
+
+    fn device_values(&self) -> Option<&[DynValue]> {
+        match self {
+            Cache::Device(v) => Some(v),
+            _ => None,
         }
     }
 }
@@ -352,7 +487,7 @@ impl Cache {
     fn slices(&self) -> Result<(Vec<&[f32]>, [usize; 4]), NmtError> {
         match self {
             Cache::Own { bufs, dims } => Ok((bufs.iter().map(Vec::as_slice).collect(), *dims)),
-            Cache::Ort(values) => {
+            Cache::Ort(values) | Cache::Device(values) => {
                 let mut dims = [0usize; 4];
                 let data = values
                     .iter()
@@ -555,25 +690,31 @@ impl Graphs {
                 m
             }
         };
-        let mut out = Graphs::run(session, "decoder", inputs)?;
-        let logits = take(&mut out, "logits", "decoder")?;
+        let io = self.device_io.as_ref().map(|d| (&d.cache_mem, &d.host_mem));
+        let mut out = run_step(session, io, "decoder", inputs, &is_present)?;
+        let logits = take_out(&mut out, "logits", "decoder")?;
         let (mut self_kv, mut cross_kv) = (Vec::new(), Vec::new());
         for l in 0..self.layers {
             for part in ["key", "value"] {
-                self_kv.push(take(
+                self_kv.push(take_out(
                     &mut out,
                     &format!("present.{l}.decoder.{part}"),
                     "decoder",
                 )?);
-                cross_kv.push(take(
+                cross_kv.push(take_out(
                     &mut out,
                     &format!("present.{l}.encoder.{part}"),
                     "decoder",
                 )?);
             }
         }
-        b.self_kv = Cache::Ort(self_kv);
-        b.cross_kv = Cache::Ort(cross_kv);
+        if io.is_some() {
+            b.self_kv = Cache::Device(self_kv);
+            b.cross_kv = Cache::Device(cross_kv);
+        } else {
+            b.self_kv = Cache::Ort(self_kv);
+            b.cross_kv = Cache::Ort(cross_kv);
+        }
         b.cross_rows = (0..rows).collect();
         self.profile.decoder_s += t0.elapsed().as_secs_f64();
         self.profile.decoder_calls += 1;
@@ -620,12 +761,13 @@ impl Graphs {
                 m
             }
         };
-        let mut out = Graphs::run(session, "decoder", inputs)?;
-        let logits = take(&mut out, "logits", "decoder")?;
+        let io = self.device_io.as_ref().map(|d| (&d.cache_mem, &d.host_mem));
+        let mut out = run_step(session, io, "decoder", inputs, &is_present)?;
+        let logits = take_out(&mut out, "logits", "decoder")?;
         let mut kv = Vec::with_capacity(2 * self.layers);
         for l in 0..self.layers {
             for part in ["key", "value"] {
-                kv.push(take(
+                kv.push(take_out(
                     &mut out,
                     &format!("present.{l}.decoder.{part}"),
                     "decoder",
@@ -634,11 +776,54 @@ impl Graphs {
         }
         drop(out);
         b.spare = b.self_kv.take_bufs();
-        b.self_kv = Cache::Ort(kv);
+        b.self_kv = if io.is_some() {
+            Cache::Device(kv)
+        } else {
+            Cache::Ort(kv)
+        };
         self.profile.decoder_s += t0.elapsed().as_secs_f64();
         self.profile.decoder_calls += 1;
         self.profile.decoder_rows += rows as u64;
         Ok(logits)
+    }
+
+    /// A cache holding `rows` of `cache`: on the device through the gather
+    /// graph when the cache lives there, else by copying on the host.
+    fn reorder(
+        &mut self,
+        cache: &Cache,
+        rows: &[usize],
+        spare: Vec<Vec<f32>>,
+    ) -> Result<Cache, NmtError> {
+        let (Some(values), Some(io)) = (cache.device_values(), self.device_io.as_mut()) else {
+            return cache.gather(rows, spare);
+        };
+        let idx: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+        let mut inputs: Vec<(Cow<'static, str>, SessionInputValue<'_>)> = vec![(
+            gather_graph::INDICES.into(),
+            Tensor::from_array(([rows.len()], idx))
+                .map_err(|e| NmtError::inference("cache", e))?
+                .into(),
+        )];
+        for (i, v) in values.iter().enumerate() {
+            inputs.push((gather_graph::data_name(i).into(), v.view().into()));
+        }
+        let DeviceIo {
+            gather,
+            cache_mem,
+            host_mem,
+        } = io;
+        let mut out = run_step(
+            gather,
+            Some((cache_mem, host_mem)),
+            "cache",
+            inputs,
+            &|_| true,
+        )?;
+        let moved = (0..values.len())
+            .map(|i| take_out(&mut out, &gather_graph::out_name(i), "cache"))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Cache::Device(moved))
     }
 
     /// Runs the search step on the logits, records finished sentences, and
@@ -735,7 +920,7 @@ impl Graphs {
         let identity = parents.len() == r0 && parents.iter().enumerate().all(|(i, &p)| i == p);
         if !identity {
             let spare = std::mem::take(&mut b.spare);
-            b.self_kv = b.self_kv.gather(&parents, spare)?;
+            b.self_kv = self.reorder(&b.self_kv, &parents, spare)?;
         }
         // Cross-attention: one row per beam of each live sentence. It only
         // changes when a sentence leaves or at the first expansion.
@@ -752,7 +937,7 @@ impl Graphs {
                     b.cross_rows.iter().position(|r| r == sent).unwrap_or(0)
                 })
                 .collect();
-            b.cross_kv = b.cross_kv.gather(&index, Vec::new())?;
+            b.cross_kv = self.reorder(&b.cross_kv, &index, Vec::new())?;
             b.cross_rows = want;
         }
         b.live = live;

@@ -14,6 +14,7 @@ mod config;
 mod engine;
 mod error;
 mod fastmath;
+mod gather_graph;
 mod search;
 mod spm;
 mod tokenizer;
