@@ -12,8 +12,9 @@ ORT_WHEEL     ?= onnxruntime
 ORT_DIR       := $(CURDIR)/.cache/ort/$(ORT_WHEEL)-$(ORT_VERSION)
 ORT_LIB       := $(ORT_DIR)/libonnxruntime.so.$(ORT_VERSION)
 PYTHON        ?= python3
-# The full bitext (not in the repo) for re-training models and re-recording fixtures.
-BITEXT        ?= ../shared/data/bitext/*.tsv
+# The full bitext (not in the repo; CzEng-layout TSV files) for re-training
+# models and re-recording fixtures: make fixtures BITEXT="path/*.tsv".
+BITEXT        ?=
 VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
@@ -72,6 +73,7 @@ $(VENV)/.done: tools/requirements.txt
 # (.cache/tiny-cs-en/hf is the Hugging Face checkpoint that
 # `tools/marian_model.py train --out .cache/tiny-cs-en` writes.)
 fixtures: venv
+	@test -n "$(BITEXT)" || { echo "make fixtures: set BITEXT to the bitext TSV files"; exit 2; }
 	$(VENV)/bin/python tools/reference_outputs.py --hf .cache/tiny-cs-en/hf \
 		--sentences tests/data/parity-cs.txt --bitext $(BITEXT) --out tests/data/reference
 

@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::builder::{BooleanBuilder, Float32Builder, Int32Builder, StringBuilder};
-use arrow_array::{
-    Array, ArrayRef, BooleanArray, Float32Array, Int32Array, RecordBatch, StringArray,
-};
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
@@ -392,40 +390,8 @@ impl Iterator for PairReader {
     }
 }
 
-/// Typed access to a batch's columns by name.
-pub fn f32_column<'a>(
-    b: &'a RecordBatch,
-    name: &str,
-    path: &Path,
-) -> Result<&'a Float32Array, DataError> {
-    column(b, name, path)
-}
-
-pub fn i32_column<'a>(
-    b: &'a RecordBatch,
-    name: &str,
-    path: &Path,
-) -> Result<&'a Int32Array, DataError> {
-    column(b, name, path)
-}
-
-pub fn str_column<'a>(
-    b: &'a RecordBatch,
-    name: &str,
-    path: &Path,
-) -> Result<&'a StringArray, DataError> {
-    column(b, name, path)
-}
-
-pub fn bool_column<'a>(
-    b: &'a RecordBatch,
-    name: &str,
-    path: &Path,
-) -> Result<&'a BooleanArray, DataError> {
-    column(b, name, path)
-}
-
-fn column<'a, T: Array + 'static>(
+/// Typed access to a batch's column by name, e.g. `column::<Float32Array>`.
+pub fn column<'a, T: Array + 'static>(
     b: &'a RecordBatch,
     name: &str,
     path: &Path,

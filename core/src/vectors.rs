@@ -141,28 +141,18 @@ impl Vectors {
             }
             break fields.len() - 1;
         };
-        let mut v = Vectors {
-            dim,
-            index: FxHashMap::default(),
-            slots: Vec::new(),
-            hashes: Vec::new(),
-            words: Vec::new(),
-            data: Vec::new(),
-        };
+        let mut v = Vectors::empty(dim);
         let add = |parsed: Parsed, line: u64, v: &mut Vectors, report: &mut LoadReport| {
             let skip = |report: &mut LoadReport| {
                 report.first_skipped_line.get_or_insert(line);
             };
             match parsed {
                 Parsed::Vector(word, values) => {
-                    if v.index.contains_key(&word) {
+                    if v.push(&word, &values) {
+                        report.loaded += 1;
+                    } else {
                         report.duplicates += 1;
-                        return;
                     }
-                    v.index.insert(word.clone(), v.words.len() as u32);
-                    v.words.push(word);
-                    v.data.extend_from_slice(&values);
-                    report.loaded += 1;
                 }
                 Parsed::WrongDim => {
                     report.wrong_dimension += 1;
@@ -225,21 +215,11 @@ impl Vectors {
         dim: usize,
         pairs: impl IntoIterator<Item = (&'a str, &'a [f32])>,
     ) -> Vectors {
-        let mut v = Vectors {
-            dim,
-            index: FxHashMap::default(),
-            slots: Vec::new(),
-            hashes: Vec::new(),
-            words: Vec::new(),
-            data: Vec::new(),
-        };
+        let mut v = Vectors::empty(dim);
         for (w, x) in pairs {
-            if x.len() != dim || v.index.contains_key(w) {
-                continue;
+            if x.len() == dim {
+                v.push(w, x);
             }
-            v.index.insert(w.into(), v.words.len() as u32);
-            v.words.push(w.into());
-            v.data.extend_from_slice(x);
         }
         v.seal();
         v
@@ -278,6 +258,28 @@ impl Vectors {
             }
             s = (s + 1) & mask;
         }
+    }
+
+    fn empty(dim: usize) -> Vectors {
+        Vectors {
+            dim,
+            index: FxHashMap::default(),
+            slots: Vec::new(),
+            hashes: Vec::new(),
+            words: Vec::new(),
+            data: Vec::new(),
+        }
+    }
+
+    /// Adds a word unless it is already there; false for a duplicate.
+    fn push(&mut self, word: &str, values: &[f32]) -> bool {
+        if self.index.contains_key(word) {
+            return false;
+        }
+        self.index.insert(word.into(), self.words.len() as u32);
+        self.words.push(word.into());
+        self.data.extend_from_slice(values);
+        true
     }
 
     pub fn dim(&self) -> usize {

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
-use arrow_array::{Array, BooleanArray, Float32Array, RecordBatch};
+use arrow_array::{Array, BooleanArray, Float32Array, Int32Array, RecordBatch, StringArray};
 use arrow_select::filter::filter_record_batch;
 use paraforge_core::schema::{
     self, col, dataset_files, DataError, PairFileWriter, PairReader, SCORE_COLUMNS,
@@ -196,7 +196,7 @@ fn score_key(
     path: &Path,
     row: usize,
 ) -> Result<Option<u32>, DataError> {
-    let c = schema::f32_column(batch, name, path)?;
+    let c = schema::column::<Float32Array>(batch, name, path)?;
     Ok(if c.is_null(row) || c.value(row).is_nan() {
         None
     } else {
@@ -279,12 +279,12 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
         need.extend([col::REFERENCE, col::TRANSLATION]);
     }
     m.input_rows = for_each_batch(&files, &need, |path, batch, first| {
-        let rl = schema::i32_column(batch, col::REFERENCE_LEN, path)?;
-        let tl = schema::i32_column(batch, col::TRANSLATION_LEN, path)?;
+        let rl = schema::column::<Int32Array>(batch, col::REFERENCE_LEN, path)?;
+        let tl = schema::column::<Int32Array>(batch, col::TRANSLATION_LEN, path)?;
         let texts = if o.dedup {
             Some((
-                schema::str_column(batch, col::REFERENCE, path)?,
-                schema::str_column(batch, col::TRANSLATION, path)?,
+                schema::column::<StringArray>(batch, col::REFERENCE, path)?,
+                schema::column::<StringArray>(batch, col::TRANSLATION, path)?,
             ))
         } else {
             None
@@ -420,8 +420,8 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
         // Eligible rows are remembered by their rank among eligible rows;
         // ordinals are stored only for the drawn ones (pass 4 recomputes).
         for_each_batch(&files, &need, |path, batch, first| {
-            let rl = schema::i32_column(batch, col::REFERENCE_LEN, path)?;
-            let tl = schema::i32_column(batch, col::TRANSLATION_LEN, path)?;
+            let rl = schema::column::<Int32Array>(batch, col::REFERENCE_LEN, path)?;
+            let tl = schema::column::<Int32Array>(batch, col::TRANSLATION_LEN, path)?;
             for r in 0..batch.num_rows() {
                 if !kept.get(first + r as u64) {
                     continue;
@@ -495,10 +495,10 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
     for_each_batch(&files, &[], |path, batch, first| {
         let n = batch.num_rows();
         let keep: Vec<bool> = (0..n).map(|r| kept.get(first + r as u64)).collect();
-        let rl = schema::i32_column(batch, col::REFERENCE_LEN, path)?;
-        let tl = schema::i32_column(batch, col::TRANSLATION_LEN, path)?;
+        let rl = schema::column::<Int32Array>(batch, col::REFERENCE_LEN, path)?;
+        let tl = schema::column::<Int32Array>(batch, col::TRANSLATION_LEN, path)?;
         if o.ranges {
-            let para = schema::f32_column(batch, col::PARA_SCORE, path)?;
+            let para = schema::column::<Float32Array>(batch, col::PARA_SCORE, path)?;
             let ranges: Vec<Option<usize>> = (0..n)
                 .map(|r| {
                     para_range(if para.is_null(r) {

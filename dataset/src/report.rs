@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use arrow_array::Array;
+use arrow_array::{Array, BooleanArray, Float32Array, Int32Array, StringArray};
 use paraforge_core::schema::{self, col, dataset_files, DataError, PairReader};
 use paraforge_core::score::tokenize;
 use plotters::prelude::*;
@@ -233,13 +233,13 @@ pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError>
     for path in &files {
         for batch in PairReader::open(path, &required)? {
             let b = batch?;
-            let refs = schema::str_column(&b, col::REFERENCE, path)?;
-            let para = schema::f32_column(&b, col::PARA_SCORE, path)?;
-            let tri = schema::f32_column(&b, col::TRIGRAM_OVERLAP, path)?;
-            let ts = schema::f32_column(&b, col::TRANSLATION_SCORE, path)?;
-            let rl = schema::i32_column(&b, col::REFERENCE_LEN, path)?;
-            let tl = schema::i32_column(&b, col::TRANSLATION_LEN, path)?;
-            let trunc = schema::bool_column(&b, col::TRUNCATED, path).ok();
+            let refs = schema::column::<StringArray>(&b, col::REFERENCE, path)?;
+            let para = schema::column::<Float32Array>(&b, col::PARA_SCORE, path)?;
+            let tri = schema::column::<Float32Array>(&b, col::TRIGRAM_OVERLAP, path)?;
+            let ts = schema::column::<Float32Array>(&b, col::TRANSLATION_SCORE, path)?;
+            let rl = schema::column::<Int32Array>(&b, col::REFERENCE_LEN, path)?;
+            let tl = schema::column::<Int32Array>(&b, col::TRANSLATION_LEN, path)?;
+            let trunc = schema::column::<BooleanArray>(&b, col::TRUNCATED, path).ok();
             for i in 0..b.num_rows() {
                 r.pairs += 1;
                 let p = if para.is_null(i) || para.value(i).is_nan() {
@@ -292,13 +292,13 @@ pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError>
                 }
             }
             for (name, _, h) in hists.iter_mut() {
-                if let Ok(c) = schema::f32_column(&b, name, path) {
+                if let Ok(c) = schema::column::<Float32Array>(&b, name, path) {
                     for i in 0..c.len() {
                         if !c.is_null(i) {
                             h.add(c.value(i) as f64);
                         }
                     }
-                } else if let Ok(c) = schema::i32_column(&b, name, path) {
+                } else if let Ok(c) = schema::column::<Int32Array>(&b, name, path) {
                     for i in 0..c.len() {
                         h.add(c.value(i) as f64);
                     }
