@@ -1,6 +1,7 @@
 //! Parts every paraforge service shares: the pair scores and word vectors
 //! (METHOD.md section 3).
 
+pub mod bitext;
 pub mod schema;
 pub mod score;
 pub mod vectors;

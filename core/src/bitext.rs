@@ -1,0 +1,574 @@
+//! Bitext readers (METHOD.md section 1): CzEng 1.6 plaintext, CzEng 2.0,
+//! two aligned files, and generic TSV; plain, `.gz` or `.zst`. A line that
+//! does not parse is never fatal: it comes back as a [`Reject`] with its
+//! file, line and reason, so that the caller counts it and writes it to a
+//! rejects file.
+//!
+//! Plain files can be read from a byte range (`start..end`): the reader
+//! skips to the first line that starts at or after `start` and reads every
+//! line that starts before `end`, so ranges cut anywhere partition the lines
+//! exactly. That is how shards of one big file are read.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// The layout of a bitext.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Format {
+    /// `id TAB filter_score TAB source TAB reference`.
+    Czeng16,
+    /// `id TAB adq_score TAB cs_lang_score TAB en_lang_score TAB source TAB
+    /// reference`; blank lines separate documents and are skipped.
+    Czeng20,
+    /// Columns (0-based) of a TSV file; without an id column the id is
+    /// `<file name>:<line>`.
+    Tsv {
+        id: Option<usize>,
+        source: usize,
+        reference: usize,
+    },
+    /// Line i of the source file translates line i of the reference file.
+    Aligned { reference: PathBuf },
+}
+
+/// A pair read from the bitext.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pair {
+    pub id: String,
+    pub source: String,
+    pub reference: String,
+    /// 1-based line number in the (source) file.
+    pub line: u64,
+}
+
+/// Why a line was not used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RejectReason {
+    ColumnCount {
+        found: usize,
+        expected: usize,
+    },
+    InvalidUtf8,
+    EmptySource,
+    EmptyReference,
+    TooLong {
+        side: &'static str,
+        chars: usize,
+        max: usize,
+    },
+    /// The aligned reference file ended before the source file, or after.
+    Unaligned,
+}
+
+impl std::fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RejectReason::ColumnCount { found, expected } => {
+                write!(f, "{found} tab-separated columns, expected {expected}")
+            }
+            RejectReason::InvalidUtf8 => write!(f, "invalid UTF-8"),
+            RejectReason::EmptySource => write!(f, "empty source side"),
+            RejectReason::EmptyReference => write!(f, "empty reference side"),
+            RejectReason::TooLong { side, chars, max } => {
+                write!(
+                    f,
+                    "{side} side has {chars} characters, more than the limit of {max}"
+                )
+            }
+            RejectReason::Unaligned => {
+                write!(f, "the aligned files have different numbers of lines")
+            }
+        }
+    }
+}
+
+/// A line that was not used, with where it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reject {
+    pub file: String,
+    pub line: u64,
+    pub reason: RejectReason,
+    /// The raw line (at most 1 KB of it), lossily decoded, for the rejects file.
+    pub text: String,
+}
+
+/// One item of the bitext.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    Pair(Pair),
+    Reject(Reject),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BitextError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: byte ranges need an uncompressed file")]
+    RangeOnCompressed { path: PathBuf },
+}
+
+/// Reading options.
+#[derive(Debug, Clone)]
+pub struct ReadOptions {
+    /// Longest side, in characters, before the line is rejected.
+    pub max_chars: usize,
+    /// Byte range of the (plain) source file to read; `None` reads it all.
+    pub range: Option<(u64, u64)>,
+    /// Line number of the first line in the range (1-based), for messages.
+    pub first_line: u64,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            max_chars: 2000,
+            range: None,
+            first_line: 1,
+        }
+    }
+}
+
+fn is_compressed(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("gz" | "zst")
+    )
+}
+
+/// Opens a file for reading, decompressing `.gz` and `.zst`.
+pub fn open_text(path: &Path) -> Result<Box<dyn BufRead + Send>, BitextError> {
+    let io = |source| BitextError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = File::open(path).map_err(io)?;
+    let r: Box<dyn Read + Send> = match path.extension().and_then(|e| e.to_str()) {
+        Some("gz") => Box::new(flate2::read::MultiGzDecoder::new(f)),
+        Some("zst") => Box::new(zstd::stream::read::Decoder::new(f).map_err(io)?),
+        _ => Box::new(f),
+    };
+    Ok(Box::new(BufReader::with_capacity(1 << 20, r)))
+}
+
+/// Streams the records of a bitext.
+pub struct BitextReader {
+    path: PathBuf,
+    name: String,
+    format: Format,
+    opts: ReadOptions,
+    src: Box<dyn BufRead + Send>,
+    reference: Option<Box<dyn BufRead + Send>>,
+    /// Bytes left in the range (u64::MAX without one).
+    remaining: u64,
+    line: u64,
+    buf: Vec<u8>,
+    rbuf: Vec<u8>,
+}
+
+impl BitextReader {
+    pub fn open(
+        path: &Path,
+        format: Format,
+        opts: ReadOptions,
+    ) -> Result<BitextReader, BitextError> {
+        let io = |source| BitextError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut remaining = u64::MAX;
+        let line = opts.first_line.saturating_sub(1);
+        let src: Box<dyn BufRead + Send> = match opts.range {
+            None => open_text(path)?,
+            Some((start, end)) => {
+                if is_compressed(path) {
+                    return Err(BitextError::RangeOnCompressed {
+                        path: path.to_path_buf(),
+                    });
+                }
+                let mut f = File::open(path).map_err(io)?;
+                let mut pos = start;
+                if start > 0 {
+                    // The line holding byte start-1 belongs to the previous
+                    // range (it starts there), unless it ends exactly there.
+                    f.seek(SeekFrom::Start(start - 1)).map_err(io)?;
+                    let mut r = BufReader::with_capacity(1 << 16, f);
+                    let mut skip = Vec::new();
+                    let n = r.read_until(b'\n', &mut skip).map_err(io)?;
+                    pos = start - 1 + n as u64;
+                    remaining = end.saturating_sub(pos);
+                    Box::new(r)
+                } else {
+                    remaining = end.saturating_sub(pos);
+                    Box::new(BufReader::with_capacity(1 << 20, f))
+                }
+            }
+        };
+        let reference = match &format {
+            Format::Aligned { reference } => Some(open_text(reference)?),
+            _ => None,
+        };
+        Ok(BitextReader {
+            name: path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            ),
+            path: path.to_path_buf(),
+            format,
+            opts,
+            src,
+            reference,
+            remaining,
+            line,
+            buf: Vec::new(),
+            rbuf: Vec::new(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn reject(&self, reason: RejectReason, raw: &[u8]) -> Record {
+        let cut = &raw[..raw.len().min(1024)];
+        Record::Reject(Reject {
+            file: self.path.display().to_string(),
+            line: self.line,
+            reason,
+            text: String::from_utf8_lossy(cut).into_owned(),
+        })
+    }
+
+    fn check(&self, id: String, source: &str, reference: &str) -> Record {
+        let (s, r) = (source.trim(), reference.trim());
+        let raw = || format!("{source}\t{reference}");
+        if s.is_empty() {
+            return self.reject(RejectReason::EmptySource, raw().as_bytes());
+        }
+        if r.is_empty() {
+            return self.reject(RejectReason::EmptyReference, raw().as_bytes());
+        }
+        for (side, text) in [("source", s), ("reference", r)] {
+            // Counting chars only matters near the limit: bytes bound chars.
+            if text.len() > self.opts.max_chars {
+                let chars = text.chars().count();
+                if chars > self.opts.max_chars {
+                    return self.reject(
+                        RejectReason::TooLong {
+                            side,
+                            chars,
+                            max: self.opts.max_chars,
+                        },
+                        raw().as_bytes(),
+                    );
+                }
+            }
+        }
+        Record::Pair(Pair {
+            id,
+            source: s.to_string(),
+            reference: r.to_string(),
+            line: self.line,
+        })
+    }
+
+    fn parse(&self, line: &[u8]) -> Option<Record> {
+        let text = match std::str::from_utf8(line) {
+            Ok(t) => t,
+            Err(_) => return Some(self.reject(RejectReason::InvalidUtf8, line)),
+        };
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let cols: Vec<&str> = text.split('\t').collect();
+        let wrong = |expected| {
+            Some(self.reject(
+                RejectReason::ColumnCount {
+                    found: cols.len(),
+                    expected,
+                },
+                line,
+            ))
+        };
+        match &self.format {
+            Format::Czeng16 => {
+                if cols.len() != 4 {
+                    return wrong(4);
+                }
+                Some(self.check(cols[0].to_string(), cols[2], cols[3]))
+            }
+            Format::Czeng20 => {
+                if text.trim().is_empty() {
+                    return None; // document separator
+                }
+                if cols.len() != 6 {
+                    return wrong(6);
+                }
+                Some(self.check(cols[0].to_string(), cols[4], cols[5]))
+            }
+            Format::Tsv {
+                id,
+                source,
+                reference,
+            } => {
+                let need = [Some(*source), Some(*reference), *id]
+                    .into_iter()
+                    .flatten()
+                    .max()
+                    .unwrap_or(0)
+                    + 1;
+                if cols.len() < need {
+                    return wrong(need);
+                }
+                let id = match id {
+                    Some(i) => cols[*i].to_string(),
+                    None => format!("{}:{}", self.name, self.line),
+                };
+                Some(self.check(id, cols[*source], cols[*reference]))
+            }
+            Format::Aligned { .. } => unreachable!("aligned files are read in next()"),
+        }
+    }
+}
+
+fn chomp(buf: &mut Vec<u8>) {
+    while matches!(buf.last(), Some(b'\n' | b'\r')) {
+        buf.pop();
+    }
+}
+
+impl Iterator for BitextReader {
+    type Item = Result<Record, BitextError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.remaining == 0 {
+                return None;
+            }
+            self.buf.clear();
+            let n = match self.src.read_until(b'\n', &mut self.buf) {
+                Ok(n) => n,
+                Err(source) => {
+                    return Some(Err(BitextError::Io {
+                        path: self.path.clone(),
+                        source,
+                    }))
+                }
+            };
+            if n == 0 {
+                // The source ended; an aligned reference with lines left is a mismatch.
+                if let Some(r) = self.reference.as_mut() {
+                    self.rbuf.clear();
+                    if r.read_until(b'\n', &mut self.rbuf).is_ok_and(|n| n > 0) {
+                        self.line += 1;
+                        self.reference = None;
+                        let raw = std::mem::take(&mut self.rbuf);
+                        return Some(Ok(self.reject(RejectReason::Unaligned, &raw)));
+                    }
+                }
+                return None;
+            }
+            // Every line that starts inside the range is read whole.
+            self.remaining = self.remaining.saturating_sub(n as u64);
+            self.line += 1;
+            chomp(&mut self.buf);
+            if let Format::Aligned { .. } = self.format {
+                let line = std::mem::take(&mut self.buf);
+                self.rbuf.clear();
+                let got = match self.reference.as_mut() {
+                    Some(r) => r.read_until(b'\n', &mut self.rbuf),
+                    None => Ok(0),
+                };
+                let rec = match got {
+                    Err(source) => {
+                        return Some(Err(BitextError::Io {
+                            path: self.path.clone(),
+                            source,
+                        }))
+                    }
+                    Ok(0) => self.reject(RejectReason::Unaligned, &line),
+                    Ok(_) => {
+                        chomp(&mut self.rbuf);
+                        match (std::str::from_utf8(&line), std::str::from_utf8(&self.rbuf)) {
+                            (Ok(s), Ok(r)) => {
+                                let s = s.strip_prefix('\u{feff}').unwrap_or(s);
+                                let r = r.strip_prefix('\u{feff}').unwrap_or(r);
+                                self.check(format!("{}:{}", self.name, self.line), s, r)
+                            }
+                            _ => self.reject(RejectReason::InvalidUtf8, &line),
+                        }
+                    }
+                };
+                self.buf = line;
+                return Some(Ok(rec));
+            }
+            if let Some(rec) = self.parse(&self.buf) {
+                return Some(Ok(rec));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+
+    fn read_all(path: &Path, format: Format, opts: ReadOptions) -> (Vec<Pair>, Vec<Reject>) {
+        let (mut pairs, mut rejects) = (Vec::new(), Vec::new());
+        for r in BitextReader::open(path, format, opts).unwrap() {
+            match r.unwrap() {
+                Record::Pair(p) => pairs.push(p),
+                Record::Reject(r) => rejects.push(r),
+            }
+        }
+        (pairs, rejects)
+    }
+
+    const CZENG16: &[u8] = b"a-1\t1.0\tDobry den.\tGood day.\n\
+        a-2\t0.9\tjen tri\n\
+        a-3\t1.0\t\tNo source.\n\
+        a-4\t1.0\tCRLF radek.\tCRLF line.\r\n\
+        a-5\t1.0\t\xff\xfe bad\tbad\n\
+        \xef\xbb\xbfa-6\t1.0\tBOM.\tBOM.\n\
+        a-7\t1.0\tVelmi dlouha veta\tA rather long sentence\n";
+
+    #[test]
+    fn czeng16_lines_parse_or_are_rejected_with_line_and_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), "c.tsv", CZENG16);
+        let opts = ReadOptions {
+            max_chars: 20,
+            ..ReadOptions::default()
+        };
+        let (pairs, rejects) = read_all(&p, Format::Czeng16, opts);
+        let ids: Vec<&str> = pairs.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(ids, ["a-1", "a-4", "a-6"]);
+        assert_eq!(pairs[1].reference, "CRLF line.");
+        assert_eq!(pairs[2].line, 6);
+        let why: Vec<(u64, String)> = rejects
+            .iter()
+            .map(|r| (r.line, r.reason.to_string()))
+            .collect();
+        assert_eq!(
+            why,
+            [
+                (2, "3 tab-separated columns, expected 4".to_string()),
+                (3, "empty source side".into()),
+                (5, "invalid UTF-8".into()),
+                (
+                    7,
+                    "reference side has 22 characters, more than the limit of 20".into()
+                ),
+            ]
+        );
+        assert!(rejects.iter().all(|r| r.file.ends_with("c.tsv")));
+    }
+
+    #[test]
+    fn compressed_files_read_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = write(dir.path(), "c.tsv", CZENG16);
+        let gz = dir.path().join("c.tsv.gz");
+        let mut e = flate2::write::GzEncoder::new(
+            File::create(&gz).unwrap(),
+            flate2::Compression::default(),
+        );
+        e.write_all(CZENG16).unwrap();
+        e.finish().unwrap();
+        let zst = dir.path().join("c.tsv.zst");
+        std::fs::write(&zst, zstd::encode_all(CZENG16, 3).unwrap()).unwrap();
+        let want = read_all(&plain, Format::Czeng16, ReadOptions::default());
+        for p in [&gz, &zst] {
+            let got = read_all(p, Format::Czeng16, ReadOptions::default());
+            assert_eq!(got.0, want.0);
+            assert_eq!(got.1.len(), want.1.len());
+        }
+        let e = BitextReader::open(
+            &gz,
+            Format::Czeng16,
+            ReadOptions {
+                range: Some((0, 10)),
+                ..Default::default()
+            },
+        );
+        assert!(matches!(e, Err(BitextError::RangeOnCompressed { .. })));
+    }
+
+    #[test]
+    fn czeng20_tsv_and_aligned_formats() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), "c20.tsv", b"d1-1\t0.9\t0.99\t0.98\tAhoj.\tHi.\n\nd2-1\t0.9\t0.9\t0.9\tNa shledanou.\tBye.\nbad\t1\n");
+        let (pairs, rejects) = read_all(&p, Format::Czeng20, ReadOptions::default());
+        assert_eq!(
+            pairs.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(),
+            ["d1-1", "d2-1"]
+        );
+        assert_eq!(pairs[1].line, 3);
+        assert_eq!(rejects.len(), 1);
+
+        let p = write(
+            dir.path(),
+            "g.tsv",
+            b"en one\tx\tcs jedna\nen two\ty\tcs dva\n",
+        );
+        let f = Format::Tsv {
+            id: None,
+            source: 2,
+            reference: 0,
+        };
+        let (pairs, _) = read_all(&p, f, ReadOptions::default());
+        assert_eq!(pairs[1].id, "g.tsv:2");
+        assert_eq!(
+            (pairs[1].source.as_str(), pairs[1].reference.as_str()),
+            ("cs dva", "en two")
+        );
+
+        let cs = write(dir.path(), "corpus.cs", b"Jedna.\nDva.\nTri.\n");
+        let en = write(dir.path(), "corpus.en", b"One.\nTwo.\n");
+        let (pairs, rejects) = read_all(
+            &cs,
+            Format::Aligned { reference: en },
+            ReadOptions::default(),
+        );
+        assert_eq!(pairs.len(), 2);
+        assert_eq!(pairs[0].id, "corpus.cs:1");
+        assert_eq!(rejects.len(), 1);
+        assert_eq!(rejects[0].reason, RejectReason::Unaligned);
+    }
+
+    #[test]
+    fn byte_ranges_cut_anywhere_partition_the_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), "c.tsv", CZENG16);
+        let whole = read_all(&p, Format::Czeng16, ReadOptions::default());
+        let len = CZENG16.len() as u64;
+        for cut in 0..=len {
+            let mut got = Vec::new();
+            let mut rejected = 0;
+            for (a, b) in [(0, cut), (cut, len)] {
+                let (pairs, rejects) = read_all(
+                    &p,
+                    Format::Czeng16,
+                    ReadOptions {
+                        range: Some((a, b)),
+                        ..Default::default()
+                    },
+                );
+                got.extend(pairs.into_iter().map(|p| p.id));
+                rejected += rejects.len();
+            }
+            let want: Vec<String> = whole.0.iter().map(|p| p.id.clone()).collect();
+            assert_eq!(got, want, "cut at {cut}");
+            assert_eq!(rejected, whole.1.len(), "cut at {cut}");
+        }
+    }
+}
