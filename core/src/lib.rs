@@ -2,6 +2,7 @@
 //! (METHOD.md section 3).
 
 pub mod bitext;
+pub mod config;
 pub mod proto;
 pub mod schema;
 pub mod score;

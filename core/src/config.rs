@@ -1,0 +1,475 @@
+//! The job configuration (TOML). Every key is documented here and in
+//! `pipeline-configs/*.toml`; unknown keys are errors, and every check names
+//! the key it is about, so a typo never silently falls back to a default.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::bitext::Format;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: `{key}`: {message}")]
+    Invalid {
+        path: PathBuf,
+        key: &'static str,
+        message: String,
+    },
+}
+
+/// A whole job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobConfig {
+    pub job: Job,
+    pub input: Input,
+    pub model: Model,
+    #[serde(default)]
+    pub scoring: Scoring,
+    #[serde(default)]
+    pub bins: Option<Bins>,
+    #[serde(default)]
+    pub coordinator: Coordinator,
+    #[serde(default)]
+    pub workers: Workers,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Job {
+    /// Names the job in metrics, logs and the manifest.
+    pub name: String,
+    /// Output root: a local directory, `s3://bucket/prefix` or `gs://bucket/prefix`.
+    pub output: String,
+    /// Target number of pairs per shard (shards are cut at line starts).
+    #[serde(default = "default_shard_pairs")]
+    pub shard_pairs: u64,
+    /// Leases of a shard before it is marked failed.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// A lease not extended by a heartbeat for this long expires.
+    #[serde(default = "default_lease_seconds")]
+    pub lease_seconds: u32,
+}
+
+fn default_shard_pairs() -> u64 {
+    50_000
+}
+fn default_max_attempts() -> u32 {
+    3
+}
+fn default_lease_seconds() -> u32 {
+    120
+}
+
+/// Input format names as written in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatName {
+    Czeng16,
+    Czeng20,
+    Aligned,
+    Tsv,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Input {
+    /// Source files (paths or object-store URLs), plain, `.gz` or `.zst`.
+    pub paths: Vec<String>,
+    pub format: FormatName,
+    /// For `aligned`: the reference file of each source file, in order.
+    #[serde(default)]
+    pub reference_paths: Vec<String>,
+    /// For `tsv`: 0-based columns.
+    #[serde(default)]
+    pub id_column: Option<usize>,
+    #[serde(default)]
+    pub source_column: Option<usize>,
+    #[serde(default)]
+    pub reference_column: Option<usize>,
+    /// Lines with a longer side (in characters) are rejected.
+    #[serde(default = "default_max_chars")]
+    pub max_chars: usize,
+}
+
+fn default_max_chars() -> usize {
+    1000
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Model {
+    /// Model directory in Optimum's ONNX layout.
+    pub dir: String,
+    /// `cpu`, `cuda` or `cuda:N`.
+    #[serde(default = "default_device")]
+    pub device: String,
+    /// ONNX Runtime threads per worker on CPU (0 = one per core).
+    #[serde(default)]
+    pub threads: usize,
+    /// Use `*_quantized.onnx`.
+    #[serde(default)]
+    pub quantized: bool,
+    #[serde(default = "default_beam")]
+    pub beam: usize,
+    #[serde(default = "default_batch_size")]
+    pub batch_size: usize,
+    /// Longest translation in new tokens (default: the model's max_length).
+    #[serde(default)]
+    pub max_new_tokens: Option<usize>,
+}
+
+fn default_device() -> String {
+    "cpu".into()
+}
+fn default_beam() -> usize {
+    12
+}
+fn default_batch_size() -> usize {
+    16
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scoring {
+    /// GloVe-format vectors for para_score (none: para_score is null).
+    #[serde(default)]
+    pub vectors: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bins {
+    /// Where `paraforge bin` writes at the end of the job (default `<output>/bins`).
+    #[serde(default)]
+    pub output: Option<String>,
+    #[serde(default = "default_deciles")]
+    pub deciles: Vec<String>,
+    #[serde(default)]
+    pub train_sample: Option<usize>,
+    #[serde(default)]
+    pub dedup: bool,
+}
+
+fn default_deciles() -> Vec<String> {
+    vec!["para_score".into()]
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Coordinator {
+    /// gRPC listen address.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Prometheus metrics and status over HTTP.
+    #[serde(default = "default_metrics")]
+    pub metrics: String,
+    /// The coordinator's durable state (default `<output>/_coordinator.redb`
+    /// for local outputs; required for object-store outputs).
+    #[serde(default)]
+    pub state: Option<String>,
+}
+
+impl Default for Coordinator {
+    fn default() -> Self {
+        Coordinator {
+            listen: default_listen(),
+            metrics: default_metrics(),
+            state: None,
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:50051".into()
+}
+fn default_metrics() -> String {
+    "127.0.0.1:9464".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workers {
+    /// Workers that `paraforge run` starts in its own process.
+    #[serde(default = "default_local")]
+    pub local: usize,
+}
+
+impl Default for Workers {
+    fn default() -> Self {
+        Workers {
+            local: default_local(),
+        }
+    }
+}
+
+fn default_local() -> usize {
+    1
+}
+
+const SCORES: [&str; 5] = [
+    "para_score",
+    "trigram_overlap",
+    "translation_score",
+    "bigram_overlap",
+    "unigram_overlap",
+];
+
+impl JobConfig {
+    pub fn load(path: &Path) -> Result<JobConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        JobConfig::parse(&text, path)
+    }
+
+    /// Parses and validates; `path` names the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<JobConfig, ConfigError> {
+        let cfg: JobConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        cfg.validate(path)?;
+        Ok(cfg)
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let bad = |key: &'static str, message: String| {
+            Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                key,
+                message,
+            })
+        };
+        if self.job.name.trim().is_empty() {
+            return bad("job.name", "must not be empty".into());
+        }
+        if self.job.output.trim().is_empty() {
+            return bad("job.output", "must not be empty".into());
+        }
+        if let Some((scheme, _)) = self.job.output.split_once("://") {
+            if !matches!(scheme, "s3" | "gs" | "file") {
+                return bad(
+                    "job.output",
+                    format!("unsupported scheme {scheme:?} (use a path, s3:// or gs://)"),
+                );
+            }
+        }
+        if self.job.shard_pairs == 0 {
+            return bad("job.shard_pairs", "must be at least 1".into());
+        }
+        if self.job.max_attempts == 0 {
+            return bad("job.max_attempts", "must be at least 1".into());
+        }
+        if self.job.lease_seconds < 5 {
+            return bad("job.lease_seconds", "must be at least 5".into());
+        }
+        if self.input.paths.is_empty() {
+            return bad("input.paths", "needs at least one file".into());
+        }
+        match self.input.format {
+            FormatName::Aligned if self.input.reference_paths.len() != self.input.paths.len() => {
+                return bad(
+                    "input.reference_paths",
+                    format!(
+                        "format \"aligned\" needs one reference file per source file ({} sources, {} references)",
+                        self.input.paths.len(),
+                        self.input.reference_paths.len()
+                    ),
+                );
+            }
+            FormatName::Tsv => {
+                if self.input.source_column.is_none() {
+                    return bad("input.source_column", "format \"tsv\" needs it".into());
+                }
+                if self.input.reference_column.is_none() {
+                    return bad("input.reference_column", "format \"tsv\" needs it".into());
+                }
+                if self.input.source_column == self.input.reference_column {
+                    return bad(
+                        "input.reference_column",
+                        "must differ from input.source_column".into(),
+                    );
+                }
+            }
+            _ => {}
+        }
+        if self.input.max_chars == 0 {
+            return bad("input.max_chars", "must be at least 1".into());
+        }
+        if self.model.dir.trim().is_empty() {
+            return bad("model.dir", "must not be empty".into());
+        }
+        let device_ok = self.model.device == "cpu"
+            || self.model.device == "cuda"
+            || self
+                .model
+                .device
+                .strip_prefix("cuda:")
+                .is_some_and(|n| n.parse::<u32>().is_ok());
+        if !device_ok {
+            return bad(
+                "model.device",
+                format!("{:?}: use cpu, cuda or cuda:N", self.model.device),
+            );
+        }
+        if self.model.beam == 0 {
+            return bad("model.beam", "must be at least 1".into());
+        }
+        if self.model.batch_size == 0 {
+            return bad("model.batch_size", "must be at least 1".into());
+        }
+        if self.model.max_new_tokens == Some(0) {
+            return bad("model.max_new_tokens", "must be at least 1".into());
+        }
+        if let Some(b) = &self.bins {
+            for d in &b.deciles {
+                if !SCORES.contains(&d.as_str()) {
+                    return bad(
+                        "bins.deciles",
+                        format!("{d:?} is not a score (use {})", SCORES.join(", ")),
+                    );
+                }
+            }
+            if b.train_sample == Some(0) {
+                return bad("bins.train_sample", "must be at least 1".into());
+            }
+        }
+        for (key, addr) in [
+            ("coordinator.listen", &self.coordinator.listen),
+            ("coordinator.metrics", &self.coordinator.metrics),
+        ] {
+            if addr.parse::<std::net::SocketAddr>().is_err() {
+                return bad(
+                    key,
+                    format!("{addr:?} is not a socket address like 127.0.0.1:50051"),
+                );
+            }
+        }
+        if self.workers.local > 256 {
+            return bad("workers.local", "at most 256".into());
+        }
+        Ok(())
+    }
+
+    /// The reader format of input file `i`.
+    pub fn format(&self, i: usize) -> Format {
+        match self.input.format {
+            FormatName::Czeng16 => Format::Czeng16,
+            FormatName::Czeng20 => Format::Czeng20,
+            FormatName::Tsv => Format::Tsv {
+                id: self.input.id_column,
+                source: self.input.source_column.unwrap_or(0),
+                reference: self.input.reference_column.unwrap_or(1),
+            },
+            FormatName::Aligned => Format::Aligned {
+                reference: PathBuf::from(&self.input.reference_paths[i]),
+            },
+        }
+    }
+
+    /// The config as TOML, for the manifest and the Parquet metadata.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[job]
+name = "t"
+output = "out/t"
+
+[input]
+paths = ["a.tsv"]
+format = "czeng16"
+
+[model]
+dir = "models/tiny-cs-en"
+"#;
+
+    fn parse(s: &str) -> Result<JobConfig, ConfigError> {
+        JobConfig::parse(s, Path::new("job.toml"))
+    }
+
+    #[test]
+    fn defaults_fill_what_a_minimal_config_leaves_out() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.model.beam, 12);
+        assert_eq!(c.job.shard_pairs, 50_000);
+        assert_eq!(c.workers.local, 1);
+        assert_eq!(c.format(0), Format::Czeng16);
+        // Round trip through TOML keeps everything.
+        assert_eq!(parse(&c.to_toml()).unwrap(), c);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            (MINIMAL.replace("[model]", "[model]\nbeem = 4"), "beem"),
+            (
+                MINIMAL.replace("[model]", "[model]\nbeam = 0"),
+                "model.beam",
+            ),
+            (MINIMAL.replace("czeng16", "czeng17"), "czeng17"),
+            (MINIMAL.replace("czeng16", "tsv"), "input.source_column"),
+            (
+                MINIMAL.replace("czeng16", "aligned"),
+                "input.reference_paths",
+            ),
+            (MINIMAL.replace("out/t", "ftp://x/y"), "job.output"),
+            (
+                MINIMAL.replace("[model]", "[model]\ndevice = \"tpu\""),
+                "model.device",
+            ),
+            (
+                MINIMAL.to_string() + "\n[bins]\ndeciles = [\"bleu\"]\n",
+                "bins.deciles",
+            ),
+            (
+                MINIMAL.to_string() + "\n[coordinator]\nlisten = \"here\"\n",
+                "coordinator.listen",
+            ),
+            (MINIMAL.replace("name = \"t\"", "name = 3"), "name"),
+            (MINIMAL.replace("[input]", "[inptu]"), "inptu"),
+        ];
+        for (text, key) in cases {
+            let e = parse(&text).expect_err(key).to_string();
+            assert!(e.contains(key) && e.starts_with("job.toml"), "{key}: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod shipped {
+    use super::*;
+
+    /// The configs in pipeline-configs/ stay valid as the schema changes.
+    #[test]
+    fn every_shipped_config_loads() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipeline-configs");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                JobConfig::load(&p).unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 3, "found {n} configs");
+    }
+}
