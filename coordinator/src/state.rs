@@ -1,0 +1,584 @@
+//! The coordinator's job state: every shard and its lease, kept in memory
+//! for speed and written through to an embedded redb database on every
+//! change, so that a coordinator restarted on the same file resumes where it
+//! stopped (committed shards stay committed; leases of the dead coordinator
+//! expire and are handed out again).
+//!
+//! Exactly-once commits rest on fencing tokens: each lease gets a token
+//! larger than every earlier one, and a completion is accepted only from the
+//! current lease of a shard that is not yet committed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+const SHARDS: TableDefinition<u64, &[u8]> = TableDefinition::new("shards");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("job state {path}: {message}")]
+    Store { path: String, message: String },
+    #[error("job state {path} belongs to job {found:?}, not {wanted:?}: use another state file or the same config")]
+    OtherJob {
+        path: String,
+        found: String,
+        wanted: String,
+    },
+    #[error("unknown shard {0}")]
+    UnknownShard(u64),
+}
+
+/// A part of one input file, as planned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardSpec {
+    pub shard_id: u64,
+    pub input: String,
+    /// Index of the input file in the config.
+    pub file_index: usize,
+    pub byte_start: u64,
+    pub byte_end: u64,
+    pub first_line: u64,
+    /// Expected records (lines) in the shard, for progress and ETA.
+    pub lines: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputFile {
+    pub path: String,
+    pub rows: u64,
+    pub bytes: u64,
+    pub sha256: String,
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Status {
+    Pending,
+    Leased {
+        token: u64,
+        worker: String,
+        deadline_ms: u64,
+    },
+    Committed {
+        token: u64,
+        files: Vec<OutputFile>,
+        pairs: u64,
+        rejects: u64,
+    },
+    Failed {
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    pub spec: ShardSpec,
+    pub status: Status,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+    /// Progress reported by the current lease's heartbeats.
+    pub progress_pairs: u64,
+}
+
+/// A granted lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub spec: ShardSpec,
+    pub token: u64,
+    pub deadline_ms: u64,
+    pub attempt: u32,
+}
+
+/// Why a completion was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    AlreadyCommitted,
+    /// The shard is leased to someone else now (the caller's lease is stale).
+    Superseded,
+    /// The shard is not leased (expired and back in the queue, or failed).
+    NotLeased,
+    UnknownShard,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Refusal::AlreadyCommitted => "the shard is already committed",
+            Refusal::Superseded => "the lease is stale: the shard was leased again",
+            Refusal::NotLeased => "the shard is not leased (the lease expired or the shard failed)",
+            Refusal::UnknownShard => "no such shard",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub total: u64,
+    pub pending: u64,
+    pub leased: u64,
+    pub committed: u64,
+    pub failed: u64,
+    pub pairs: u64,
+    pub rejects: u64,
+    /// Lines in committed shards, and in all shards (for the ETA).
+    pub lines_done: u64,
+    pub lines_total: u64,
+}
+
+/// The durable job state.
+pub struct JobState {
+    db: Database,
+    path: String,
+    job_id: String,
+    max_attempts: u32,
+    shards: BTreeMap<u64, Shard>,
+    pending: BTreeSet<u64>,
+    next_token: u64,
+}
+
+fn store_err(path: &str, e: impl std::fmt::Display) -> StateError {
+    StateError::Store {
+        path: path.to_string(),
+        message: e.to_string(),
+    }
+}
+
+impl JobState {
+    /// Opens the state file, creating the job with `plan` if the file is
+    /// new; an existing file must hold the same job id.
+    pub fn open(
+        path: &Path,
+        job_id: &str,
+        max_attempts: u32,
+        plan: impl FnOnce() -> Vec<ShardSpec>,
+    ) -> Result<JobState, StateError> {
+        let p = path.display().to_string();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| store_err(&p, e))?;
+        }
+        let db = Database::create(path).map_err(|e| store_err(&p, e))?;
+        let mut st = JobState {
+            db,
+            path: p.clone(),
+            job_id: job_id.to_string(),
+            max_attempts,
+            shards: BTreeMap::new(),
+            pending: BTreeSet::new(),
+            next_token: 1,
+        };
+        let found = st.read_meta("job_id")?;
+        match found {
+            Some(found) if found != job_id => {
+                return Err(StateError::OtherJob {
+                    path: p,
+                    found,
+                    wanted: job_id.to_string(),
+                })
+            }
+            Some(_) => st.load()?,
+            None => {
+                let specs = plan();
+                let tx = st.db.begin_write().map_err(|e| store_err(&p, e))?;
+                {
+                    let mut t = tx.open_table(SHARDS).map_err(|e| store_err(&p, e))?;
+                    for spec in specs {
+                        let shard = Shard {
+                            spec,
+                            status: Status::Pending,
+                            attempts: 0,
+                            last_error: None,
+                            progress_pairs: 0,
+                        };
+                        let bytes = serde_json::to_vec(&shard).map_err(|e| store_err(&p, e))?;
+                        t.insert(shard.spec.shard_id, bytes.as_slice())
+                            .map_err(|e| store_err(&p, e))?;
+                        st.pending.insert(shard.spec.shard_id);
+                        st.shards.insert(shard.spec.shard_id, shard);
+                    }
+                    let mut m = tx.open_table(META).map_err(|e| store_err(&p, e))?;
+                    m.insert("job_id", job_id.as_bytes())
+                        .map_err(|e| store_err(&p, e))?;
+                    m.insert("next_token", 1u64.to_le_bytes().as_slice())
+                        .map_err(|e| store_err(&p, e))?;
+                }
+                tx.commit().map_err(|e| store_err(&p, e))?;
+            }
+        }
+        Ok(st)
+    }
+
+    fn read_meta(&self, key: &str) -> Result<Option<String>, StateError> {
+        let p = &self.path;
+        let tx = self.db.begin_read().map_err(|e| store_err(p, e))?;
+        let t = match tx.open_table(META) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(store_err(p, e)),
+        };
+        Ok(t.get(key)
+            .map_err(|e| store_err(p, e))?
+            .map(|v| String::from_utf8_lossy(v.value()).into_owned()))
+    }
+
+    fn load(&mut self) -> Result<(), StateError> {
+        let p = self.path.clone();
+        let tx = self.db.begin_read().map_err(|e| store_err(&p, e))?;
+        let t = tx.open_table(SHARDS).map_err(|e| store_err(&p, e))?;
+        for row in t.iter().map_err(|e| store_err(&p, e))? {
+            let (_, v) = row.map_err(|e| store_err(&p, e))?;
+            let mut shard: Shard =
+                serde_json::from_slice(v.value()).map_err(|e| store_err(&p, e))?;
+            // Leases do not survive a coordinator restart: their holders
+            // re-lease, and fencing refuses their old tokens.
+            if let Status::Leased { .. } = shard.status {
+                shard.status = Status::Pending;
+            }
+            if shard.status == Status::Pending {
+                self.pending.insert(shard.spec.shard_id);
+            }
+            self.shards.insert(shard.spec.shard_id, shard);
+        }
+        let m = tx.open_table(META).map_err(|e| store_err(&p, e))?;
+        if let Some(v) = m.get("next_token").map_err(|e| store_err(&p, e))? {
+            let b: [u8; 8] = v.value().try_into().unwrap_or([0; 8]);
+            self.next_token = u64::from_le_bytes(b).max(1);
+        }
+        Ok(())
+    }
+
+    /// Writes shards (and the token counter) in one transaction.
+    fn persist(&self, ids: &[u64]) -> Result<(), StateError> {
+        let p = &self.path;
+        let tx = self.db.begin_write().map_err(|e| store_err(p, e))?;
+        {
+            let mut t = tx.open_table(SHARDS).map_err(|e| store_err(p, e))?;
+            for id in ids {
+                if let Some(s) = self.shards.get(id) {
+                    let bytes = serde_json::to_vec(s).map_err(|e| store_err(p, e))?;
+                    t.insert(*id, bytes.as_slice())
+                        .map_err(|e| store_err(p, e))?;
+                }
+            }
+            let mut m = tx.open_table(META).map_err(|e| store_err(p, e))?;
+            m.insert("next_token", self.next_token.to_le_bytes().as_slice())
+                .map_err(|e| store_err(p, e))?;
+        }
+        tx.commit().map_err(|e| store_err(p, e))
+    }
+
+    pub fn job_id(&self) -> &str {
+        &self.job_id
+    }
+
+    /// Returns expired leases to the queue (or fails shards out of attempts).
+    pub fn expire(&mut self, now_ms: u64) -> Result<usize, StateError> {
+        let mut changed = Vec::new();
+        for (id, s) in self.shards.iter_mut() {
+            if let Status::Leased { deadline_ms, .. } = s.status {
+                if deadline_ms <= now_ms {
+                    s.last_error = Some("lease expired".into());
+                    if s.attempts >= self.max_attempts {
+                        s.status = Status::Failed {
+                            reason: format!("lease expired on each of {} attempts", s.attempts),
+                        };
+                    } else {
+                        s.status = Status::Pending;
+                        self.pending.insert(*id);
+                    }
+                    changed.push(*id);
+                }
+            }
+        }
+        if !changed.is_empty() {
+            self.persist(&changed)?;
+        }
+        Ok(changed.len())
+    }
+
+    /// Leases the lowest pending shard to `worker`, if any.
+    pub fn lease(
+        &mut self,
+        worker: &str,
+        now_ms: u64,
+        lease_ms: u64,
+    ) -> Result<Option<Lease>, StateError> {
+        self.expire(now_ms)?;
+        let Some(id) = self.pending.pop_first() else {
+            return Ok(None);
+        };
+        let token = self.next_token;
+        self.next_token += 1;
+        let s = self
+            .shards
+            .get_mut(&id)
+            .ok_or(StateError::UnknownShard(id))?;
+        s.attempts += 1;
+        s.progress_pairs = 0;
+        let deadline_ms = now_ms + lease_ms;
+        s.status = Status::Leased {
+            token,
+            worker: worker.to_string(),
+            deadline_ms,
+        };
+        let lease = Lease {
+            spec: s.spec.clone(),
+            token,
+            deadline_ms,
+            attempt: s.attempts,
+        };
+        self.persist(&[id])?;
+        Ok(Some(lease))
+    }
+
+    /// Extends the leases `worker` still holds; returns (extended, revoked) tokens.
+    pub fn heartbeat(
+        &mut self,
+        worker: &str,
+        leases: &[(u64, u64, u64)],
+        now_ms: u64,
+        lease_ms: u64,
+    ) -> Result<(Vec<u64>, Vec<u64>), StateError> {
+        self.expire(now_ms)?;
+        let (mut ext, mut rev) = (Vec::new(), Vec::new());
+        for &(shard_id, token, pairs) in leases {
+            match self.shards.get_mut(&shard_id) {
+                Some(s) => match &mut s.status {
+                    Status::Leased {
+                        token: t,
+                        worker: w,
+                        deadline_ms,
+                    } if *t == token && w == worker => {
+                        *deadline_ms = now_ms + lease_ms;
+                        s.progress_pairs = pairs;
+                        ext.push(token);
+                    }
+                    _ => rev.push(token),
+                },
+                None => rev.push(token),
+            }
+        }
+        // Deadlines live in memory between heartbeats; a restart clears
+        // leases anyway, so only the progress-free extension is not persisted.
+        Ok((ext, rev))
+    }
+
+    /// Commits a shard's output from its current lease, exactly once.
+    pub fn complete(
+        &mut self,
+        shard_id: u64,
+        token: u64,
+        files: Vec<OutputFile>,
+        pairs: u64,
+        rejects: u64,
+    ) -> Result<Result<(), Refusal>, StateError> {
+        let Some(s) = self.shards.get_mut(&shard_id) else {
+            return Ok(Err(Refusal::UnknownShard));
+        };
+        match &s.status {
+            Status::Committed { .. } => return Ok(Err(Refusal::AlreadyCommitted)),
+            Status::Leased { token: t, .. } if *t == token => {}
+            Status::Leased { .. } => return Ok(Err(Refusal::Superseded)),
+            Status::Pending | Status::Failed { .. } => return Ok(Err(Refusal::NotLeased)),
+        }
+        s.status = Status::Committed {
+            token,
+            files,
+            pairs,
+            rejects,
+        };
+        self.persist(&[shard_id])?;
+        Ok(Ok(()))
+    }
+
+    /// Records a failed attempt; returns whether the shard will be retried.
+    pub fn fail(
+        &mut self,
+        shard_id: u64,
+        token: u64,
+        reason: &str,
+        retryable: bool,
+    ) -> Result<bool, StateError> {
+        let s = self
+            .shards
+            .get_mut(&shard_id)
+            .ok_or(StateError::UnknownShard(shard_id))?;
+        match &s.status {
+            Status::Leased { token: t, .. } if *t == token => {}
+            _ => return Ok(false), // a stale lease cannot fail the shard
+        }
+        s.last_error = Some(reason.to_string());
+        let retry = retryable && s.attempts < self.max_attempts;
+        if retry {
+            s.status = Status::Pending;
+            self.pending.insert(shard_id);
+        } else {
+            s.status = Status::Failed {
+                reason: format!("{reason} (attempt {} of {})", s.attempts, self.max_attempts),
+            };
+        }
+        self.persist(&[shard_id])?;
+        Ok(retry)
+    }
+
+    pub fn counts(&self) -> Counts {
+        let mut c = Counts {
+            total: self.shards.len() as u64,
+            ..Default::default()
+        };
+        for s in self.shards.values() {
+            c.lines_total += s.spec.lines;
+            match &s.status {
+                Status::Pending => c.pending += 1,
+                Status::Leased { .. } => {
+                    c.leased += 1;
+                    c.pairs += s.progress_pairs;
+                }
+                Status::Committed { pairs, rejects, .. } => {
+                    c.committed += 1;
+                    c.pairs += pairs;
+                    c.rejects += rejects;
+                    c.lines_done += s.spec.lines;
+                }
+                Status::Failed { .. } => c.failed += 1,
+            }
+        }
+        c
+    }
+
+    pub fn finished(&self) -> bool {
+        self.shards
+            .values()
+            .all(|s| matches!(s.status, Status::Committed { .. } | Status::Failed { .. }))
+    }
+
+    pub fn shards(&self) -> impl Iterator<Item = &Shard> {
+        self.shards.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(n: u64) -> Vec<ShardSpec> {
+        (0..n)
+            .map(|i| ShardSpec {
+                shard_id: i,
+                input: "in.tsv".into(),
+                file_index: 0,
+                byte_start: i * 100,
+                byte_end: (i + 1) * 100,
+                first_line: i * 10 + 1,
+                lines: 10,
+            })
+            .collect()
+    }
+
+    fn file(name: &str) -> OutputFile {
+        OutputFile {
+            path: name.into(),
+            rows: 10,
+            bytes: 100,
+            sha256: "00".into(),
+            kind: "pairs".into(),
+        }
+    }
+
+    #[test]
+    fn a_stale_lease_cannot_commit_and_a_shard_commits_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut st = JobState::open(&dir.path().join("s.redb"), "job", 3, || plan(2)).unwrap();
+        let a = st.lease("w1", 0, 1000).unwrap().unwrap();
+        assert_eq!(a.spec.shard_id, 0);
+        // w1 stalls past its deadline; the shard goes to w2.
+        let b = st.lease("w2", 2000, 1000).unwrap().unwrap();
+        assert_eq!(b.spec.shard_id, 0, "the expired shard is first in line");
+        assert!(b.token > a.token);
+        assert_eq!(b.attempt, 2);
+        assert_eq!(
+            st.complete(0, a.token, vec![file("a")], 10, 0).unwrap(),
+            Err(Refusal::Superseded)
+        );
+        assert_eq!(
+            st.complete(0, b.token, vec![file("b")], 10, 0).unwrap(),
+            Ok(())
+        );
+        assert_eq!(
+            st.complete(0, b.token, vec![file("b")], 10, 0).unwrap(),
+            Err(Refusal::AlreadyCommitted)
+        );
+        // The stale holder's heartbeat is told to stop.
+        let (ext, rev) = st.heartbeat("w1", &[(0, a.token, 5)], 2100, 1000).unwrap();
+        assert!(ext.is_empty() && rev == vec![a.token]);
+    }
+
+    #[test]
+    fn retries_are_bounded_and_a_failed_shard_does_not_stop_the_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut st = JobState::open(&dir.path().join("s.redb"), "job", 2, || plan(2)).unwrap();
+        let l = st.lease("w", 0, 1000).unwrap().unwrap();
+        assert!(st
+            .fail(l.spec.shard_id, l.token, "disk full", true)
+            .unwrap());
+        let l = st.lease("w", 0, 1000).unwrap().unwrap();
+        assert_eq!(l.spec.shard_id, 0);
+        assert!(
+            !st.fail(0, l.token, "disk full", true).unwrap(),
+            "out of attempts"
+        );
+        let l = st.lease("w", 0, 1000).unwrap().unwrap();
+        assert_eq!(l.spec.shard_id, 1);
+        st.complete(1, l.token, vec![], 10, 1).unwrap().unwrap();
+        assert!(st.finished());
+        let c = st.counts();
+        assert_eq!((c.committed, c.failed, c.pairs, c.rejects), (1, 1, 10, 1));
+        match &st.shards().next().unwrap().status {
+            Status::Failed { reason } => assert!(reason.contains("disk full"), "{reason}"),
+            s => panic!("{s:?}"),
+        }
+        // A non-retryable failure fails at once.
+        let mut st = JobState::open(&dir.path().join("t.redb"), "job", 5, || plan(1)).unwrap();
+        let l = st.lease("w", 0, 1000).unwrap().unwrap();
+        assert!(!st.fail(0, l.token, "corrupt input", false).unwrap());
+    }
+
+    #[test]
+    fn a_restarted_coordinator_resumes_with_fresh_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let (old_token, leased_token);
+        {
+            let mut st = JobState::open(&path, "job", 3, || plan(3)).unwrap();
+            let l = st.lease("w", 0, 1000).unwrap().unwrap();
+            st.complete(l.spec.shard_id, l.token, vec![file("x")], 10, 0)
+                .unwrap()
+                .unwrap();
+            old_token = l.token;
+            leased_token = st.lease("w", 0, 1000).unwrap().unwrap().token;
+        }
+        let mut st = JobState::open(&path, "job", 3, || panic!("the plan is not redone")).unwrap();
+        let c = st.counts();
+        assert_eq!(
+            (c.committed, c.pending, c.leased),
+            (1, 2, 0),
+            "the lease did not survive the restart"
+        );
+        let l = st.lease("w", 0, 1000).unwrap().unwrap();
+        assert_eq!(l.spec.shard_id, 1);
+        assert!(l.token > leased_token && leased_token > old_token);
+        // The pre-restart lease of shard 1 is refused now.
+        assert_eq!(
+            st.complete(1, leased_token, vec![], 1, 0).unwrap(),
+            Err(Refusal::Superseded)
+        );
+        // Another job's id on the same file is refused.
+        drop(st);
+        assert!(matches!(
+            JobState::open(&path, "other", 3, Vec::new),
+            Err(StateError::OtherJob { .. })
+        ));
+    }
+}
