@@ -1,6 +1,8 @@
 //! The coordinator: plans shards, hands out leases with fencing tokens,
 //! and keeps the job's state durable (`state`).
 
+pub mod plan;
 pub mod state;
 
+pub use plan::{plan, PlanError};
 pub use state::{JobState, Lease, Refusal, ShardSpec, StateError};

@@ -38,10 +38,13 @@ pub struct ShardSpec {
     pub input: String,
     /// Index of the input file in the config.
     pub file_index: usize,
+    /// Byte range of a plain file; `byte_end == 0` means the shard is read
+    /// from the start of the file by lines (compressed or aligned files).
     pub byte_start: u64,
     pub byte_end: u64,
+    /// 1-based number of the shard's first line.
     pub first_line: u64,
-    /// Expected records (lines) in the shard, for progress and ETA.
+    /// Lines in the shard (read `lines` lines from `first_line`).
     pub lines: u64,
 }
 

@@ -119,8 +119,14 @@ pub struct ReadOptions {
     pub max_chars: usize,
     /// Byte range of the (plain) source file to read; `None` reads it all.
     pub range: Option<(u64, u64)>,
-    /// Line number of the first line in the range (1-based), for messages.
+    /// Line number of the first line in the range (1-based), for messages;
+    /// ignored with `skip_lines`, where lines count from the file's start.
     pub first_line: u64,
+    /// For files read from the start (compressed, aligned): skip this many
+    /// lines, then read at most `take_lines` (0 = to the end). Line numbers
+    /// in records stay those of the whole file.
+    pub skip_lines: u64,
+    pub take_lines: u64,
 }
 
 impl Default for ReadOptions {
@@ -129,6 +135,8 @@ impl Default for ReadOptions {
             max_chars: 2000,
             range: None,
             first_line: 1,
+            skip_lines: 0,
+            take_lines: 0,
         }
     }
 }
@@ -165,6 +173,8 @@ pub struct BitextReader {
     reference: Option<Box<dyn BufRead + Send>>,
     /// Bytes left in the range (u64::MAX without one).
     remaining: u64,
+    /// Lines left to take (u64::MAX without a limit).
+    left: u64,
     line: u64,
     buf: Vec<u8>,
     rbuf: Vec<u8>,
@@ -181,7 +191,12 @@ impl BitextReader {
             source,
         };
         let mut remaining = u64::MAX;
-        let line = opts.first_line.saturating_sub(1);
+        // With skip_lines, lines count from the start of the file.
+        let line = if opts.skip_lines > 0 {
+            0
+        } else {
+            opts.first_line.saturating_sub(1)
+        };
         let src: Box<dyn BufRead + Send> = match opts.range {
             None => open_text(path)?,
             Some((start, end)) => {
@@ -208,11 +223,38 @@ impl BitextReader {
                 }
             }
         };
-        let reference = match &format {
+        let mut src = src;
+        let mut reference = match &format {
             Format::Aligned { reference } => Some(open_text(reference)?),
             _ => None,
         };
+        let mut line = line;
+        if opts.skip_lines > 0 {
+            let mut sink = Vec::new();
+            for _ in 0..opts.skip_lines {
+                sink.clear();
+                if src.read_until(b'\n', &mut sink).map_err(io)? == 0 {
+                    break;
+                }
+                if let Some(r) = reference.as_mut() {
+                    sink.clear();
+                    let rp = match &format {
+                        Format::Aligned { reference } => reference.clone(),
+                        _ => path.to_path_buf(),
+                    };
+                    r.read_until(b'\n', &mut sink)
+                        .map_err(|source| BitextError::Io { path: rp, source })?;
+                }
+                line += 1;
+            }
+        }
+        let left = if opts.take_lines > 0 {
+            opts.take_lines
+        } else {
+            u64::MAX
+        };
         Ok(BitextReader {
+            left,
             name: path.file_name().map_or_else(
                 || path.display().to_string(),
                 |n| n.to_string_lossy().into_owned(),
@@ -344,7 +386,7 @@ impl Iterator for BitextReader {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if self.remaining == 0 {
+            if self.remaining == 0 || self.left == 0 {
                 return None;
             }
             self.buf.clear();
@@ -372,6 +414,7 @@ impl Iterator for BitextReader {
             }
             // Every line that starts inside the range is read whole.
             self.remaining = self.remaining.saturating_sub(n as u64);
+            self.left -= 1;
             self.line += 1;
             chomp(&mut self.buf);
             if let Format::Aligned { .. } = self.format {
@@ -543,6 +586,46 @@ mod tests {
         assert_eq!(pairs[0].id, "corpus.cs:1");
         assert_eq!(rejects.len(), 1);
         assert_eq!(rejects[0].reason, RejectReason::Unaligned);
+    }
+
+    #[test]
+    fn line_skip_and_take_partition_compressed_and_aligned_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let gz = dir.path().join("c.tsv.gz");
+        let mut e = flate2::write::GzEncoder::new(
+            File::create(&gz).unwrap(),
+            flate2::Compression::default(),
+        );
+        e.write_all(CZENG16).unwrap();
+        e.finish().unwrap();
+        let whole = read_all(&gz, Format::Czeng16, ReadOptions::default());
+        let mut got = Vec::new();
+        for (skip, take) in [(0, 3), (3, 3), (6, 0)] {
+            let opts = ReadOptions {
+                skip_lines: skip,
+                take_lines: take,
+                ..Default::default()
+            };
+            got.extend(read_all(&gz, Format::Czeng16, opts).0);
+        }
+        assert_eq!(got, whole.0, "same pairs, same line numbers");
+        let cs = write(dir.path(), "x.cs", b"a\nb\nc\nd\n");
+        let en = write(dir.path(), "x.en", b"A\nB\nC\nD\n");
+        let opts = ReadOptions {
+            skip_lines: 1,
+            take_lines: 2,
+            ..Default::default()
+        };
+        let (pairs, rejects) = read_all(&cs, Format::Aligned { reference: en }, opts);
+        let got: Vec<(String, String, u64)> = pairs
+            .into_iter()
+            .map(|p| (p.source, p.reference, p.line))
+            .collect();
+        assert_eq!(
+            got,
+            [("b".into(), "B".into(), 2), ("c".into(), "C".into(), 3)]
+        );
+        assert!(rejects.is_empty());
     }
 
     #[test]
