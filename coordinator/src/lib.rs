@@ -2,6 +2,7 @@
 //! and keeps the job's state durable (`state`).
 
 pub mod plan;
+pub mod service;
 pub mod state;
 
 pub use plan::{plan, PlanError};
