@@ -6,6 +6,7 @@ pub mod config;
 pub mod proto;
 pub mod schema;
 pub mod score;
+pub mod storage;
 pub mod vectors;
 
 pub use schema::{DataError, PairReader, PairRow, RowsBuilder};
