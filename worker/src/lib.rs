@@ -1,0 +1,116 @@
+//! The worker: processes leased shards (`shard`).
+
+pub mod shard;
+
+pub use shard::{process, Progress, ShardError, ShardInput, ShardOutput};
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use arrow_array::{Array, StringArray};
+    use paraforge_core::bitext::Format;
+    use paraforge_core::Vectors;
+    use paraforge_nmt::{GenerateOptions, LoadOptions, Translator};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    use super::*;
+
+    fn root() -> &'static Path {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+    }
+
+    #[test]
+    fn a_shard_becomes_one_parquet_row_per_pair_in_input_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let sample = root().join("data/sample/czeng16-heldout.cs-en.tsv");
+        // 300 real lines plus three dirty ones in the middle.
+        let text = std::fs::read_to_string(&sample).unwrap();
+        let mut lines: Vec<String> = text.lines().take(300).map(String::from).collect();
+        lines.insert(100, "only\ttwo".into());
+        lines.insert(200, "x-1\t1.0\t\tempty source".into());
+        lines.insert(250, "x-2\t1.0\tdlouhá\t".to_string() + &"a".repeat(2000));
+        let input = dir.path().join("in.tsv");
+        std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+
+        let mut t =
+            Translator::load(&root().join("models/tiny-cs-en"), &LoadOptions::default()).unwrap();
+        let (v, _) =
+            Vectors::load(&root().join("data/vectors/glove.6B.50d.top25k.txt.gz")).unwrap();
+        let shard = ShardInput {
+            path: input.display().to_string(),
+            format: Format::Czeng16,
+            byte_start: 0,
+            byte_end: 0,
+            first_line: 1,
+            lines: 0,
+            max_chars: 1000,
+        };
+        let o = GenerateOptions {
+            num_beams: 2,
+            max_new_tokens: Some(24),
+            ..GenerateOptions::default()
+        };
+        let progress = Progress::default();
+        let out = process(
+            &shard,
+            &mut t,
+            &o,
+            Some(&v),
+            &[("paraforge.model", "tiny".into())],
+            &progress,
+            &|| false,
+        )
+        .unwrap();
+        assert_eq!(out.pairs, 300);
+        assert_eq!(out.rejects, 3);
+        assert_eq!(
+            progress.records.load(std::sync::atomic::Ordering::Relaxed),
+            303
+        );
+        let rejects: Vec<serde_json::Value> = String::from_utf8(out.rejects_jsonl.clone())
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            rejects
+                .iter()
+                .map(|r| r["line"].as_u64().unwrap())
+                .collect::<Vec<_>>(),
+            [101, 201, 251]
+        );
+        assert!(rejects[2]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("more than the limit"));
+
+        let r = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(out.parquet.clone()))
+            .unwrap();
+        let md = r
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .unwrap()
+            .clone();
+        assert!(md.iter().any(|kv| kv.key == "paraforge.model"));
+        let mut ids = Vec::new();
+        for b in r.build().unwrap() {
+            let b = b.unwrap();
+            let c = b
+                .column_by_name("id")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap();
+            ids.extend((0..c.len()).map(|i| c.value(i).to_string()));
+        }
+        let want: Vec<String> = text
+            .lines()
+            .take(300)
+            .map(|l| l.split('\t').next().unwrap().to_string())
+            .collect();
+        assert_eq!(ids, want);
+        assert_eq!(out.parquet_sha256.len(), 64);
+    }
+}

@@ -1,0 +1,246 @@
+//! Processing one shard: read -> translate -> score -> Parquet, as a
+//! three-stage pipeline so that the model never waits. A reader thread
+//! parses the bitext into chunks, the calling thread translates them, and a
+//! scorer thread scores each translated chunk (rayon across cores) and
+//! appends it to the Parquet writer, all joined by bounded channels: while
+//! the model works on chunk k, chunk k+1 is being read and chunk k-1 scored
+//! and encoded.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
+
+use paraforge_core::bitext::{BitextReader, Format, ReadOptions, Record, Reject};
+use paraforge_core::schema::{schema, writer_properties, PairRow, RowsBuilder};
+use paraforge_core::{Scorer, Vectors};
+use paraforge_nmt::{Flag, GenerateOptions, Translator};
+use parquet::arrow::ArrowWriter;
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+
+/// What to read.
+#[derive(Debug, Clone)]
+pub struct ShardInput {
+    pub path: String,
+    pub format: Format,
+    pub byte_start: u64,
+    pub byte_end: u64,
+    pub first_line: u64,
+    pub lines: u64,
+    pub max_chars: usize,
+}
+
+/// Counters a heartbeat reports while the shard runs.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub records: AtomicU64,
+    pub pairs: AtomicU64,
+    pub rejects: AtomicU64,
+}
+
+/// The shard's output, in memory until it is stored.
+#[derive(Debug)]
+pub struct ShardOutput {
+    pub parquet: Vec<u8>,
+    pub parquet_sha256: String,
+    pub pairs: u64,
+    /// One JSON object per rejected line: file, line, reason, text.
+    pub rejects_jsonl: Vec<u8>,
+    pub rejects: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error("reading {path}: {message}")]
+    Read { path: String, message: String },
+    #[error(transparent)]
+    Translate(#[from] paraforge_nmt::NmtError),
+    #[error("writing Parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    #[error("the shard was cancelled")]
+    Cancelled,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ShardError {
+    /// Whether another attempt could succeed (a corrupt input will not).
+    pub fn retryable(&self) -> bool {
+        !matches!(self, ShardError::Read { .. })
+    }
+}
+
+/// Pairs per chunk passed between the stages.
+const CHUNK: usize = 256;
+
+fn reject_json(r: &Reject) -> String {
+    serde_json::json!({"file": r.file, "line": r.line, "reason": r.reason.to_string(), "text": r.text}).to_string()
+}
+
+/// Runs one shard. `cancel` is polled between chunks.
+pub fn process(
+    input: &ShardInput,
+    translator: &mut Translator,
+    opts: &GenerateOptions,
+    vectors: Option<&Vectors>,
+    metadata: &[(&str, String)],
+    progress: &Progress,
+    cancel: &(dyn Fn() -> bool + Sync),
+) -> Result<ShardOutput, ShardError> {
+    let read_opts = ReadOptions {
+        max_chars: input.max_chars,
+        range: (input.byte_end > 0).then_some((input.byte_start, input.byte_end)),
+        first_line: input.first_line,
+        skip_lines: if input.byte_end == 0 {
+            input.first_line.saturating_sub(1)
+        } else {
+            0
+        },
+        take_lines: if input.byte_end == 0 { input.lines } else { 0 },
+    };
+    let reader = BitextReader::open(Path::new(&input.path), input.format.clone(), read_opts)
+        .map_err(|e| ShardError::Read {
+            path: input.path.clone(),
+            message: e.to_string(),
+        })?;
+
+    type Chunk = (Vec<paraforge_core::bitext::Pair>, Vec<Reject>);
+    let (to_translate, from_reader) = sync_channel::<Result<Chunk, ShardError>>(2);
+    let (to_score, from_translator) = sync_channel::<(
+        Vec<paraforge_core::bitext::Pair>,
+        Vec<paraforge_nmt::Translation>,
+    )>(2);
+    let path = input.path.clone();
+
+    std::thread::scope(|scope| {
+        // Stage 1: read.
+        let read = scope.spawn(move || {
+            let mut pairs = Vec::with_capacity(CHUNK);
+            let mut rejects = Vec::new();
+            for rec in reader {
+                match rec {
+                    Ok(Record::Pair(p)) => pairs.push(p),
+                    Ok(Record::Reject(r)) => rejects.push(r),
+                    Err(e) => {
+                        let _ = to_translate.send(Err(ShardError::Read {
+                            path: path.clone(),
+                            message: e.to_string(),
+                        }));
+                        return;
+                    }
+                }
+                if pairs.len() == CHUNK {
+                    let chunk = (
+                        std::mem::replace(&mut pairs, Vec::with_capacity(CHUNK)),
+                        std::mem::take(&mut rejects),
+                    );
+                    if to_translate.send(Ok(chunk)).is_err() {
+                        return;
+                    }
+                }
+            }
+            let _ = to_translate.send(Ok((pairs, rejects)));
+        });
+
+        // Stage 3: score and encode.
+        let write = scope.spawn(move || -> Result<(Vec<u8>, u64), ShardError> {
+            let props = writer_properties(metadata);
+            let mut w = ArrowWriter::try_new(Vec::new(), schema(), Some(props))?;
+            let mut rows = 0u64;
+            for (pairs, translations) in from_translator {
+                let scored: Vec<PairRow> = pairs
+                    .par_iter()
+                    .zip(translations.par_iter())
+                    .map_init(
+                        || Scorer::new(vectors),
+                        |scorer, (p, t)| PairRow {
+                            id: p.id.clone(),
+                            source: p.source.clone(),
+                            reference: p.reference.clone(),
+                            translation: t.text.clone(),
+                            translation_score: t.score,
+                            source_len: t.source_tokens as i32,
+                            truncated: matches!(t.flag, Some(Flag::Truncated { .. })),
+                            scores: scorer.score(&p.reference, &t.text),
+                        },
+                    )
+                    .collect();
+                let mut b = RowsBuilder::default();
+                for r in &scored {
+                    b.push(r);
+                }
+                rows += scored.len() as u64;
+                w.write(&b.finish())?;
+            }
+            Ok((w.into_inner()?, rows))
+        });
+
+        // Stage 2: translate, here.
+        let mut rejects_jsonl = Vec::new();
+        let mut rejects = 0u64;
+        let mut failure = None;
+        for chunk in from_reader {
+            let (pairs, rej) = match chunk {
+                Ok(c) => c,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
+            if cancel() {
+                failure = Some(ShardError::Cancelled);
+                break;
+            }
+            for r in &rej {
+                rejects_jsonl.extend_from_slice(reject_json(r).as_bytes());
+                rejects_jsonl.push(b'\n');
+            }
+            rejects += rej.len() as u64;
+            progress
+                .rejects
+                .fetch_add(rej.len() as u64, Ordering::Relaxed);
+            progress
+                .records
+                .fetch_add((pairs.len() + rej.len()) as u64, Ordering::Relaxed);
+            if pairs.is_empty() {
+                continue;
+            }
+            let sources: Vec<&str> = pairs.iter().map(|p| p.source.as_str()).collect();
+            match translator.translate(&sources, opts) {
+                Ok(t) => {
+                    progress
+                        .pairs
+                        .fetch_add(pairs.len() as u64, Ordering::Relaxed);
+                    if to_score.send((pairs, t)).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    failure = Some(e.into());
+                    break;
+                }
+            }
+        }
+        drop(to_score);
+        let written = write
+            .join()
+            .unwrap_or_else(|_| Err(ShardError::Internal("the scoring thread panicked".into())));
+        let _ = read.join();
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let (parquet, pairs) = written?;
+        let sha = hex::encode(Sha256::digest(&parquet));
+        Ok(ShardOutput {
+            parquet,
+            parquet_sha256: sha,
+            pairs,
+            rejects_jsonl,
+            rejects,
+        })
+    })
+}
+
+/// Shared cancellation flag for a shard.
+pub type CancelFlag = Arc<std::sync::atomic::AtomicBool>;
