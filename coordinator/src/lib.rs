@@ -3,6 +3,7 @@
 
 pub mod http;
 pub mod plan;
+pub mod run;
 pub mod service;
 pub mod state;
 

@@ -1,5 +1,6 @@
 //! The worker: processes leased shards (`shard`).
 
+pub mod node;
 pub mod shard;
 
 pub use shard::{process, Progress, ShardError, ShardInput, ShardOutput};

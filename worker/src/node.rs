@@ -1,0 +1,385 @@
+//! A worker process: register with the coordinator, then lease shards,
+//! heartbeat while processing them, store the output, and complete (or fail)
+//! each shard. A lost coordinator is retried with backoff; a stop request
+//! lets the current shard finish and leases no more.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use paraforge_core::config::JobConfig;
+use paraforge_core::proto::coordinator_client::CoordinatorClient;
+use paraforge_core::proto::{self as pb, lease_shard_response};
+use paraforge_core::storage::Storage;
+use paraforge_core::Vectors;
+use paraforge_nmt::{Device, GenerateOptions, LoadOptions, Translator};
+use tonic::transport::Channel;
+
+use crate::shard::{process, Progress, ShardInput};
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("coordinator {url} unreachable after {attempts} attempts: {message}")]
+    Unreachable {
+        url: String,
+        attempts: u32,
+        message: String,
+    },
+    #[error("coordinator refused: {0}")]
+    Refused(String),
+    #[error("job configuration from the coordinator: {0}")]
+    Config(String),
+    #[error("loading the model: {0}")]
+    Model(#[from] paraforge_nmt::NmtError),
+    #[error("loading word vectors: {0}")]
+    Vectors(#[from] paraforge_core::VectorsError),
+    #[error(transparent)]
+    Storage(#[from] paraforge_core::storage::StorageError),
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    pub coordinator: String,
+    pub name: String,
+    /// Retries of an unreachable coordinator before giving up.
+    pub connect_attempts: u32,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WorkerSummary {
+    pub shards_committed: u64,
+    pub shards_refused: u64,
+    pub shards_failed: u64,
+    pub pairs: u64,
+}
+
+async fn connect(o: &WorkerOptions) -> Result<CoordinatorClient<Channel>, WorkerError> {
+    let mut delay = Duration::from_millis(200);
+    let mut last = String::new();
+    for _ in 0..o.connect_attempts.max(1) {
+        match CoordinatorClient::connect(o.coordinator.clone()).await {
+            Ok(c) => return Ok(c),
+            Err(e) => {
+                last = e.to_string();
+                tracing::warn!(coordinator = %o.coordinator, error = %e, "coordinator unreachable; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+    Err(WorkerError::Unreachable {
+        url: o.coordinator.clone(),
+        attempts: o.connect_attempts,
+        message: last,
+    })
+}
+
+/// Calls the coordinator, reconnecting with backoff on transport errors.
+macro_rules! call {
+    ($client:expr, $opts:expr, $method:ident, $req:expr) => {{
+        let mut tries = 0u32;
+        let req = $req;
+        loop {
+            match $client.$method(req.clone()).await {
+                Ok(r) => break Ok(r.into_inner()),
+                Err(s) if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown) && tries < $opts.connect_attempts => {
+                    tries += 1;
+                    tracing::warn!(error = %s, "coordinator call failed; reconnecting");
+                    tokio::time::sleep(Duration::from_millis(200 * (1 << tries.min(5)))).await;
+                    if let Ok(c) = connect($opts).await {
+                        $client = c;
+                    }
+                }
+                Err(s) => break Err(WorkerError::Refused(s.message().to_string())),
+            }
+        }
+    }};
+}
+
+/// Runs until the job is done or `stop` is set.
+pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummary, WorkerError> {
+    let mut client = connect(&o).await?;
+    let reg = call!(
+        client,
+        &o,
+        register_worker,
+        pb::RegisterWorkerRequest {
+            name: o.name.clone(),
+            device: "cpu".into(),
+            slots: 1,
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
+    )?;
+    let cfg = JobConfig::parse(&reg.config_toml, std::path::Path::new("<from coordinator>"))
+        .map_err(|e| WorkerError::Config(e.to_string()))?;
+    let worker_id = reg.worker_id.clone();
+    tracing::info!(worker = %worker_id, job = %reg.job_id, "registered");
+
+    let device: Device = cfg.model.device.parse().map_err(WorkerError::Config)?;
+    let load = LoadOptions {
+        device,
+        threads: cfg.model.threads,
+        quantized: cfg.model.quantized,
+        ..LoadOptions::default()
+    };
+    let model_dir = std::path::PathBuf::from(&cfg.model.dir);
+    let translator = tokio::task::spawn_blocking(move || Translator::load(&model_dir, &load))
+        .await
+        .map_err(|e| WorkerError::Config(e.to_string()))??;
+    let model_sha = model_checksum(&translator);
+    let vectors = match &cfg.scoring.vectors {
+        Some(p) => {
+            let p = std::path::PathBuf::from(p);
+            let (v, report) = tokio::task::spawn_blocking(move || Vectors::load(&p))
+                .await
+                .map_err(|e| WorkerError::Config(e.to_string()))??;
+            tracing::info!(
+                words = report.loaded,
+                skipped = report.wrong_dimension + report.unparsable,
+                "vectors loaded"
+            );
+            Some(Arc::new(v))
+        }
+        None => None,
+    };
+    let storage = Storage::open(&cfg.job.output)?;
+    let gen = GenerateOptions {
+        num_beams: cfg.model.beam,
+        max_new_tokens: cfg.model.max_new_tokens,
+        batch_size: cfg.model.batch_size,
+        ..GenerateOptions::default()
+    };
+    let metadata: Vec<(&'static str, String)> = vec![
+        (
+            paraforge_core::schema::meta::VERSION,
+            env!("CARGO_PKG_VERSION").to_string(),
+        ),
+        (paraforge_core::schema::meta::MODEL, cfg.model.dir.clone()),
+        (paraforge_core::schema::meta::MODEL_SHA256, model_sha),
+        (
+            paraforge_core::schema::meta::CONFIG,
+            reg.config_toml.clone(),
+        ),
+    ];
+    let translator = Arc::new(std::sync::Mutex::new(translator));
+    let heartbeat_every = Duration::from_millis(reg.heartbeat_interval_ms.max(100) as u64);
+    let mut summary = WorkerSummary::default();
+
+    while !stop.load(Ordering::Relaxed) {
+        let r = call!(
+            client,
+            &o,
+            lease_shard,
+            pb::LeaseShardRequest {
+                worker_id: worker_id.clone()
+            }
+        )?;
+        let lease = match r.result {
+            Some(lease_shard_response::Result::Lease(l)) => l,
+            Some(lease_shard_response::Result::RetryAfterMs(ms)) => {
+                tokio::time::sleep(Duration::from_millis(ms.clamp(50, 5000) as u64)).await;
+                continue;
+            }
+            Some(lease_shard_response::Result::Done(_)) | None => break,
+        };
+        let Some(spec) = lease.shard.clone() else {
+            continue;
+        };
+        let idx = cfg
+            .input
+            .paths
+            .iter()
+            .position(|p| *p == spec.input_url)
+            .unwrap_or(0);
+        let input = ShardInput {
+            path: spec
+                .input_url
+                .strip_prefix("file://")
+                .unwrap_or(&spec.input_url)
+                .to_string(),
+            format: cfg.format(idx),
+            byte_start: spec.byte_start,
+            byte_end: spec.byte_end,
+            first_line: spec.first_line,
+            lines: if spec.byte_end == 0 {
+                spec.take_records
+            } else {
+                0
+            },
+            max_chars: cfg.input.max_chars,
+        };
+        tracing::info!(worker = %worker_id, shard = spec.shard_id, token = lease.lease_token, "processing shard");
+
+        // Heartbeats run beside the shard; a revoked lease cancels it.
+        let progress = Arc::new(Progress::default());
+        let revoked = Arc::new(AtomicBool::new(false));
+        let hb = {
+            let (mut c, o2, wid, progress, revoked) = (
+                client.clone(),
+                o.clone(),
+                worker_id.clone(),
+                progress.clone(),
+                revoked.clone(),
+            );
+            let (shard_id, token) = (spec.shard_id, lease.lease_token);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(heartbeat_every).await;
+                    let req = pb::HeartbeatRequest {
+                        worker_id: wid.clone(),
+                        leases: vec![pb::LeaseProgress {
+                            shard_id,
+                            lease_token: token,
+                            progress: Some(pb::Progress {
+                                records_read: progress.records.load(Ordering::Relaxed),
+                                pairs_written: progress.pairs.load(Ordering::Relaxed),
+                                rejects: progress.rejects.load(Ordering::Relaxed),
+                            }),
+                        }],
+                    };
+                    match call!(c, &o2, heartbeat, req) {
+                        Ok(r) if r.revoked_tokens.contains(&token) => {
+                            tracing::warn!(
+                                shard = shard_id,
+                                token,
+                                "lease revoked; abandoning the shard"
+                            );
+                            revoked.store(true, Ordering::Relaxed);
+                            return;
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+                    }
+                }
+            })
+        };
+        let result = {
+            let (t, v, gen, md, progress, revoked) = (
+                translator.clone(),
+                vectors.clone(),
+                gen.clone(),
+                metadata.clone(),
+                progress.clone(),
+                revoked.clone(),
+            );
+            tokio::task::spawn_blocking(move || {
+                let mut t = t.lock().unwrap_or_else(|p| p.into_inner());
+                let md: Vec<(&str, String)> = md.iter().map(|(k, v)| (*k, v.clone())).collect();
+                process(&input, &mut t, &gen, v.as_deref(), &md, &progress, &|| {
+                    revoked.load(Ordering::Relaxed)
+                })
+            })
+            .await
+        };
+        hb.abort();
+        let out = match result {
+            Ok(Ok(out)) => out,
+            Ok(Err(e)) => {
+                summary.shards_failed += 1;
+                let _ = call!(
+                    client,
+                    &o,
+                    fail_shard,
+                    pb::FailShardRequest {
+                        worker_id: worker_id.clone(),
+                        shard_id: spec.shard_id,
+                        lease_token: lease.lease_token,
+                        reason: e.to_string(),
+                        retryable: e.retryable(),
+                    }
+                );
+                continue;
+            }
+            Err(join) => {
+                summary.shards_failed += 1;
+                let _ = call!(
+                    client,
+                    &o,
+                    fail_shard,
+                    pb::FailShardRequest {
+                        worker_id: worker_id.clone(),
+                        shard_id: spec.shard_id,
+                        lease_token: lease.lease_token,
+                        reason: format!("worker task failed: {join}"),
+                        retryable: true,
+                    }
+                );
+                continue;
+            }
+        };
+        // The token is in the names, so attempts never overwrite each other;
+        // the coordinator's manifest names the one committed attempt.
+        let pq = format!(
+            "shard={:06}/part-t{:08}.parquet",
+            spec.shard_id, lease.lease_token
+        );
+        let rj = format!(
+            "_rejects/shard={:06}/rejects-t{:08}.jsonl",
+            spec.shard_id, lease.lease_token
+        );
+        let (pq_len, rj_len) = (out.parquet.len() as u64, out.rejects_jsonl.len() as u64);
+        let rj_sha = hex_sha(&out.rejects_jsonl);
+        storage.put(&pq, out.parquet.into()).await?;
+        storage.put(&rj, out.rejects_jsonl.into()).await?;
+        let files = vec![
+            pb::OutputFile {
+                path: pq.clone(),
+                rows: out.pairs,
+                bytes: pq_len,
+                sha256: out.parquet_sha256.clone(),
+                kind: "pairs".into(),
+            },
+            pb::OutputFile {
+                path: rj.clone(),
+                rows: out.rejects,
+                bytes: rj_len,
+                sha256: rj_sha,
+                kind: "rejects".into(),
+            },
+        ];
+        let done = call!(
+            client,
+            &o,
+            complete_shard,
+            pb::CompleteShardRequest {
+                worker_id: worker_id.clone(),
+                shard_id: spec.shard_id,
+                lease_token: lease.lease_token,
+                files,
+                totals: Some(pb::Progress {
+                    records_read: out.pairs + out.rejects,
+                    pairs_written: out.pairs,
+                    rejects: out.rejects,
+                }),
+            }
+        )?;
+        if done.accepted {
+            summary.shards_committed += 1;
+            summary.pairs += out.pairs;
+        } else {
+            // A stale attempt: its files are not ours to keep.
+            summary.shards_refused += 1;
+            tracing::warn!(shard = spec.shard_id, reason = %done.reason, "completion refused; removing this attempt's files");
+            let _ = storage.delete(&pq).await;
+            let _ = storage.delete(&rj).await;
+        }
+    }
+    Ok(summary)
+}
+
+fn hex_sha(b: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(b))
+}
+
+/// sha256 over the model's ONNX files, for the Parquet metadata.
+fn model_checksum(t: &Translator) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for f in t.model_files() {
+        if let Ok(bytes) = std::fs::read(f) {
+            h.update(&bytes);
+        }
+    }
+    hex::encode(h.finalize())
+}
