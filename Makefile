@@ -35,19 +35,12 @@ ort: $(ORT_LIB)
 build:
 	$(CARGO) build --release -p paraforge
 
-DEMO_DIR := $(CURDIR)/.cache/demo
+# The main job end to end: coordinator + 2 local workers over loopback gRPC,
+# back-translating the bundled sample with the bundled model, scoring, Parquet
+# in out/demo, then bins and a summary. Re-running starts afresh.
 demo: $(ORT_LIB) build
-	@mkdir -p $(DEMO_DIR)
-	head -n 200 data/sample/czeng16-heldout.cs-en.tsv | cut -f3 > $(DEMO_DIR)/cs.txt
-	head -n 200 data/sample/czeng16-heldout.cs-en.tsv | cut -f4 > $(DEMO_DIR)/reference.en
-	target/release/paraforge translate --model models/tiny-cs-en --beam 12 --scores \
-		$(DEMO_DIR)/cs.txt -o $(DEMO_DIR)/translation.tsv
-	@echo
-	@echo "reference | back-translation (score)"
-	@paste -d '\t' $(DEMO_DIR)/reference.en $(DEMO_DIR)/translation.tsv | head -n 15 | \
-		awk -F '\t' '{ printf "%s\n  -> %s  (%s)\n", $$1, $$3, $$2 }'
-	@echo
-	@echo "all 200: $(DEMO_DIR)/translation.tsv"
+	rm -rf out/demo
+	target/release/paraforge run --config pipeline-configs/demo.toml
 
 test: $(ORT_LIB)
 	$(CARGO) test --workspace --all-targets

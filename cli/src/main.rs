@@ -1,6 +1,7 @@
 //! `paraforge`: the one binary users run.
 
 mod dataset;
+mod pipeline;
 mod translate;
 
 use anyhow::Result;
@@ -27,6 +28,14 @@ struct Cli {
 enum Command {
     /// Translate sentences (one per line) with a MarianMT ONNX model.
     Translate(translate::Args),
+    /// Run a whole job on this machine: a coordinator and local workers.
+    Run(pipeline::RunArgs),
+    /// Serve a job's shards to workers (gRPC), with metrics over HTTP.
+    Coordinator(pipeline::CoordinatorArgs),
+    /// Lease shards from a coordinator and process them until the job is done.
+    Worker(pipeline::WorkerArgs),
+    /// Print a running job's progress.
+    Status(pipeline::StatusArgs),
     /// Cut scored pairs into para_score ranges, deciles and the training sample.
     Bin(dataset::BinArgs),
     /// Statistics and figures of a scored corpus (Markdown, HTML, SVG).
@@ -38,6 +47,10 @@ fn main() {
     init_logging(&cli.log, cli.log_json);
     let result: Result<()> = match cli.command {
         Command::Translate(a) => translate::run(a),
+        Command::Run(a) => pipeline::run(a),
+        Command::Coordinator(a) => pipeline::coordinator(a),
+        Command::Worker(a) => pipeline::worker(a),
+        Command::Status(a) => pipeline::status(a),
         Command::Bin(a) => dataset::bin(a),
         Command::Report(a) => dataset::report(a),
     };

@@ -1,0 +1,372 @@
+//! `paraforge run`, `coordinator`, `worker` and `status`.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use paraforge_coordinator::run::{finalize, start, Running};
+use paraforge_core::config::JobConfig;
+use paraforge_core::proto::coordinator_client::CoordinatorClient;
+use paraforge_core::proto::JobStatusRequest;
+use paraforge_core::storage::Storage;
+use paraforge_worker::node::{run as run_worker, WorkerOptions};
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The job configuration (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    /// Local workers (default: [workers].local of the config).
+    #[arg(long)]
+    workers: Option<usize>,
+}
+
+#[derive(clap::Args)]
+pub struct CoordinatorArgs {
+    #[arg(long)]
+    config: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub struct WorkerArgs {
+    /// The coordinator's gRPC URL, e.g. http://10.0.0.5:50051.
+    #[arg(long, env = "PARAFORGE_COORDINATOR")]
+    coordinator: String,
+    /// This worker's name in the coordinator's status (default: host name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Attempts to reach the coordinator before giving up (with backoff).
+    #[arg(long, default_value_t = 30)]
+    connect_attempts: u32,
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    #[arg(long, env = "PARAFORGE_COORDINATOR")]
+    coordinator: String,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn load(path: &PathBuf) -> Result<JobConfig> {
+    JobConfig::load(path).map_err(anyhow::Error::from)
+}
+
+/// Sets `stop` on Ctrl-C or SIGTERM.
+fn stop_on_signal(stop: Arc<AtomicBool>) {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::warn!("stop requested: finishing current shards, leasing no more");
+        stop.store(true, Ordering::Relaxed);
+    });
+}
+
+async fn wait_finished(c: &Running, bar: Option<&ProgressBar>, stop: &AtomicBool) {
+    loop {
+        let s = paraforge_coordinator::service::status(&c.shared);
+        if let Some(b) = bar {
+            b.set_length(s.shards_total);
+            b.set_position(s.shards_committed + s.shards_failed);
+            b.set_message(format!(
+                "{} pairs, {:.1} pairs/s, eta {}",
+                s.pairs_written,
+                s.pairs_per_second,
+                if s.eta_seconds >= 0.0 {
+                    format!("{:.0}s", s.eta_seconds)
+                } else {
+                    "-".into()
+                }
+            ));
+        }
+        if s.finished || stop.load(Ordering::Relaxed) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn finish(cfg: &JobConfig, c: Running) -> Result<()> {
+    let storage = Storage::open(&cfg.job.output)?;
+    let m = finalize(&c.shared, &storage).await?;
+    c.stop().await;
+    println!(
+        "job {}: {} of {} shards committed, {} failed; {} pairs, {} rejected lines; output {}",
+        m.job,
+        m.shards_committed,
+        m.shards_total,
+        m.shards_failed.len(),
+        m.pairs,
+        m.rejects,
+        cfg.job.output
+    );
+    for (shard, reason) in &m.shards_failed {
+        println!("  shard {shard} failed: {reason}");
+    }
+    if !m.removed_uncommitted.is_empty() {
+        println!(
+            "  removed {} files of uncommitted attempts",
+            m.removed_uncommitted.len()
+        );
+    }
+    if !cfg.job.output.contains("://") {
+        summarize(&PathBuf::from(&cfg.job.output)).context("reading the output back")?;
+    }
+    if let Some(b) = &cfg.bins {
+        if cfg.job.output.contains("://") {
+            println!("  bins: run `paraforge bin` on a local copy (object-store inputs to bin are not supported yet)");
+        } else {
+            // Under `_bins`, which Hive-style readers of the output skip.
+            let out = b
+                .output
+                .clone()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(&cfg.job.output).join("_bins"));
+            let mut o = paraforge_dataset::bins::BinOptions::new(
+                PathBuf::from(&cfg.job.output),
+                out.clone(),
+            );
+            o.deciles = b.deciles.clone();
+            o.train_sample = b.train_sample;
+            o.dedup = b.dedup;
+            let bm = paraforge_dataset::bins::run(&o).context("binning the output")?;
+            println!(
+                "  bins: {} pairs in {} ({:?})",
+                bm.kept_rows,
+                out.display(),
+                bm.ranges
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Mean scores over the output and a few example rows.
+fn summarize(out: &std::path::Path) -> Result<()> {
+    use arrow_array::{Array, Float32Array, StringArray};
+    use paraforge_core::schema::{col, column, dataset_files, PairReader};
+    let (mut n, mut para, mut para_n, mut tri, mut ts) = (0u64, 0f64, 0u64, 0f64, 0f64);
+    let mut examples = Vec::new();
+    for f in dataset_files(out)? {
+        for b in PairReader::open(
+            &f,
+            &[
+                col::REFERENCE,
+                col::TRANSLATION,
+                col::PARA_SCORE,
+                col::TRIGRAM_OVERLAP,
+            ],
+        )? {
+            let b = b?;
+            let r = column::<StringArray>(&b, col::REFERENCE, &f)?;
+            let t = column::<StringArray>(&b, col::TRANSLATION, &f)?;
+            let p = column::<Float32Array>(&b, col::PARA_SCORE, &f)?;
+            let g = column::<Float32Array>(&b, col::TRIGRAM_OVERLAP, &f)?;
+            let s = column::<Float32Array>(&b, col::TRANSLATION_SCORE, &f)?;
+            for i in 0..b.num_rows() {
+                n += 1;
+                if !p.is_null(i) {
+                    para += p.value(i) as f64;
+                    para_n += 1;
+                }
+                tri += g.value(i) as f64;
+                ts += s.value(i) as f64;
+                if examples.len() < 5 && i % 97 == 3 {
+                    let ps = if p.is_null(i) {
+                        "null".to_string()
+                    } else {
+                        format!("{:.3}", p.value(i))
+                    };
+                    examples.push(format!(
+                        "  {}\n    -> {}   (para {ps}, trigram {:.2}, score {:.2})",
+                        r.value(i),
+                        t.value(i),
+                        g.value(i),
+                        s.value(i)
+                    ));
+                }
+            }
+        }
+    }
+    let n_f = n.max(1) as f64;
+    println!(
+        "  mean para_score {:.3}, mean trigram overlap {:.3}, mean translation score {:.3} over {n} pairs",
+        para / para_n.max(1) as f64,
+        tri / n_f,
+        ts / n_f
+    );
+    println!("  examples (reference -> back-translation):");
+    for e in examples {
+        println!("{e}");
+    }
+    Ok(())
+}
+
+pub fn run(a: RunArgs) -> Result<()> {
+    let cfg = load(&a.config)?;
+    let n = a.workers.unwrap_or(cfg.workers.local).max(1);
+    runtime()?.block_on(async move {
+        let c = start(&cfg, None, None)
+            .await
+            .context("starting the coordinator")?;
+        let url = format!("http://{}", c.grpc_addr);
+        let stop = Arc::new(AtomicBool::new(false));
+        stop_on_signal(stop.clone());
+        let workers: Vec<_> = (0..n)
+            .map(|i| {
+                let o = WorkerOptions {
+                    coordinator: url.clone(),
+                    name: format!("local-{i}"),
+                    connect_attempts: 10,
+                };
+                tokio::spawn(run_worker(o, stop.clone()))
+            })
+            .collect();
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} shards {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        let never = AtomicBool::new(false);
+        let watch = wait_finished(&c, Some(&bar), &never);
+        let all = futures_join(workers);
+        let (_, results) = tokio::join!(watch, all);
+        bar.finish_and_clear();
+        for r in results {
+            match r {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => eprintln!("paraforge: a worker stopped: {e}"),
+                Err(e) => eprintln!("paraforge: a worker task failed: {e}"),
+            }
+        }
+        if stop.load(Ordering::Relaxed) {
+            let s = paraforge_coordinator::service::status(&c.shared);
+            c.stop().await;
+            println!(
+                "stopped: {} of {} shards committed; run the same command to resume",
+                s.shards_committed, s.shards_total
+            );
+            return Ok(());
+        }
+        finish(&cfg, c).await
+    })
+}
+
+async fn futures_join<T>(
+    hs: Vec<tokio::task::JoinHandle<T>>,
+) -> Vec<Result<T, tokio::task::JoinError>> {
+    let mut out = Vec::with_capacity(hs.len());
+    for h in hs {
+        out.push(h.await);
+    }
+    out
+}
+
+pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
+    let cfg = load(&a.config)?;
+    runtime()?.block_on(async move {
+        let c = start(&cfg, None, None)
+            .await
+            .context("starting the coordinator")?;
+        println!(
+            "coordinator for job {} on grpc://{} (metrics http://{}/metrics)",
+            cfg.job.name, c.grpc_addr, c.http_addr
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        stop_on_signal(stop.clone());
+        wait_finished(&c, None, &stop).await;
+        if stop.load(Ordering::Relaxed) {
+            c.stop().await;
+            println!("stopped; the state is kept: start again to resume");
+            return Ok(());
+        }
+        // Let workers see `done` before the service goes away.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        finish(&cfg, c).await
+    })
+}
+
+pub fn worker(a: WorkerArgs) -> Result<()> {
+    let name = a
+        .name
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "worker".into());
+    runtime()?.block_on(async move {
+        let stop = Arc::new(AtomicBool::new(false));
+        stop_on_signal(stop.clone());
+        let o = WorkerOptions {
+            coordinator: a.coordinator.clone(),
+            name,
+            connect_attempts: a.connect_attempts,
+        };
+        let s = run_worker(o, stop)
+            .await
+            .with_context(|| format!("worker for {}", a.coordinator))?;
+        println!(
+            "worker done: {} shards committed, {} refused (stale), {} failed; {} pairs",
+            s.shards_committed, s.shards_refused, s.shards_failed, s.pairs
+        );
+        Ok(())
+    })
+}
+
+pub fn status(a: StatusArgs) -> Result<()> {
+    runtime()?.block_on(async move {
+        let mut c = CoordinatorClient::connect(a.coordinator.clone())
+            .await
+            .with_context(|| format!("connecting to the coordinator at {}", a.coordinator))?;
+        let s = c
+            .job_status(JobStatusRequest {})
+            .await
+            .context("asking for the job status")?
+            .into_inner();
+        println!(
+            "job {} ({})",
+            s.job_id,
+            if s.finished { "finished" } else { "running" }
+        );
+        println!(
+            "shards: {} total, {} committed, {} leased, {} pending, {} failed",
+            s.shards_total, s.shards_committed, s.shards_leased, s.shards_pending, s.shards_failed
+        );
+        println!(
+            "pairs: {} written, {} rejected lines",
+            s.pairs_written, s.rejects
+        );
+        let eta = if s.eta_seconds >= 0.0 {
+            format!("{:.0} s", s.eta_seconds)
+        } else {
+            "unknown".into()
+        };
+        println!("throughput: {:.1} pairs/s, eta {eta}", s.pairs_per_second);
+        println!("workers: {}", s.workers.len());
+        for f in &s.failed {
+            println!(
+                "  shard {} failed after {} attempts: {}",
+                f.shard_id, f.attempts, f.reason
+            );
+        }
+        println!("output: {}", s.output_url);
+        Ok(())
+    })
+}
