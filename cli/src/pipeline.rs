@@ -56,7 +56,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-fn load(path: &PathBuf) -> Result<JobConfig> {
+fn load(path: &std::path::Path) -> Result<JobConfig> {
     JobConfig::load(path).map_err(anyhow::Error::from)
 }
 
