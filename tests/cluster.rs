@@ -162,3 +162,98 @@ async fn three_workers_write_each_valid_pair_exactly_once() {
     let rej: usize = manifest.rejects_files.iter().map(|f| f.rows as usize).sum();
     assert_eq!(rej, rejects);
 }
+
+fn free_port() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// A worker that dies holding a lease (it never heartbeats nor completes),
+/// and a coordinator stopped and restarted mid-job on the same state file:
+/// the job still ends with every valid pair exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
+    use paraforge_core::proto::coordinator_client::CoordinatorClient;
+    use paraforge_core::proto::{lease_shard_response, LeaseShardRequest, RegisterWorkerRequest};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cfg, valid_ids, _) = job(dir.path(), 2000);
+    cfg.job.lease_seconds = 5;
+    let grpc = free_port();
+    let url = format!("http://{grpc}");
+    let coord = start(&cfg, Some(grpc), Some("127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap();
+
+    // The doomed worker leases shard 0 and vanishes.
+    let mut c = CoordinatorClient::connect(url.clone()).await.unwrap();
+    let id = c
+        .register_worker(RegisterWorkerRequest {
+            name: "doomed".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker_id;
+    let r = c
+        .lease_shard(LeaseShardRequest { worker_id: id })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(matches!(
+        r.result,
+        Some(lease_shard_response::Result::Lease(_))
+    ));
+    drop(c);
+
+    // A real worker starts; after two committed shards the coordinator stops.
+    let stop = Arc::new(AtomicBool::new(false));
+    let opts = |name: &str| WorkerOptions {
+        coordinator: url.clone(),
+        name: name.into(),
+        connect_attempts: 20,
+    };
+    let w1 = tokio::spawn(run_worker(opts("w1"), stop.clone()));
+    loop {
+        let s = paraforge_coordinator::service::status(&coord.shared);
+        if s.shards_committed >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = paraforge_coordinator::service::status(&coord.shared).shards_committed;
+    coord.stop().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let coord = start(&cfg, Some(grpc), Some("127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap();
+    let after = paraforge_coordinator::service::status(&coord.shared);
+    assert!(
+        after.shards_committed >= before,
+        "committed shards survive the restart"
+    );
+    let w2 = tokio::spawn(run_worker(opts("w2"), stop.clone()));
+    for w in [w1, w2] {
+        tokio::time::timeout(Duration::from_secs(600), w)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+    let storage = Storage::open(&cfg.job.output).unwrap();
+    let manifest = finalize(&coord.shared, &storage).await.unwrap();
+    coord.stop().await;
+    assert_eq!(
+        manifest.shards_committed, manifest.shards_total,
+        "failed: {:?}",
+        manifest.shards_failed
+    );
+    let rows = read_output(Path::new(&cfg.job.output));
+    let mut ids: Vec<String> = rows.into_iter().map(|r| r.0).collect();
+    ids.sort();
+    let mut want = valid_ids;
+    want.sort();
+    assert_eq!(ids, want, "every valid pair exactly once");
+}

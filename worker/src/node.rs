@@ -27,6 +27,9 @@ pub enum WorkerError {
     },
     #[error("coordinator refused: {0}")]
     Refused(String),
+    /// The coordinator does not know this worker (it restarted): register again.
+    #[error("coordinator does not know this worker: {0}")]
+    UnknownWorker(String),
     #[error("job configuration from the coordinator: {0}")]
     Config(String),
     #[error("loading the model: {0}")]
@@ -90,6 +93,9 @@ macro_rules! call {
                         $client = c;
                     }
                 }
+                Err(s) if s.code() == tonic::Code::NotFound && s.message().contains("unknown worker") => {
+                    break Err(WorkerError::UnknownWorker(s.message().to_string()))
+                }
                 Err(s) => break Err(WorkerError::Refused(s.message().to_string())),
             }
         }
@@ -99,20 +105,10 @@ macro_rules! call {
 /// Runs until the job is done or `stop` is set.
 pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummary, WorkerError> {
     let mut client = connect(&o).await?;
-    let reg = call!(
-        client,
-        &o,
-        register_worker,
-        pb::RegisterWorkerRequest {
-            name: o.name.clone(),
-            device: "cpu".into(),
-            slots: 1,
-            version: env!("CARGO_PKG_VERSION").into(),
-        }
-    )?;
+    let reg = call!(client, &o, register_worker, register_request(&o))?;
     let cfg = JobConfig::parse(&reg.config_toml, std::path::Path::new("<from coordinator>"))
         .map_err(|e| WorkerError::Config(e.to_string()))?;
-    let worker_id = reg.worker_id.clone();
+    let mut worker_id = reg.worker_id.clone();
     tracing::info!(worker = %worker_id, job = %reg.job_id, "registered");
 
     let device: Device = cfg.model.device.parse().map_err(WorkerError::Config)?;
@@ -166,14 +162,24 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
     let mut summary = WorkerSummary::default();
 
     while !stop.load(Ordering::Relaxed) {
-        let r = call!(
+        let r = match call!(
             client,
             &o,
             lease_shard,
             pb::LeaseShardRequest {
                 worker_id: worker_id.clone()
             }
-        )?;
+        ) {
+            Ok(r) => r,
+            Err(WorkerError::UnknownWorker(_)) => {
+                // A restarted coordinator: register again, same job.
+                let again = call!(client, &o, register_worker, register_request(&o))?;
+                tracing::warn!(old = %worker_id, new = %again.worker_id, "coordinator restarted; registered again");
+                worker_id = again.worker_id;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let lease = match r.result {
             Some(lease_shard_response::Result::Lease(l)) => l,
             Some(lease_shard_response::Result::RetryAfterMs(ms)) => {
@@ -337,7 +343,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                 kind: "rejects".into(),
             },
         ];
-        let done = call!(
+        let done = match call!(
             client,
             &o,
             complete_shard,
@@ -352,7 +358,15 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                     rejects: out.rejects,
                 }),
             }
-        )?;
+        ) {
+            Ok(d) => d,
+            // The coordinator restarted while we worked: the lease is gone.
+            Err(WorkerError::UnknownWorker(m)) => pb::CompleteShardResponse {
+                accepted: false,
+                reason: m,
+            },
+            Err(e) => return Err(e),
+        };
         if done.accepted {
             summary.shards_committed += 1;
             summary.pairs += out.pairs;
@@ -365,6 +379,15 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
         }
     }
     Ok(summary)
+}
+
+fn register_request(o: &WorkerOptions) -> pb::RegisterWorkerRequest {
+    pb::RegisterWorkerRequest {
+        name: o.name.clone(),
+        device: "cpu".into(),
+        slots: 1,
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
 }
 
 fn hex_sha(b: &[u8]) -> String {
