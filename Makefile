@@ -19,7 +19,7 @@ VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build ort test demo lint fmt venv fixtures bench-nmt bench-score bench-bins clean-ort
+.PHONY: all build ort testenv test demo lint fmt venv fixtures bench-nmt bench-score bench-bins clean-ort
 
 all: build
 
@@ -42,8 +42,17 @@ demo: $(ORT_LIB) build
 	rm -rf out/demo
 	target/release/paraforge run --config pipeline-configs/demo.toml
 
-test: $(ORT_LIB)
-	$(CARGO) test --workspace --all-targets
+# A small Python environment for the interop tests (pyarrow and DuckDB read
+# our Parquet; moto serves S3 locally). Tests skip, saying why, without it.
+TESTENV := $(CURDIR)/.cache/testenv
+testenv: $(TESTENV)/.done
+$(TESTENV)/.done:
+	$(PYTHON) -m venv $(TESTENV)
+	$(TESTENV)/bin/pip install --quiet pyarrow duckdb "moto[server]" && touch $@ || \
+		echo "testenv: could not install pyarrow/duckdb/moto; interop and S3 tests will be skipped"
+
+test: $(ORT_LIB) testenv
+	PARAFORGE_TEST_PYTHON=$(TESTENV)/bin/python $(CARGO) test --workspace --all-targets
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all -- --check
 

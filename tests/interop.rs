@@ -1,0 +1,204 @@
+//! The output read by other tools (pyarrow and DuckDB read the Hive-style
+//! directory as one table) and written to S3 (a moto server started here).
+//! Both need the small Python environment `make testenv` builds; without it
+//! they say so and pass (the rest of the suite does not depend on them).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use paraforge_coordinator::run::{finalize, start};
+use paraforge_core::config::JobConfig;
+use paraforge_core::storage::Storage;
+use paraforge_tests::repo_root;
+use paraforge_worker::node::{run as run_worker, WorkerOptions};
+
+fn python() -> Option<PathBuf> {
+    let p = std::env::var_os("PARAFORGE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".cache/testenv/bin/python"));
+    p.is_file().then_some(p)
+}
+
+fn config(dir: &Path, output: &str, state: Option<&Path>) -> JobConfig {
+    let input = dir.join("input.tsv");
+    let sample =
+        std::fs::read_to_string(repo_root().join("data/sample/czeng16-heldout.cs-en.tsv")).unwrap();
+    std::fs::write(
+        &input,
+        sample.lines().take(600).collect::<Vec<_>>().join("\n") + "\n",
+    )
+    .unwrap();
+    let root = repo_root();
+    let state = state
+        .map(|s| format!("\n[coordinator]\nstate = \"{}\"\n", s.display()))
+        .unwrap_or_default();
+    let text = format!(
+        "[job]\nname = \"interop\"\noutput = \"{output}\"\nshard_pairs = 200\n[input]\npaths = [\"{}\"]\nformat = \"czeng16\"\n[model]\ndir = \"{}\"\nbeam = 2\nmax_new_tokens = 24\nthreads = 1\n[scoring]\nvectors = \"{}\"\n{state}",
+        input.display(),
+        root.join("models/tiny-cs-en").display(),
+        root.join("data/vectors/glove.6B.50d.top25k.txt.gz").display(),
+    );
+    JobConfig::parse(&text, Path::new("interop.toml")).unwrap()
+}
+
+async fn run_job(cfg: &JobConfig) -> paraforge_coordinator::run::Manifest {
+    let coord = start(
+        cfg,
+        Some("127.0.0.1:0".parse().unwrap()),
+        Some("127.0.0.1:0".parse().unwrap()),
+    )
+    .await
+    .unwrap();
+    let o = WorkerOptions {
+        coordinator: format!("http://{}", coord.grpc_addr),
+        name: "w".into(),
+        connect_attempts: 5,
+    };
+    run_worker(o, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
+    let m = finalize(&coord.shared, &Storage::open(&cfg.job.output).unwrap())
+        .await
+        .unwrap();
+    coord.stop().await;
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pyarrow_and_duckdb_read_the_output_as_one_table() {
+    let Some(py) = python() else {
+        eprintln!("SKIPPED: no Python test environment (run `make testenv`)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let cfg = config(dir.path(), out.to_str().unwrap(), None);
+    let m = run_job(&cfg).await;
+    assert_eq!(m.pairs, 600);
+    let script = r#"
+import sys, pyarrow.dataset as ds, duckdb
+root = sys.argv[1]
+t = ds.dataset(root, format="parquet", partitioning="hive").to_table()
+assert t.num_rows == 600, t.num_rows
+assert len(set(t.column("id").to_pylist())) == 600
+assert "shard" in t.column_names and "trigram_overlap" in t.column_names
+n, ids, mean = duckdb.sql(f"select count(*), count(distinct id), avg(trigram_overlap) from read_parquet('{root}/shard=*/*.parquet', hive_partitioning=true)").fetchall()[0]
+assert (n, ids) == (600, 600), (n, ids)
+print("ok", t.num_rows, n, round(mean, 4))
+"#;
+    let o = Command::new(py)
+        .arg("-c")
+        .arg(script)
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.starts_with("ok 600 600"), "{stdout}");
+}
+
+struct Moto(Child);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pipeline_writes_to_s3_through_object_store() {
+    let Some(py) = python() else {
+        eprintln!("SKIPPED: no Python test environment (run `make testenv`)");
+        return;
+    };
+    let moto_bin = py.with_file_name("moto_server");
+    if !moto_bin.is_file() {
+        eprintln!("SKIPPED: moto_server is not installed in the test environment");
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _moto = Moto(
+        Command::new(&moto_bin)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let endpoint = format!("http://127.0.0.1:{port}");
+    // Wait for it, then create the bucket (moto takes an unsigned PUT).
+    let mut up = false;
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            up = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if !up {
+        eprintln!("SKIPPED: moto_server did not start");
+        return;
+    }
+    let made = Command::new(&py)
+        .arg("-c")
+        .arg(format!("import urllib.request as u; u.urlopen(u.Request('{endpoint}/paraforge-test', method='PUT')).read()"))
+        .status()
+        .unwrap();
+    assert!(made.success(), "creating the bucket on moto");
+    // Safety: set before any S3 client exists in this test binary.
+    unsafe {
+        std::env::set_var("AWS_ENDPOINT_URL", &endpoint);
+        std::env::set_var("AWS_ACCESS_KEY_ID", "test");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
+        std::env::set_var("AWS_REGION", "us-east-1");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        "s3://paraforge-test/jobs/interop",
+        Some(&dir.path().join("state.redb")),
+    );
+    let m = run_job(&cfg).await;
+    assert_eq!((m.pairs, m.shards_committed), (600, 3));
+    let s3 = Storage::open("s3://paraforge-test/jobs/interop").unwrap();
+    let listed: Vec<String> = s3
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert!(
+        listed.contains(&"_SUCCESS".to_string()) && listed.contains(&"_manifest.json".to_string()),
+        "{listed:?}"
+    );
+    let mut rows = 0;
+    for f in &m.files {
+        let bytes = s3.get(&f.path).await.unwrap();
+        use sha2::Digest;
+        assert_eq!(
+            hex::encode(sha2::Sha256::digest(&bytes)),
+            f.sha256,
+            "{} checksum",
+            f.path
+        );
+        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .unwrap()
+            .build()
+            .unwrap();
+        rows += r.map(|b| b.unwrap().num_rows()).sum::<usize>();
+    }
+    assert_eq!(rows, 600);
+}
