@@ -19,7 +19,7 @@ VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build ort testenv test demo lint fmt venv fixtures bench-nmt bench-score bench-bins clean-ort
+.PHONY: all build ort testenv test demo lint fmt venv fixtures bench-nmt bench-score bench-bins bench-pipeline clean-ort
 
 all: build
 
@@ -92,6 +92,10 @@ bench-score: venv $(ORT_LIB) build
 bench-bins: $(ORT_LIB) build
 	$(CARGO) build --release -p paraforge-dataset --examples
 	tools/bench_bins.sh 10000000
+
+# `paraforge run` end to end against the engine alone.
+bench-pipeline: $(ORT_LIB) build
+	tools/bench_pipeline.sh
 
 clean-ort:
 	rm -rf $(CURDIR)/.cache/ort
