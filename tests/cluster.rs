@@ -216,7 +216,12 @@ async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
         connect_attempts: 20,
     };
     let w1 = tokio::spawn(run_worker(opts("w1"), stop.clone()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
     loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no shard committed in 300 s"
+        );
         let s = paraforge_coordinator::service::status(&coord.shared);
         if s.shards_committed >= 2 {
             break;
