@@ -262,3 +262,59 @@ async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
     want.sort();
     assert_eq!(ids, want, "every valid pair exactly once");
 }
+
+/// A stop request (what SIGTERM sets) lets a worker finish the shard it holds
+/// and lease no more: nothing stays leased, and another worker finishes the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopped_worker_finishes_its_shard_and_leases_no_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, valid_ids, _) = job(dir.path(), 1500);
+    let coord = start(
+        &cfg,
+        Some("127.0.0.1:0".parse().unwrap()),
+        Some("127.0.0.1:0".parse().unwrap()),
+    )
+    .await
+    .unwrap();
+    let url = format!("http://{}", coord.grpc_addr);
+    let opts = |name: &str| WorkerOptions {
+        coordinator: url.clone(),
+        name: name.into(),
+        connect_attempts: 5,
+    };
+    let stop1 = Arc::new(AtomicBool::new(false));
+    let w1 = tokio::spawn(run_worker(opts("w1"), stop1.clone()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while paraforge_coordinator::service::status(&coord.shared).shards_leased == 0 {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop1.store(true, std::sync::atomic::Ordering::Relaxed);
+    let s1 = tokio::time::timeout(Duration::from_secs(300), w1)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let mid = paraforge_coordinator::service::status(&coord.shared);
+    assert_eq!(
+        mid.shards_leased, 0,
+        "the stopped worker left nothing leased"
+    );
+    assert!(s1.shards_committed >= 1, "it finished the shard it held");
+    assert!(mid.shards_pending > 0, "and leased no more");
+    let w2 = tokio::spawn(run_worker(opts("w2"), Arc::new(AtomicBool::new(false))));
+    tokio::time::timeout(Duration::from_secs(300), w2)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let m = finalize(&coord.shared, &Storage::open(&cfg.job.output).unwrap())
+        .await
+        .unwrap();
+    coord.stop().await;
+    assert_eq!(m.pairs, valid_ids.len() as u64);
+    assert_eq!(
+        read_output(Path::new(&cfg.job.output)).len(),
+        valid_ids.len()
+    );
+}
