@@ -119,7 +119,6 @@ async fn status_json(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
 mod tests {
     use super::*;
     use crate::state::{JobState, ShardSpec};
-    use std::sync::Mutex;
     use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -152,15 +151,13 @@ mod tests {
         .unwrap();
         let l = state.lease("w", 0, 1000).unwrap().unwrap();
         state.complete(0, l.token, vec![], 3, 1).unwrap().unwrap();
-        let shared = Arc::new(Shared {
-            state: Mutex::new(state),
-            workers: Mutex::new(Vec::new()),
-            config_toml: String::new(),
-            output: "out".into(),
-            lease: Duration::from_secs(30),
-            heartbeat: Duration::from_secs(5),
-            started: std::time::Instant::now(),
-        });
+        let shared = Arc::new(Shared::new(
+            state,
+            String::new(),
+            "out".into(),
+            "cpu".into(),
+            Duration::from_secs(30),
+        ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server =

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use paraforge_core::config::JobConfig;
@@ -82,15 +82,13 @@ pub async fn start(
     let state = JobState::open(&path, &job_id, cfg.job.max_attempts, || {
         planned.take().unwrap_or_default()
     })?;
-    let shared = Arc::new(Shared {
-        state: Mutex::new(state),
-        workers: Mutex::new(Vec::new()),
-        config_toml: cfg.to_toml(),
-        output: cfg.job.output.clone(),
-        lease: Duration::from_secs(cfg.job.lease_seconds as u64),
-        heartbeat: Duration::from_secs((cfg.job.lease_seconds as u64 / 4).max(1)),
-        started: std::time::Instant::now(),
-    });
+    let shared = Arc::new(Shared::new(
+        state,
+        cfg.to_toml(),
+        cfg.job.output.clone(),
+        cfg.model.device.clone(),
+        Duration::from_secs(cfg.job.lease_seconds as u64),
+    ));
     let parse = |what: &'static str, s: &str| {
         s.parse::<SocketAddr>().map_err(|e| RunError::Bind {
             what,

@@ -51,9 +51,34 @@ pub struct Shared {
     pub workers: Mutex<Vec<WorkerInfo>>,
     pub config_toml: String,
     pub output: String,
+    /// The job's `model.device`, shown for workers that do not name theirs.
+    pub device: String,
     pub lease: Duration,
     pub heartbeat: Duration,
     pub started: std::time::Instant,
+}
+
+impl Shared {
+    /// Heartbeats come four times per lease, so one lost heartbeat never
+    /// costs a lease.
+    pub fn new(
+        state: JobState,
+        config_toml: String,
+        output: String,
+        device: String,
+        lease: Duration,
+    ) -> Shared {
+        Shared {
+            state: Mutex::new(state),
+            workers: Mutex::new(Vec::new()),
+            config_toml,
+            output,
+            device,
+            lease,
+            heartbeat: (lease / 4).max(Duration::from_millis(100)),
+            started: std::time::Instant::now(),
+        }
+    }
 }
 
 pub fn now_ms() -> u64 {
@@ -118,7 +143,11 @@ impl Coordinator for CoordinatorService {
             ws.push(WorkerInfo {
                 id: id.clone(),
                 name: r.name,
-                device: r.device,
+                device: if r.device.is_empty() {
+                    self.shared.device.clone()
+                } else {
+                    r.device
+                },
                 last_seen_ms: now_ms(),
             });
             id
@@ -304,6 +333,11 @@ pub fn status(shared: &Shared) -> pb::JobStatusResponse {
             _ => None,
         })
         .collect();
+    let leases_of = |id: &str| {
+        st.shards()
+            .filter(|s| matches!(&s.status, crate::state::Status::Leased { worker, .. } if worker == id))
+            .count() as u32
+    };
     let workers = shared
         .workers
         .lock()
@@ -313,7 +347,7 @@ pub fn status(shared: &Shared) -> pb::JobStatusResponse {
             worker_id: w.id.clone(),
             name: w.name.clone(),
             device: w.device.clone(),
-            leases: 0,
+            leases: leases_of(&w.id),
             last_heartbeat_unix_ms: w.last_seen_ms,
         })
         .collect();
@@ -357,15 +391,13 @@ mod tests {
                 .collect()
         })
         .unwrap();
-        let shared = Arc::new(Shared {
-            state: Mutex::new(state),
-            workers: Mutex::new(Vec::new()),
-            config_toml: "[job]".into(),
-            output: "out".into(),
-            lease: Duration::from_secs(30),
-            heartbeat: Duration::from_secs(5),
-            started: std::time::Instant::now(),
-        });
+        let shared = Arc::new(Shared::new(
+            state,
+            "[job]".into(),
+            "out".into(),
+            "cpu".into(),
+            Duration::from_secs(30),
+        ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let svc = CoordinatorServer::new(CoordinatorService::new(shared));
@@ -404,7 +436,7 @@ mod tests {
         let reg = c
             .register_worker(pb::RegisterWorkerRequest {
                 name: "t".into(),
-                device: "cpu".into(),
+                device: String::new(),
                 slots: 1,
                 version: env!("CARGO_PKG_VERSION").into(),
             })
@@ -438,6 +470,20 @@ mod tests {
             r.result,
             Some(lease_shard_response::Result::RetryAfterMs(_))
         ));
+        let s = c
+            .job_status(pb::JobStatusRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            (s.workers.len(), s.workers[0].leases),
+            (1, 2),
+            "both leases are this worker's"
+        );
+        assert_eq!(
+            s.workers[0].device, "cpu",
+            "the job's device fills in an unnamed one"
+        );
         for (shard, token) in &tokens {
             let ok = c
                 .complete_shard(pb::CompleteShardRequest {

@@ -363,8 +363,8 @@ impl JobState {
                 None => rev.push(token),
             }
         }
-        // Deadlines live in memory between heartbeats; a restart clears
-        // leases anyway, so only the progress-free extension is not persisted.
+        // Extended deadlines and progress are kept in memory only: a
+        // restart turns every lease back into a pending shard anyway.
         Ok((ext, rev))
     }
 

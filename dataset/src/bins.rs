@@ -414,11 +414,10 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
     let mut chosen: BTreeSet<u64> = BTreeSet::new();
     if let (Some(n), Some(pi)) = (o.train_sample, para_idx) {
         let mut folds = FoldAssigner::new(&bounds[pi]);
-        let mut eligible: Vec<u64> = Vec::new();
         let mut eligible_count = 0u64;
         let need = [col::PARA_SCORE, col::REFERENCE_LEN, col::TRANSLATION_LEN];
-        // Eligible rows are remembered by their rank among eligible rows;
-        // ordinals are stored only for the drawn ones (pass 4 recomputes).
+        // Drawn rows are named by their rank among eligible rows; pass 4
+        // assigns folds in the same order and so meets the same ranks.
         for_each_batch(&files, &need, |path, batch, first| {
             let rl = schema::column::<Int32Array>(batch, col::REFERENCE_LEN, path)?;
             let tl = schema::column::<Int32Array>(batch, col::TRANSLATION_LEN, path)?;
@@ -448,8 +447,7 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
                 picked.insert(j);
             }
         }
-        eligible.extend(picked);
-        chosen = eligible.into_iter().collect();
+        chosen = picked;
         m.train = Some(TrainSample {
             eligible: eligible_count,
             sampled: take,
@@ -586,15 +584,6 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
         source: e,
     })?;
     Ok(m)
-}
-
-/// Float32 helper for tests and the report.
-pub fn values(batch: &RecordBatch, name: &str) -> Option<Float32Array> {
-    batch
-        .column_by_name(name)?
-        .as_any()
-        .downcast_ref::<Float32Array>()
-        .cloned()
 }
 
 #[cfg(test)]

@@ -278,9 +278,14 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             .await
         };
         hb.abort();
-        let out = match result {
-            Ok(Ok(out)) => out,
-            Ok(Err(e)) => {
+        let failure = match result {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(e)) => Err((e.to_string(), e.retryable())),
+            Err(join) => Err((format!("worker task failed: {join}"), true)),
+        };
+        let out = match failure {
+            Ok(out) => out,
+            Err((reason, retryable)) => {
                 summary.shards_failed += 1;
                 let _ = call!(
                     client,
@@ -290,24 +295,8 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                         worker_id: worker_id.clone(),
                         shard_id: spec.shard_id,
                         lease_token: lease.lease_token,
-                        reason: e.to_string(),
-                        retryable: e.retryable(),
-                    }
-                );
-                continue;
-            }
-            Err(join) => {
-                summary.shards_failed += 1;
-                let _ = call!(
-                    client,
-                    &o,
-                    fail_shard,
-                    pb::FailShardRequest {
-                        worker_id: worker_id.clone(),
-                        shard_id: spec.shard_id,
-                        lease_token: lease.lease_token,
-                        reason: format!("worker task failed: {join}"),
-                        retryable: true,
+                        reason,
+                        retryable,
                     }
                 );
                 continue;
@@ -384,7 +373,9 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
 fn register_request(o: &WorkerOptions) -> pb::RegisterWorkerRequest {
     pb::RegisterWorkerRequest {
         name: o.name.clone(),
-        device: "cpu".into(),
+        // The device comes from the job's config, which the worker only
+        // learns from this call; the coordinator fills it in.
+        device: String::new(),
         slots: 1,
         version: env!("CARGO_PKG_VERSION").into(),
     }
