@@ -52,6 +52,7 @@ $(TESTENV)/.done:
 		echo "testenv: could not install pyarrow/duckdb/moto; interop and S3 tests will be skipped"
 
 test: $(ORT_LIB) testenv
+	$(CARGO) build --bin paraforge
 	PARAFORGE_TEST_PYTHON=$(TESTENV)/bin/python $(CARGO) test --workspace --all-targets
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all -- --check

@@ -9,12 +9,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow_array::{Array, StringArray};
 use paraforge_coordinator::run::{finalize, start};
 use paraforge_core::config::JobConfig;
-use paraforge_core::schema::{dataset_files, PairReader};
 use paraforge_core::storage::Storage;
-use paraforge_tests::repo_root;
+use paraforge_tests::{output_rows, repo_root};
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
 
 fn job(dir: &Path, lines: usize) -> (JobConfig, Vec<String>, usize) {
@@ -69,32 +67,6 @@ vectors = "{vectors}"
     )
 }
 
-/// id -> translation of every row of the committed output.
-fn read_output(out: &Path) -> Vec<(String, String)> {
-    let mut rows = Vec::new();
-    for f in dataset_files(out).unwrap() {
-        for b in PairReader::open(&f, &["id", "translation"]).unwrap() {
-            let b = b.unwrap();
-            let ids = b
-                .column_by_name("id")
-                .unwrap()
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .unwrap();
-            let tr = b
-                .column_by_name("translation")
-                .unwrap()
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .unwrap();
-            for i in 0..b.num_rows() {
-                rows.push((ids.value(i).to_string(), tr.value(i).to_string()));
-            }
-        }
-    }
-    rows
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_workers_write_each_valid_pair_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -141,7 +113,7 @@ async fn three_workers_write_each_valid_pair_exactly_once() {
     );
     let out = Path::new(&cfg.job.output);
     assert!(out.join("_SUCCESS").is_file());
-    let rows = read_output(out);
+    let rows = output_rows(out);
     let mut seen = BTreeMap::new();
     for (id, _) in &rows {
         *seen.entry(id.clone()).or_insert(0) += 1;
@@ -255,7 +227,7 @@ async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
         "failed: {:?}",
         manifest.shards_failed
     );
-    let rows = read_output(Path::new(&cfg.job.output));
+    let rows = output_rows(Path::new(&cfg.job.output));
     let mut ids: Vec<String> = rows.into_iter().map(|r| r.0).collect();
     ids.sort();
     let mut want = valid_ids;
@@ -314,7 +286,7 @@ async fn a_stopped_worker_finishes_its_shard_and_leases_no_more() {
     coord.stop().await;
     assert_eq!(m.pairs, valid_ids.len() as u64);
     assert_eq!(
-        read_output(Path::new(&cfg.job.output)).len(),
+        output_rows(Path::new(&cfg.job.output)).len(),
         valid_ids.len()
     );
 }

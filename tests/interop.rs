@@ -22,25 +22,29 @@ fn python() -> Option<PathBuf> {
     p.is_file().then_some(p)
 }
 
-fn config(dir: &Path, output: &str, state: Option<&Path>) -> JobConfig {
-    let input = dir.join("input.tsv");
+/// The first 600 sample lines.
+fn input_text() -> String {
     let sample =
         std::fs::read_to_string(repo_root().join("data/sample/czeng16-heldout.cs-en.tsv")).unwrap();
-    std::fs::write(
-        &input,
-        sample.lines().take(600).collect::<Vec<_>>().join("\n") + "\n",
-    )
-    .unwrap();
+    sample.lines().take(600).collect::<Vec<_>>().join("\n") + "\n"
+}
+
+fn config_text(input: &str, output: &str, state: Option<&Path>, extra: &str) -> String {
     let root = repo_root();
     let state = state
         .map(|s| format!("\n[coordinator]\nstate = \"{}\"\n", s.display()))
         .unwrap_or_default();
-    let text = format!(
-        "[job]\nname = \"interop\"\noutput = \"{output}\"\nshard_pairs = 200\n[input]\npaths = [\"{}\"]\nformat = \"czeng16\"\n[model]\ndir = \"{}\"\nbeam = 2\nmax_new_tokens = 24\nthreads = 1\n[scoring]\nvectors = \"{}\"\n{state}",
-        input.display(),
+    format!(
+        "[job]\nname = \"interop\"\noutput = \"{output}\"\nshard_pairs = 200\n[input]\npaths = [\"{input}\"]\nformat = \"czeng16\"\n[model]\ndir = \"{}\"\nbeam = 2\nmax_new_tokens = 24\nthreads = 1\n[scoring]\nvectors = \"{}\"\n{state}{extra}",
         root.join("models/tiny-cs-en").display(),
         root.join("data/vectors/glove.6B.50d.top25k.txt.gz").display(),
-    );
+    )
+}
+
+fn config(dir: &Path, output: &str, state: Option<&Path>) -> JobConfig {
+    let input = dir.join("input.tsv");
+    std::fs::write(&input, input_text()).unwrap();
+    let text = config_text(input.to_str().unwrap(), output, state, "");
     JobConfig::parse(&text, Path::new("interop.toml")).unwrap()
 }
 
@@ -165,11 +169,19 @@ async fn the_pipeline_writes_to_s3_through_object_store() {
         std::env::set_var("AWS_REGION", "us-east-1");
     }
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        dir.path(),
+    // The input is read from S3 too: planned and read in ranged GETs.
+    Storage::open("s3://paraforge-test/inputs")
+        .unwrap()
+        .put("input.tsv", bytes::Bytes::from(input_text()))
+        .await
+        .unwrap();
+    let text = config_text(
+        "s3://paraforge-test/inputs/input.tsv",
         "s3://paraforge-test/jobs/interop",
         Some(&dir.path().join("state.redb")),
+        "",
     );
+    let cfg = JobConfig::parse(&text, Path::new("interop.toml")).unwrap();
     let m = run_job(&cfg).await;
     assert_eq!((m.pairs, m.shards_committed), (600, 3));
     let s3 = Storage::open("s3://paraforge-test/jobs/interop").unwrap();
@@ -201,4 +213,45 @@ async fn the_pipeline_writes_to_s3_through_object_store() {
         rows += r.map(|b| b.unwrap().num_rows()).sum::<usize>();
     }
     assert_eq!(rows, 600);
+
+    // `paraforge run` as a process: S3 in, S3 out, bins at the end staged
+    // locally and uploaded under `<output>/_bins`.
+    let text = config_text(
+        "s3://paraforge-test/inputs/input.tsv",
+        "s3://paraforge-test/jobs/cli",
+        Some(&dir.path().join("cli.redb")),
+        "[bins]\ndeciles = [\"para_score\"]\n",
+    );
+    let cfg_path = dir.path().join("cli.toml");
+    std::fs::write(&cfg_path, text).unwrap();
+    let o = Command::new(paraforge_tests::paraforge_bin())
+        .args(["run", "--workers", "2", "--config"])
+        .arg(&cfg_path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("600 pairs"), "{stdout}");
+    let listed: Vec<String> = Storage::open("s3://paraforge-test/jobs/cli")
+        .unwrap()
+        .list("_bins")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert!(
+        listed
+            .iter()
+            .any(|p| p.starts_with("_bins/ranges/para_range="))
+            && listed
+                .iter()
+                .any(|p| p.starts_with("_bins/deciles/para_score/fold="))
+            && listed.contains(&"_bins/_manifest.json".to_string()),
+        "{listed:?}"
+    );
 }

@@ -97,3 +97,49 @@ pub fn scored_dataset(dir: &Path, n: usize, files: usize) -> Vec<paraforge_core:
     }
     rows
 }
+
+/// The `paraforge` binary that `cargo test --workspace` builds next to the
+/// test executables (or `PARAFORGE_BIN`), for tests that run real processes.
+pub fn paraforge_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PARAFORGE_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> -> target/<profile>/paraforge
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("paraforge"))
+        .expect("target directory");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (`cargo build --bin paraforge`, which `make test` does)",
+        bin.display()
+    );
+    bin
+}
+
+/// id -> translation of every row of a committed local output.
+pub fn output_rows(out: &Path) -> Vec<(String, String)> {
+    use arrow_array::{Array, StringArray};
+    use paraforge_core::schema::{dataset_files, PairReader};
+    let mut rows = Vec::new();
+    for f in dataset_files(out).unwrap() {
+        for b in PairReader::open(&f, &["id", "translation"]).unwrap() {
+            let b = b.unwrap();
+            let col = |name: &str| {
+                b.column_by_name(name)
+                    .unwrap()
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .unwrap()
+                    .clone()
+            };
+            let (ids, tr) = (col("id"), col("translation"));
+            for i in 0..b.num_rows() {
+                rows.push((ids.value(i).to_string(), tr.value(i).to_string()));
+            }
+        }
+    }
+    rows
+}

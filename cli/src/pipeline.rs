@@ -129,36 +129,108 @@ async fn finish(cfg: &JobConfig, c: Running) -> Result<()> {
             m.removed_uncommitted.len()
         );
     }
-    if !cfg.job.output.contains("://") {
-        summarize(&PathBuf::from(&cfg.job.output)).context("reading the output back")?;
+    // Summary and bins read the output as local Parquet; an object-store
+    // output is staged (checksums verified) to a local temporary directory
+    // first, and the bins are uploaded back next to it.
+    let remote = is_remote(&cfg.job.output);
+    let staged = match (remote, &cfg.bins) {
+        (true, Some(_)) => Some(stage(&storage, &m).await?),
+        _ => None,
+    };
+    let local_out = match &staged {
+        Some(d) => Some(d.path().join("output")),
+        None if !remote => Some(PathBuf::from(&cfg.job.output)),
+        None => None,
+    };
+    if let Some(out) = &local_out {
+        summarize(out).context("reading the output back")?;
     }
-    if let Some(b) = &cfg.bins {
-        if cfg.job.output.contains("://") {
-            println!("  bins: run `paraforge bin` on a local copy (object-store inputs to bin are not supported yet)");
-        } else {
-            // Under `_bins`, which Hive-style readers of the output skip.
-            let out = b
-                .output
-                .clone()
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(&cfg.job.output).join("_bins"));
-            let mut o = paraforge_dataset::bins::BinOptions::new(
-                PathBuf::from(&cfg.job.output),
-                out.clone(),
-            );
-            o.deciles = b.deciles.clone();
-            o.train_sample = b.train_sample;
-            o.dedup = b.dedup;
-            let bm = paraforge_dataset::bins::run(&o).context("binning the output")?;
-            println!(
-                "  bins: {} pairs in {} ({:?})",
-                bm.kept_rows,
-                out.display(),
-                bm.ranges
-            );
+    if let (Some(b), Some(input)) = (&cfg.bins, local_out) {
+        // Under `_bins`, which Hive-style readers of the output skip.
+        let target = b
+            .output
+            .clone()
+            .unwrap_or_else(|| format!("{}/_bins", cfg.job.output.trim_end_matches('/')));
+        let local_bins = match &staged {
+            Some(d) if is_remote(&target) => d.path().join("bins"),
+            _ if is_remote(&target) => tempfile::tempdir()?.keep().join("bins"),
+            _ => PathBuf::from(target.strip_prefix("file://").unwrap_or(&target)),
+        };
+        let mut o = paraforge_dataset::bins::BinOptions::new(input, local_bins.clone());
+        o.deciles = b.deciles.clone();
+        o.train_sample = b.train_sample;
+        o.dedup = b.dedup;
+        let bm = tokio::task::spawn_blocking(move || paraforge_dataset::bins::run(&o))
+            .await?
+            .context("binning the output")?;
+        if is_remote(&target) {
+            let n = upload_dir(&Storage::open(&target)?, &local_bins).await?;
+            println!("  bins: uploaded {n} files");
         }
+        println!(
+            "  bins: {} pairs in {target} ({:?})",
+            bm.kept_rows, bm.ranges
+        );
     }
     Ok(())
+}
+
+fn is_remote(url: &str) -> bool {
+    url.contains("://") && !url.starts_with("file://")
+}
+
+/// Downloads the committed files and `_manifest.json` to
+/// `<tmp>/output`, checking each file's SHA-256 against the manifest.
+async fn stage(
+    storage: &Storage,
+    m: &paraforge_coordinator::run::Manifest,
+) -> Result<tempfile::TempDir> {
+    use sha2::Digest;
+    let dir = tempfile::tempdir().context("creating a staging directory")?;
+    let root = dir.path().join("output");
+    let bar = ProgressBar::new(m.files.len() as u64 + 1).with_message("staging the output");
+    for (rel, sha) in m
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), Some(f.sha256.as_str())))
+        .chain([("_manifest.json", None)])
+    {
+        let bytes = storage.get(rel).await?;
+        if let Some(sha) = sha {
+            let got = hex::encode(sha2::Sha256::digest(&bytes));
+            anyhow::ensure!(
+                got == sha,
+                "{}/{rel}: checksum {got} differs from the manifest's {sha}",
+                storage.url()
+            );
+        }
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap_or(&root))?;
+        std::fs::write(&p, &bytes).with_context(|| format!("writing {}", p.display()))?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(dir)
+}
+
+/// Uploads every file under `dir` to `storage`, keeping relative paths.
+async fn upload_dir(storage: &Storage, dir: &std::path::Path) -> Result<usize> {
+    let mut stack = vec![dir.to_path_buf()];
+    let mut n = 0;
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+            let p = e?.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let rel = p.strip_prefix(dir)?.to_string_lossy().replace('\\', "/");
+            let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+            storage.put(&rel, bytes::Bytes::from(bytes)).await?;
+            n += 1;
+        }
+    }
+    Ok(n)
 }
 
 /// Mean scores over the output and a few example rows.

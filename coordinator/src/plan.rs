@@ -5,13 +5,15 @@
 //! a worker decompresses from the start and skips to its lines (an index of
 //! restart points would avoid that; for CzEng-size inputs split the files or
 //! store them uncompressed). Aligned files are cut by lines for the same
-//! reason (two files must stay in step).
+//! reason (two files must stay in step). Inputs are read through
+//! object_store, so `s3://` and `gs://` inputs plan like local files.
 
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
 use paraforge_core::bitext::open_text;
 use paraforge_core::config::{FormatName, JobConfig};
+use paraforge_core::storage::ObjectReader;
 
 use crate::state::ShardSpec;
 
@@ -23,8 +25,6 @@ pub enum PlanError {
         #[source]
         source: std::io::Error,
     },
-    #[error("input {0}: object-store inputs are not supported by the planner yet; copy the file to local disk")]
-    Remote(String),
     #[error("{0}")]
     Bitext(#[from] paraforge_core::bitext::BitextError),
 }
@@ -41,10 +41,7 @@ pub fn plan(cfg: &JobConfig) -> Result<Vec<ShardSpec>, PlanError> {
     let per = cfg.job.shard_pairs.max(1);
     let mut out = Vec::new();
     for (i, input) in cfg.input.paths.iter().enumerate() {
-        if input.contains("://") && !input.starts_with("file://") {
-            return Err(PlanError::Remote(input.clone()));
-        }
-        let path = PathBuf::from(input.strip_prefix("file://").unwrap_or(input));
+        let path = PathBuf::from(input);
         let by_lines = compressed(&path) || cfg.input.format == FormatName::Aligned;
         let mut push = |byte_start, byte_end, first_line, lines| {
             out.push(ShardSpec {
@@ -81,7 +78,7 @@ pub fn plan(cfg: &JobConfig) -> Result<Vec<ShardSpec>, PlanError> {
                 first += take;
             }
         } else {
-            let mut f = std::fs::File::open(&path).map_err(|source| PlanError::Io {
+            let mut f = ObjectReader::open(input).map_err(|source| PlanError::Io {
                 path: path.clone(),
                 source,
             })?;
@@ -216,12 +213,15 @@ mod tests {
     }
 
     #[test]
-    fn missing_and_remote_inputs_are_clear_errors() {
+    fn missing_inputs_are_clear_errors() {
         let cfg = config(&[Path::new("/nonexistent/x.tsv")], 10, "czeng16", &[]);
         let e = plan(&cfg).unwrap_err().to_string();
         assert!(e.contains("/nonexistent/x.tsv"), "{e}");
         let mut cfg = cfg;
-        cfg.input.paths = vec!["s3://b/x.tsv".into()];
-        assert!(plan(&cfg).unwrap_err().to_string().contains("s3://b/x.tsv"));
+        cfg.input.paths = vec!["ftp://b/x.tsv".into()];
+        assert!(plan(&cfg)
+            .unwrap_err()
+            .to_string()
+            .contains("ftp://b/x.tsv"));
     }
 }

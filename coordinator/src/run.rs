@@ -77,7 +77,18 @@ pub async fn start(
     let job_id = cfg.job.name.clone();
     let mut planned = None;
     if !path.exists() {
-        planned = Some(plan(cfg)?);
+        // Planning reads every input once (blocking I/O, maybe remote).
+        let c = cfg.clone();
+        planned = Some(
+            tokio::task::spawn_blocking(move || plan(&c))
+                .await
+                .map_err(|e| {
+                    RunError::Plan(PlanError::Io {
+                        path: PathBuf::from(&cfg.input.paths.join(", ")),
+                        source: std::io::Error::other(e.to_string()),
+                    })
+                })??,
+        );
     }
     let state = JobState::open(&path, &job_id, cfg.job.max_attempts, || {
         planned.take().unwrap_or_default()

@@ -9,9 +9,10 @@
 //! line that starts before `end`, so ranges cut anywhere partition the lines
 //! exactly. That is how shards of one big file are read.
 
-use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+
+use crate::storage::ObjectReader;
 
 /// The layout of a bitext.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,13 +149,30 @@ fn is_compressed(path: &Path) -> bool {
     )
 }
 
-/// Opens a file for reading, decompressing `.gz` and `.zst`.
+/// Opens a local path or object-store URL for reading through
+/// object_store.
+fn open_object(path: &Path) -> Result<ObjectReader, BitextError> {
+    let io = |source| BitextError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let location = path.to_str().ok_or_else(|| {
+        io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the path is not valid UTF-8",
+        ))
+    })?;
+    ObjectReader::open(location).map_err(io)
+}
+
+/// Opens a file (a local path or an `s3://`/`gs://` URL) for reading,
+/// decompressing `.gz` and `.zst`.
 pub fn open_text(path: &Path) -> Result<Box<dyn BufRead + Send>, BitextError> {
     let io = |source| BitextError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let f = File::open(path).map_err(io)?;
+    let f = open_object(path)?;
     let r: Box<dyn Read + Send> = match path.extension().and_then(|e| e.to_str()) {
         Some("gz") => Box::new(flate2::read::MultiGzDecoder::new(f)),
         Some("zst") => Box::new(zstd::stream::read::Decoder::new(f).map_err(io)?),
@@ -205,7 +223,7 @@ impl BitextReader {
                         path: path.to_path_buf(),
                     });
                 }
-                let mut f = File::open(path).map_err(io)?;
+                let mut f = open_object(path)?;
                 let mut pos = start;
                 if start > 0 {
                     // The line holding byte start-1 belongs to the previous
@@ -522,7 +540,7 @@ mod tests {
         let plain = write(dir.path(), "c.tsv", CZENG16);
         let gz = dir.path().join("c.tsv.gz");
         let mut e = flate2::write::GzEncoder::new(
-            File::create(&gz).unwrap(),
+            std::fs::File::create(&gz).unwrap(),
             flate2::Compression::default(),
         );
         e.write_all(CZENG16).unwrap();
@@ -593,7 +611,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let gz = dir.path().join("c.tsv.gz");
         let mut e = flate2::write::GzEncoder::new(
-            File::create(&gz).unwrap(),
+            std::fs::File::create(&gz).unwrap(),
             flate2::Compression::default(),
         );
         e.write_all(CZENG16).unwrap();

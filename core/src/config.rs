@@ -150,7 +150,8 @@ pub struct Scoring {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Bins {
-    /// Where `paraforge bin` writes at the end of the job (default `<output>/bins`).
+    /// Where `paraforge bin` writes at the end of the job: a path or an
+    /// object-store URL (default `<output>/_bins`).
     #[serde(default)]
     pub output: Option<String>,
     #[serde(default = "default_deciles")]
@@ -277,6 +278,21 @@ impl JobConfig {
         }
         if self.input.paths.is_empty() {
             return bad("input.paths", "needs at least one file".into());
+        }
+        for (key, list) in [
+            ("input.paths", &self.input.paths),
+            ("input.reference_paths", &self.input.reference_paths),
+        ] {
+            for (i, p) in list.iter().enumerate() {
+                if let Some((scheme, _)) = p.split_once("://") {
+                    if !matches!(scheme, "s3" | "gs" | "file") {
+                        return bad(
+                            key,
+                            format!("entry {i} ({p}): unsupported scheme {scheme:?} (use a path, s3:// or gs://)"),
+                        );
+                    }
+                }
+            }
         }
         match self.input.format {
             FormatName::Aligned if self.input.reference_paths.len() != self.input.paths.len() => {
@@ -432,6 +448,10 @@ dir = "models/tiny-cs-en"
                 "input.reference_paths",
             ),
             (MINIMAL.replace("out/t", "ftp://x/y"), "job.output"),
+            (
+                MINIMAL.replace("paths = [", "paths = [\"http://h/a.tsv\", "),
+                "input.paths",
+            ),
             (
                 MINIMAL.replace("[model]", "[model]\ndevice = \"tpu\""),
                 "model.device",

@@ -5,6 +5,10 @@
 //! store writes a temporary file and renames; object stores publish a PUT
 //! whole), and writes retry with backoff, so a committed file is never
 //! partial.
+//!
+//! Inputs are read through the same layer: [`ObjectReader`] is a blocking
+//! `Read + Seek` over one object (a local file, `s3://` or `gs://`) that
+//! fetches it in ranged GETs, so a worker reads only its shard's bytes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +48,10 @@ impl std::fmt::Debug for Storage {
 impl Storage {
     /// Opens a local directory (created if missing) or an object-store URL.
     pub fn open(url: &str) -> Result<Storage, StorageError> {
+        Storage::open_root(url, true)
+    }
+
+    fn open_root(url: &str, create: bool) -> Result<Storage, StorageError> {
         let err = |message: String| StorageError::Open {
             url: url.to_string(),
             message,
@@ -73,14 +81,16 @@ impl Storage {
                     prefix.to_string(),
                 )
             }
-            Some(("file", rest)) => return Storage::open(rest),
+            Some(("file", rest)) => return Storage::open_root(rest, create),
             Some((scheme, _)) => {
                 return Err(err(format!(
                     "unsupported scheme {scheme:?} (use a path, s3:// or gs://)"
                 )))
             }
             None => {
-                std::fs::create_dir_all(url).map_err(|e| err(e.to_string()))?;
+                if create {
+                    std::fs::create_dir_all(url).map_err(|e| err(e.to_string()))?;
+                }
                 let fs = object_store::local::LocalFileSystem::new_with_prefix(url)
                     .map_err(|e| err(e.to_string()))?;
                 (Arc::new(fs), String::new())
@@ -190,6 +200,24 @@ impl Storage {
         r.bytes().await.map_err(|e| self.op_err("get", rel, e))
     }
 
+    /// Size of an object.
+    pub async fn size(&self, rel: &str) -> Result<u64, StorageError> {
+        let p = self.path(rel);
+        Ok(self.retry("head", rel, || self.store.head(&p)).await?.size)
+    }
+
+    /// Bytes `start..end` of an object.
+    pub async fn get_range(
+        &self,
+        rel: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<bytes::Bytes, StorageError> {
+        let p = self.path(rel);
+        self.retry("get", rel, || self.store.get_range(&p, start..end))
+            .await
+    }
+
     pub async fn exists(&self, rel: &str) -> Result<bool, StorageError> {
         match self.store.head(&self.path(rel)).await {
             Ok(_) => Ok(true),
@@ -238,6 +266,167 @@ impl Storage {
     }
 }
 
+/// Bytes fetched per ranged GET.
+const READ_BLOCK: u64 = 8 << 20;
+
+/// A blocking `Read + Seek` over one object. Each refill is a ranged GET of
+/// up to 8 MB, run on a scoped thread so that it never blocks inside (or
+/// needs) the caller's async runtime.
+pub struct ObjectReader {
+    storage: Storage,
+    rel: String,
+    location: String,
+    size: u64,
+    pos: u64,
+    buf: bytes::Bytes,
+    buf_start: u64,
+    rt: tokio::runtime::Handle,
+}
+
+impl std::fmt::Debug for ObjectReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectReader")
+            .field("location", &self.location)
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+/// The runtime that drives reads when the caller has none.
+fn fallback_runtime() -> Result<tokio::runtime::Handle, std::io::Error> {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    if let Some(rt) = RT.get() {
+        return Ok(rt.handle().clone());
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("paraforge-io")
+        .enable_all()
+        .build()?;
+    Ok(RT.get_or_init(|| rt).handle().clone())
+}
+
+fn block_on<F: std::future::Future + Send>(rt: &tokio::runtime::Handle, f: F) -> F::Output
+where
+    F::Output: Send,
+{
+    std::thread::scope(|s| {
+        s.spawn(|| rt.block_on(f))
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+impl ObjectReader {
+    /// Opens `location`: a local path, `file://`, `s3://bucket/key` or
+    /// `gs://bucket/key`. Errors name the location.
+    pub fn open(location: &str) -> Result<ObjectReader, std::io::Error> {
+        let io_err = |kind, msg: String| std::io::Error::new(kind, msg);
+        let (root, rel) = match location.split_once("://") {
+            Some((scheme, rest)) if scheme != "file" => {
+                let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+                if key.is_empty() {
+                    return Err(io_err(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("{location}: no object key after the bucket"),
+                    ));
+                }
+                (format!("{scheme}://{bucket}"), key.to_string())
+            }
+            _ => {
+                let local = location.strip_prefix("file://").unwrap_or(location);
+                let abs = std::fs::canonicalize(local)?;
+                if abs.is_dir() {
+                    return Err(io_err(
+                        std::io::ErrorKind::InvalidInput,
+                        "is a directory, not a file".into(),
+                    ));
+                }
+                let rel = abs.to_str().map(str::to_string).ok_or_else(|| {
+                    io_err(
+                        std::io::ErrorKind::InvalidInput,
+                        "the path is not valid UTF-8".into(),
+                    )
+                })?;
+                ("/".to_string(), rel)
+            }
+        };
+        let storage = Storage::open_root(&root, false)
+            .map_err(|e| io_err(std::io::ErrorKind::Other, e.to_string()))?;
+        let rt = match tokio::runtime::Handle::try_current() {
+            Ok(h) => h,
+            Err(_) => fallback_runtime()?,
+        };
+        let size = block_on(&rt, storage.size(&rel)).map_err(to_io)?;
+        Ok(ObjectReader {
+            storage,
+            rel,
+            location: location.to_string(),
+            size,
+            pos: 0,
+            buf: bytes::Bytes::new(),
+            buf_start: 0,
+            rt,
+        })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+fn to_io(e: StorageError) -> std::io::Error {
+    let kind = match &e {
+        StorageError::Op { source, .. }
+            if matches!(**source, object_store::Error::NotFound { .. }) =>
+        {
+            std::io::ErrorKind::NotFound
+        }
+        _ => std::io::ErrorKind::Other,
+    };
+    std::io::Error::new(kind, e.to_string())
+}
+
+impl std::io::Read for ObjectReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos >= self.size || out.is_empty() {
+            return Ok(0);
+        }
+        let end = self.buf_start + self.buf.len() as u64;
+        if self.pos < self.buf_start || self.pos >= end {
+            let stop = (self.pos + READ_BLOCK).min(self.size);
+            let (storage, rel, start) = (&self.storage, &self.rel, self.pos);
+            self.buf = block_on(&self.rt, storage.get_range(rel, start, stop)).map_err(to_io)?;
+            self.buf_start = self.pos;
+            if self.buf.is_empty() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("{}: the object ended early", self.location),
+                ));
+            }
+        }
+        let off = (self.pos - self.buf_start) as usize;
+        let n = out.len().min(self.buf.len() - off);
+        out[..n].copy_from_slice(&self.buf[off..off + n]);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for ObjectReader {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let target = match to {
+            std::io::SeekFrom::Start(p) => Some(p),
+            std::io::SeekFrom::End(d) => self.size.checked_add_signed(d),
+            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = target.ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before the start")
+        })?;
+        Ok(self.pos)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,5 +471,38 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("ftp"));
+    }
+
+    #[test]
+    fn object_reader_reads_and_seeks_like_a_file_across_blocks() {
+        use std::io::{Read, Seek, SeekFrom};
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big.bin");
+        let data: Vec<u8> = (0..(READ_BLOCK as usize * 2 + 12345))
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        std::fs::write(&p, &data).unwrap();
+        let mut r = ObjectReader::open(p.to_str().unwrap()).unwrap();
+        assert_eq!(r.size(), data.len() as u64);
+        let mut all = Vec::new();
+        r.read_to_end(&mut all).unwrap();
+        assert!(all == data);
+        let at = READ_BLOCK - 3;
+        r.seek(SeekFrom::Start(at)).unwrap();
+        let mut six = [0u8; 6];
+        r.read_exact(&mut six).unwrap();
+        assert_eq!(&six, &data[at as usize..at as usize + 6]);
+        r.seek(SeekFrom::End(-2)).unwrap();
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, &data[data.len() - 2..]);
+
+        let e = ObjectReader::open(dir.path().join("missing.tsv").to_str().unwrap()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        assert!(ObjectReader::open(dir.path().to_str().unwrap()).is_err());
+        assert!(ObjectReader::open("s3://bucket-only")
+            .unwrap_err()
+            .to_string()
+            .contains("s3://bucket-only"));
     }
 }
