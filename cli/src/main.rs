@@ -1,6 +1,7 @@
 //! `paraforge`: the one binary users run.
 
 mod dataset;
+mod embed;
 mod pipeline;
 mod translate;
 
@@ -40,6 +41,12 @@ enum Command {
     Bin(dataset::BinArgs),
     /// Statistics and figures of a scored corpus (Markdown, HTML, SVG).
     Report(dataset::ReportArgs),
+    /// Train paraphrastic sentence embeddings (WORD, TRIGRAM, WORD,TRIGRAM) on binned pairs.
+    Train(embed::TrainArgs),
+    /// Pearson and Spearman correlations on STS 2012-2016, STS Benchmark and SICK-R.
+    EvalSts(embed::EvalArgs),
+    /// Write a trained WORD model's embeddings as GloVe-format vectors for para_score.
+    ExportVectors(embed::ExportArgs),
 }
 
 fn main() {
@@ -53,6 +60,9 @@ fn main() {
         Command::Status(a) => pipeline::status(a),
         Command::Bin(a) => dataset::bin(a),
         Command::Report(a) => dataset::report(a),
+        Command::Train(a) => embed::train(a),
+        Command::EvalSts(a) => embed::eval_sts(a),
+        Command::ExportVectors(a) => embed::export_vectors(a),
     };
     if let Err(e) = result {
         eprintln!("paraforge: error: {e:#}");

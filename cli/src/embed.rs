@@ -1,0 +1,301 @@
+//! `paraforge train`, `eval-sts` and `export-vectors`: the training stage.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use paraforge_trainer::data::PairSource;
+use paraforge_trainer::sts;
+use paraforge_trainer::train::{train as run_training, trigram_vocab, TrainOptions};
+use paraforge_trainer::{Kind, Model};
+
+#[derive(clap::Args)]
+pub struct TrainArgs {
+    /// Training pairs: a directory of paraforge Parquet (a bin, a decile
+    /// fold, the training sample or a whole output) or one file.
+    #[arg(long)]
+    data: PathBuf,
+    /// word, trigram or word,trigram.
+    #[arg(long, default_value = "word")]
+    model: Kind,
+    /// GloVe-format vectors that initialise the word embeddings (and fix
+    /// the word vocabulary); needed by word models.
+    #[arg(long)]
+    init_vectors: Option<PathBuf>,
+    /// Mini-batches per mega-batch (M): negatives come from M x batch-size pairs.
+    #[arg(long, default_value_t = 1)]
+    megabatch: usize,
+    #[arg(long, default_value_t = 100)]
+    batch_size: usize,
+    #[arg(long, default_value_t = 0.4)]
+    margin: f32,
+    #[arg(long, default_value_t = 0.001)]
+    lr: f32,
+    #[arg(long, default_value_t = 5)]
+    epochs: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Trigram embedding size (default: the word vectors' size, else 300).
+    #[arg(long)]
+    trigram_dim: Option<usize>,
+    /// Trigrams seen fewer times in the data are left out.
+    #[arg(long, default_value_t = 2)]
+    min_trigram_count: u64,
+    #[arg(long, default_value_t = 100_000)]
+    max_trigrams: usize,
+    /// Pairs held in the shuffle buffer while streaming.
+    #[arg(long, default_value_t = 100_000)]
+    shuffle_buffer: usize,
+    /// Stop each epoch after this many pairs (0 = all).
+    #[arg(long, default_value_t = 0)]
+    max_pairs: u64,
+    /// Threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Where to write the model (.pfe).
+    #[arg(long)]
+    out: PathBuf,
+    /// Evaluate on the STS sets under this directory after training.
+    #[arg(long)]
+    sts: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct EvalArgs {
+    /// Trained models (.pfe); repeat to compare.
+    #[arg(long)]
+    model: Vec<PathBuf>,
+    /// GloVe-format vectors evaluated by plain averaging (a baseline); repeatable.
+    #[arg(long)]
+    vectors: Vec<PathBuf>,
+    /// STS data: semeval/STS20XX-test, stsbenchmark/sts-test.csv, sick2014/.
+    #[arg(long, default_value = "data/sts")]
+    sts: PathBuf,
+    /// Also print every dataset, not only the yearly means.
+    #[arg(long)]
+    detail: bool,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct ExportArgs {
+    #[arg(long)]
+    model: PathBuf,
+    /// GloVe-format text file to write (what `[scoring] vectors` loads).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+fn threads(n: Option<usize>) -> Result<()> {
+    if let Some(n) = n {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n.max(1))
+            .build_global()
+            .context("starting the thread pool")?;
+    }
+    Ok(())
+}
+
+pub fn train(a: TrainArgs) -> Result<()> {
+    threads(a.threads)?;
+    let source = PairSource::open(&a.data)?;
+    let init = match (&a.init_vectors, a.model.words()) {
+        (Some(p), true) => {
+            let (v, rep) = paraforge_core::Vectors::load(p)?;
+            let bad = rep.wrong_dimension + rep.unparsable + rep.duplicates;
+            if bad > 0 {
+                eprintln!(
+                    "{}: {bad} bad lines skipped (first at line {})",
+                    p.display(),
+                    rep.first_skipped_line.unwrap_or(0)
+                );
+            }
+            Some(v)
+        }
+        (None, true) => anyhow::bail!(
+            "--model {} needs --init-vectors (a GloVe-format file)",
+            a.model.name()
+        ),
+        _ => None,
+    };
+    let tdim = a
+        .trigram_dim
+        .unwrap_or_else(|| init.as_ref().map_or(300, |v| v.dim()));
+    let trigrams = if a.model.trigrams() {
+        let t = trigram_vocab(&source, a.min_trigram_count, a.max_trigrams)?;
+        eprintln!("trigram vocabulary: {} trigrams", t.len());
+        t
+    } else {
+        Vec::new()
+    };
+    let mut model = Model::new(a.model, init.as_ref(), trigrams, tdim, a.seed)?;
+    drop(init);
+    let o = TrainOptions {
+        megabatch: a.megabatch,
+        batch_size: a.batch_size,
+        margin: a.margin,
+        lr: a.lr,
+        epochs: a.epochs,
+        seed: a.seed,
+        shuffle_buffer: a.shuffle_buffer,
+        max_pairs: a.max_pairs,
+    };
+    let per_epoch = if a.max_pairs > 0 {
+        a.max_pairs.min(source.rows())
+    } else {
+        source.rows()
+    };
+    let bar = ProgressBar::new(per_epoch * a.epochs as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} pairs ({per_sec}, eta {eta}) {msg}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    let mut last_epoch_pairs = (1, 0u64, 0u64);
+    let report = run_training(&mut model, &source, &o, &mut |p| {
+        if p.epoch != last_epoch_pairs.0 {
+            last_epoch_pairs = (p.epoch, 0, last_epoch_pairs.2 + last_epoch_pairs.1);
+        }
+        last_epoch_pairs.1 = p.pairs;
+        bar.set_position(last_epoch_pairs.2 + p.pairs);
+        bar.set_message(format!("epoch {} loss {:.4}", p.epoch, p.loss));
+    })?;
+    bar.finish_and_clear();
+    model.notes = serde_json::json!({
+        "data": a.data.display().to_string(),
+        "init_vectors": a.init_vectors.as_ref().map(|p| p.display().to_string()),
+        "megabatch": a.megabatch, "batch_size": a.batch_size, "margin": a.margin,
+        "lr": a.lr, "epochs": a.epochs, "seed": a.seed,
+        "report": report,
+    });
+    model.save(&a.out)?;
+    for e in &report.epochs {
+        println!(
+            "epoch {}: {} pairs, mean loss {:.4}, {:.0} pairs/s",
+            e.epoch, e.pairs, e.mean_loss, e.pairs_per_second
+        );
+    }
+    println!(
+        "model {} (dim {}) written to {}; {} rows read, {} empty and {} null sides skipped, {} pairs without a known word or trigram skipped",
+        model.kind.name(),
+        model.dim(),
+        a.out.display(),
+        report.read.rows,
+        report.read.skipped_empty,
+        report.read.skipped_null,
+        report.skipped_unembeddable
+    );
+    if let Some(dir) = &a.sts {
+        let sets = sts::load(dir)?;
+        let r = sts::evaluate(&sets, &|s| model.embed(s));
+        for (g, p, s) in sts::by_group(&r) {
+            println!("  {g:<8} pearson {p:5.1}  spearman {s:5.1}");
+        }
+    }
+    Ok(())
+}
+
+pub fn eval_sts(a: EvalArgs) -> Result<()> {
+    anyhow::ensure!(
+        !a.model.is_empty() || !a.vectors.is_empty(),
+        "give at least one --model or --vectors"
+    );
+    let sets = sts::load(&a.sts)?;
+    let mut columns: Vec<(String, Vec<sts::SetResult>)> = Vec::new();
+    for p in &a.vectors {
+        let (v, _) = paraforge_core::Vectors::load(p)?;
+        let m = Model::new(Kind::Word, Some(&v), Vec::new(), 0, 0)?;
+        let name = format!(
+            "{} (averaged)",
+            p.file_name().map_or_else(
+                || p.display().to_string(),
+                |n| n.to_string_lossy().into_owned()
+            )
+        );
+        columns.push((name, sts::evaluate(&sets, &|s| m.embed(s))));
+    }
+    for p in &a.model {
+        let m = Model::load(p)?;
+        let name = format!(
+            "{} ({})",
+            p.file_name().map_or_else(
+                || p.display().to_string(),
+                |n| n.to_string_lossy().into_owned()
+            ),
+            m.kind.name()
+        );
+        columns.push((name, sts::evaluate(&sets, &|s| m.embed(s))));
+    }
+    for (metric, pick) in [("Pearson's r x 100", 0usize), ("Spearman's rho x 100", 1)] {
+        println!("\n{metric}\n");
+        print!("| set |");
+        for (n, _) in &columns {
+            print!(" {n} |");
+        }
+        println!();
+        print!("|---|");
+        for _ in &columns {
+            print!("---:|");
+        }
+        println!();
+        let groups: Vec<String> = sts::by_group(&columns[0].1)
+            .into_iter()
+            .map(|g| g.0)
+            .collect();
+        for (gi, g) in groups.iter().enumerate() {
+            print!("| {g} |");
+            for (_, r) in &columns {
+                let v = &sts::by_group(r)[gi];
+                print!(" {:.1} |", if pick == 0 { v.1 } else { v.2 });
+            }
+            println!();
+            if a.detail {
+                for (si, s) in columns[0]
+                    .1
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| &s.group == g)
+                {
+                    print!("| &nbsp;&nbsp;{} ({}) |", s.name, s.pairs);
+                    for (_, r) in &columns {
+                        let x = &r[si];
+                        print!(" {:.1} |", if pick == 0 { x.pearson } else { x.spearman });
+                    }
+                    println!();
+                }
+            }
+        }
+    }
+    if let Some(j) = &a.json {
+        let v: Vec<serde_json::Value> = columns
+            .iter()
+            .map(|(n, r)| {
+                serde_json::json!({
+                    "model": n,
+                    "sets": r,
+                    "groups": sts::by_group(r).into_iter()
+                        .map(|(g, p, s)| serde_json::json!({"group": g, "pearson": p, "spearman": s}))
+                        .collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        std::fs::write(j, serde_json::to_string_pretty(&v)?)
+            .with_context(|| format!("writing {}", j.display()))?;
+    }
+    Ok(())
+}
+
+pub fn export_vectors(a: ExportArgs) -> Result<()> {
+    let m = Model::load(&a.model)?;
+    let n = m.export_vectors(&a.out)?;
+    println!(
+        "{n} word vectors ({} dimensions) written to {}",
+        m.word_dim,
+        a.out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! Streaming the training pairs: (reference, translation) from the Parquet
+//! files of a dataset (a bin, a decile fold, the training sample, or a whole
+//! output), never all in memory. Each epoch reads the files in a new order
+//! through a shuffle buffer; rows with an empty or null side are skipped
+//! and counted.
+
+use std::path::{Path, PathBuf};
+
+use arrow_array::{Array, StringArray};
+use paraforge_core::schema::{col, column, dataset_files, PairReader};
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+use crate::TrainError;
+
+/// Rows read and skipped so far.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct ReadStats {
+    pub rows: u64,
+    pub skipped_empty: u64,
+    pub skipped_null: u64,
+}
+
+/// The files of a dataset.
+#[derive(Debug, Clone)]
+pub struct PairSource {
+    files: Vec<PathBuf>,
+    rows: u64,
+}
+
+impl PairSource {
+    pub fn open(path: &Path) -> Result<PairSource, TrainError> {
+        let files = dataset_files(path)?;
+        if files.is_empty() {
+            return Err(TrainError::Invalid(format!(
+                "{}: no Parquet files to train on",
+                path.display()
+            )));
+        }
+        // Fail now, naming the file, rather than in the middle of an epoch.
+        let mut rows = 0;
+        for f in &files {
+            rows += PairReader::open(f, &[col::REFERENCE, col::TRANSLATION])?
+                .num_rows()
+                .max(0) as u64;
+        }
+        Ok(PairSource { files, rows })
+    }
+
+    /// Rows in the files (before skipping empty sides).
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+
+    /// One epoch: every usable pair once, in shuffled order.
+    pub fn epoch<'a, R: Rng>(
+        &self,
+        buffer: usize,
+        rng: &'a mut R,
+        stats: &'a mut ReadStats,
+    ) -> Epoch<'a, R> {
+        let mut files = self.files.clone();
+        files.shuffle(rng);
+        files.reverse(); // popped from the end
+        Epoch {
+            files,
+            reader: None,
+            batch: Vec::new(),
+            buffer: Vec::with_capacity(buffer.max(1)),
+            cap: buffer.max(1),
+            rng,
+            stats,
+        }
+    }
+}
+
+/// Iterator over one epoch's pairs.
+pub struct Epoch<'a, R: Rng> {
+    files: Vec<PathBuf>,
+    reader: Option<PairReader>,
+    /// Pairs of the current record batch, popped from the end.
+    batch: Vec<(String, String)>,
+    buffer: Vec<(String, String)>,
+    cap: usize,
+    rng: &'a mut R,
+    stats: &'a mut ReadStats,
+}
+
+impl<R: Rng> Epoch<'_, R> {
+    /// The next pair from the files, or None at their end.
+    fn pull(&mut self) -> Result<Option<(String, String)>, TrainError> {
+        loop {
+            if let Some(p) = self.batch.pop() {
+                return Ok(Some(p));
+            }
+            if let Some(r) = self.reader.as_mut() {
+                match r.next() {
+                    Some(b) => {
+                        let b = b?;
+                        let path = r.path().to_path_buf();
+                        let refs = column::<StringArray>(&b, col::REFERENCE, &path)?;
+                        let trs = column::<StringArray>(&b, col::TRANSLATION, &path)?;
+                        for i in (0..b.num_rows()).rev() {
+                            self.stats.rows += 1;
+                            if refs.is_null(i) || trs.is_null(i) {
+                                self.stats.skipped_null += 1;
+                                continue;
+                            }
+                            let (a, t) = (refs.value(i).trim(), trs.value(i).trim());
+                            if a.is_empty() || t.is_empty() {
+                                self.stats.skipped_empty += 1;
+                                continue;
+                            }
+                            self.batch.push((a.to_string(), t.to_string()));
+                        }
+                        continue;
+                    }
+                    None => self.reader = None,
+                }
+            }
+            match self.files.pop() {
+                Some(f) => {
+                    self.reader = Some(PairReader::open(&f, &[col::REFERENCE, col::TRANSLATION])?)
+                }
+                None => return Ok(None),
+            }
+        }
+    }
+}
+
+impl<R: Rng> Iterator for Epoch<'_, R> {
+    type Item = Result<(String, String), TrainError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.buffer.len() < self.cap {
+            match self.pull() {
+                Ok(Some(p)) => self.buffer.push(p),
+                Ok(None) => break,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        if self.buffer.is_empty() {
+            return None;
+        }
+        let i = self.rng.random_range(0..self.buffer.len());
+        Some(Ok(self.buffer.swap_remove(i)))
+    }
+}

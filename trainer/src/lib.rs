@@ -1,0 +1,51 @@
+//! The training stage (METHOD.md section 6): sentence embeddings that
+//! average word embeddings (WORD), character-trigram embeddings (TRIGRAM)
+//! or concatenate the two (WORD,TRIGRAM), trained on paraphrase pairs with
+//! the margin loss and mega-batch negatives of seed 000 section 4, and
+//! evaluated by Pearson's r on the STS tasks.
+//!
+//! Data flows one way: Parquet pairs -> [`data`] (streamed, shuffle buffer,
+//! tokenized) -> [`train`] (negatives, gradients, Adam) -> [`model`] (saved
+//! file, GloVe export) -> [`sts`] (evaluation).
+
+pub mod data;
+pub mod model;
+pub mod sts;
+pub mod train;
+
+pub use model::{Kind, Model};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Data(#[from] paraforge_core::DataError),
+    #[error(transparent)]
+    Vectors(#[from] paraforge_core::VectorsError),
+    #[error("{path}: not a paraforge embedding model: {reason}")]
+    BadModel {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{path}: {reason}")]
+    BadSts {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+}
+
+impl TrainError {
+    pub fn io(path: &std::path::Path, source: std::io::Error) -> TrainError {
+        TrainError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! STS evaluation (METHOD.md section 6): Pearson's r x 100 (and Spearman's
+//! rho) between the cosine of two sentence embeddings and the gold score, per
+//! dataset; SemEval years are the mean over their datasets, as the paper
+//! reports. Reads the original distribution layouts:
+//!
+//! * `semeval/STS20XX-test/STS.input.<set>.txt` + `STS.gs.<set>.txt` (2016:
+//!   `STS2016.input.*`/`STS2016.gs.*`); an empty gold line is an unscored pair;
+//! * `stsbenchmark/sts-test.csv`: TSV, score in column 5, sentences in 6-7;
+//! * `sick2014/SICK_test_annotated.txt`: TSV with a header (SICK-R).
+
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+
+use crate::model::cosine;
+use crate::TrainError;
+
+/// One scored dataset.
+#[derive(Debug, Clone)]
+pub struct StsSet {
+    /// "STS2012" ... "STS2016", "STSB", "SICK-R".
+    pub group: String,
+    pub name: String,
+    pub pairs: Vec<(String, String, f64)>,
+}
+
+/// Correlations on one dataset (x 100).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SetResult {
+    pub group: String,
+    pub name: String,
+    pub pairs: usize,
+    pub pearson: f64,
+    pub spearman: f64,
+}
+
+fn read_lines(path: &Path) -> Result<Vec<String>, TrainError> {
+    let bytes = std::fs::read(path).map_err(|e| TrainError::io(path, e))?;
+    // Some SemEval files carry stray Latin-1 bytes; a lossy decode keeps
+    // the line count, which is what aligns them with the gold file.
+    Ok(String::from_utf8_lossy(&bytes)
+        .lines()
+        .map(|l| l.trim_end_matches('\r').to_string())
+        .collect())
+}
+
+fn bad(path: &Path, reason: String) -> TrainError {
+    TrainError::BadSts {
+        path: path.to_path_buf(),
+        reason,
+    }
+}
+
+fn semeval_set(group: &str, name: &str, input: &Path, gold: &Path) -> Result<StsSet, TrainError> {
+    let (inp, gs) = (read_lines(input)?, read_lines(gold)?);
+    let gs: Vec<&String> = gs.iter().collect();
+    if inp.len() < gs.len() {
+        return Err(bad(
+            gold,
+            format!("{} gold lines but only {} input lines", gs.len(), inp.len()),
+        ));
+    }
+    let mut pairs = Vec::new();
+    for (i, g) in gs.iter().enumerate() {
+        let g = g.trim();
+        if g.is_empty() {
+            continue;
+        }
+        let score: f64 = g.parse().map_err(|_| {
+            bad(
+                gold,
+                format!("line {}: gold score {g:?} is not a number", i + 1),
+            )
+        })?;
+        let cols: Vec<&str> = inp[i].split('\t').collect();
+        if cols.len() < 2 {
+            return Err(bad(
+                input,
+                format!("line {}: expected two tab-separated sentences", i + 1),
+            ));
+        }
+        pairs.push((cols[0].to_string(), cols[1].to_string(), score));
+    }
+    Ok(StsSet {
+        group: group.into(),
+        name: name.into(),
+        pairs,
+    })
+}
+
+fn tsv_set(
+    group: &str,
+    path: &Path,
+    header: bool,
+    cols: (usize, usize, usize),
+) -> Result<StsSet, TrainError> {
+    let mut pairs = Vec::new();
+    for (i, line) in read_lines(path)?.iter().enumerate().skip(header as usize) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let c: Vec<&str> = line.split('\t').collect();
+        let need = cols.0.max(cols.1).max(cols.2);
+        if c.len() <= need {
+            return Err(bad(
+                path,
+                format!(
+                    "line {}: {} columns, expected at least {}",
+                    i + 1,
+                    c.len(),
+                    need + 1
+                ),
+            ));
+        }
+        let score: f64 = c[cols.2].trim().parse().map_err(|_| {
+            bad(
+                path,
+                format!("line {}: score {:?} is not a number", i + 1, c[cols.2]),
+            )
+        })?;
+        pairs.push((c[cols.0].to_string(), c[cols.1].to_string(), score));
+    }
+    Ok(StsSet {
+        group: group.into(),
+        name: path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        pairs,
+    })
+}
+
+/// Every dataset found under `dir` (see the module docs for the layout).
+pub fn load(dir: &Path) -> Result<Vec<StsSet>, TrainError> {
+    let mut sets = Vec::new();
+    for year in 2012..=2016 {
+        let d = dir.join(format!("semeval/STS{year}-test"));
+        if !d.is_dir() {
+            continue;
+        }
+        let mut names: Vec<(String, PathBuf)> = std::fs::read_dir(&d)
+            .map_err(|e| TrainError::io(&d, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter_map(|p| {
+                let f = p.file_name()?.to_str()?.to_string();
+                let name = f
+                    .strip_prefix("STS.input.")
+                    .or_else(|| f.strip_prefix(&format!("STS{year}.input.")))?
+                    .strip_suffix(".txt")?
+                    .to_string();
+                Some((name, p))
+            })
+            .collect();
+        names.sort();
+        for (name, input) in names {
+            let gold = input.with_file_name(
+                input
+                    .file_name()
+                    .and_then(|f| f.to_str())
+                    .unwrap_or_default()
+                    .replacen(".input.", ".gs.", 1),
+            );
+            if !gold.is_file() {
+                return Err(bad(&input, format!("no gold file {}", gold.display())));
+            }
+            sets.push(semeval_set(&format!("STS{year}"), &name, &input, &gold)?);
+        }
+    }
+    let stsb = dir.join("stsbenchmark/sts-test.csv");
+    if stsb.is_file() {
+        sets.push(tsv_set("STSB", &stsb, false, (5, 6, 4))?);
+    }
+    let sick = dir.join("sick2014/SICK_test_annotated.txt");
+    if sick.is_file() {
+        sets.push(tsv_set("SICK-R", &sick, true, (1, 2, 3))?);
+    }
+    if sets.is_empty() {
+        return Err(bad(
+            dir,
+            "no STS datasets found (expected semeval/, stsbenchmark/ or sick2014/)".into(),
+        ));
+    }
+    Ok(sets)
+}
+
+pub fn pearson(x: &[f64], y: &[f64]) -> f64 {
+    let n = x.len() as f64;
+    if x.len() < 2 {
+        return f64::NAN;
+    }
+    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (a, b) in x.iter().zip(y) {
+        sxy += (a - mx) * (b - my);
+        sxx += (a - mx) * (a - mx);
+        syy += (b - my) * (b - my);
+    }
+    sxy / (sxx.sqrt() * syy.sqrt())
+}
+
+/// Ranks with ties averaged (1-based).
+fn ranks(x: &[f64]) -> Vec<f64> {
+    let mut idx: Vec<usize> = (0..x.len()).collect();
+    idx.sort_by(|&a, &b| x[a].total_cmp(&x[b]));
+    let mut r = vec![0.0; x.len()];
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && x[idx[j + 1]] == x[idx[i]] {
+            j += 1;
+        }
+        let avg = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &idx[i..=j] {
+            r[k] = avg;
+        }
+        i = j + 1;
+    }
+    r
+}
+
+pub fn spearman(x: &[f64], y: &[f64]) -> f64 {
+    pearson(&ranks(x), &ranks(y))
+}
+
+/// Correlations of `embed`'s cosines with the gold scores on each set.
+pub fn evaluate(sets: &[StsSet], embed: &(dyn Fn(&str) -> Vec<f32> + Sync)) -> Vec<SetResult> {
+    sets.iter()
+        .map(|s| {
+            let sims: Vec<f64> = s
+                .pairs
+                .par_iter()
+                .map(|(a, b, _)| cosine(&embed(a), &embed(b)) as f64)
+                .collect();
+            let gold: Vec<f64> = s.pairs.iter().map(|p| p.2).collect();
+            SetResult {
+                group: s.group.clone(),
+                name: s.name.clone(),
+                pairs: s.pairs.len(),
+                pearson: 100.0 * pearson(&sims, &gold),
+                spearman: 100.0 * spearman(&sims, &gold),
+            }
+        })
+        .collect()
+}
+
+/// (group, mean Pearson, mean Spearman) in the order the groups appear:
+/// each SemEval year is the mean over its datasets.
+pub fn by_group(results: &[SetResult]) -> Vec<(String, f64, f64)> {
+    let mut out: Vec<(String, f64, f64, usize)> = Vec::new();
+    for r in results {
+        match out.iter_mut().find(|g| g.0 == r.group) {
+            Some(g) => {
+                g.1 += r.pearson;
+                g.2 += r.spearman;
+                g.3 += 1;
+            }
+            None => out.push((r.group.clone(), r.pearson, r.spearman, 1)),
+        }
+    }
+    out.into_iter()
+        .map(|(g, p, s, n)| (g, p / n as f64, s / n as f64))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn correlations_match_hand_computed_values() {
+        let x = [1.0, 2.0, 3.0, 4.0];
+        assert!((pearson(&x, &[2.0, 4.0, 6.0, 8.0]) - 1.0).abs() < 1e-12);
+        assert!((pearson(&x, &[4.0, 3.0, 2.0, 1.0]) + 1.0).abs() < 1e-12);
+        // x = 1..5, y = 2,1,4,3,5: r = 0.8 (sxy 8, sxx = syy = 10).
+        let y = [2.0, 1.0, 4.0, 3.0, 5.0];
+        assert!((pearson(&[1.0, 2.0, 3.0, 4.0, 5.0], &y) - 0.8).abs() < 1e-12);
+        // Monotone but not linear: Spearman 1, Pearson below 1.
+        let z = [1.0, 8.0, 27.0, 64.0];
+        assert!((spearman(&x, &z) - 1.0).abs() < 1e-12);
+        assert!(pearson(&x, &z) < 0.99);
+        assert_eq!(ranks(&[3.0, 1.0, 3.0, 2.0]), [3.5, 1.0, 3.5, 2.0]);
+    }
+
+    #[test]
+    fn layouts_load_and_bad_lines_name_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let y = dir.path().join("semeval/STS2016-test");
+        std::fs::create_dir_all(&y).unwrap();
+        std::fs::write(
+            y.join("STS2016.input.news.txt"),
+            "a b\tc d\tnote\te f\tg\nx\ty\n",
+        )
+        .unwrap();
+        std::fs::write(y.join("STS2016.gs.news.txt"), "4.5\n\n").unwrap();
+        let b = dir.path().join("stsbenchmark");
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::write(
+            b.join("sts-test.csv"),
+            "g\tf\t2017\t1\t2.5\tA man\tA dog\textra\n",
+        )
+        .unwrap();
+        let sets = load(dir.path()).unwrap();
+        assert_eq!(sets.len(), 2);
+        assert_eq!(sets[0].group, "STS2016");
+        assert_eq!(sets[0].pairs, [("a b".into(), "c d".into(), 4.5)]);
+        assert_eq!(sets[1].pairs, [("A man".into(), "A dog".into(), 2.5)]);
+
+        std::fs::write(b.join("sts-test.csv"), "g\tf\t2017\t1\tfive\tA\tB\n").unwrap();
+        let e = load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("sts-test.csv") && e.contains("line 1"), "{e}");
+        std::fs::remove_file(y.join("STS2016.gs.news.txt")).unwrap();
+        assert!(load(dir.path()).unwrap_err().to_string().contains("gold"));
+        assert!(load(&dir.path().join("nothing")).is_err());
+    }
+}
