@@ -1,0 +1,184 @@
+//! The training stage on real back-translated pairs: it learns (the loss
+//! falls and references find their own translations more often than with
+//! the initial GloVe vectors), the exported vectors load as para_score's
+//! vectors, and bad input gives errors or counted skips, never a panic.
+
+use std::path::Path;
+
+use paraforge_core::schema::{schema, PairFileWriter};
+use paraforge_core::{RowsBuilder, Vectors};
+use paraforge_tests::{repo_root, scored_dataset};
+use paraforge_trainer::data::PairSource;
+use paraforge_trainer::model::cosine;
+use paraforge_trainer::train::{train, trigram_vocab, TrainOptions};
+use paraforge_trainer::{Kind, Model};
+
+fn glove() -> Vectors {
+    Vectors::load(&repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz"))
+        .unwrap()
+        .0
+}
+
+/// Share of pairs whose reference is nearer its own translation than any
+/// other pair's translation.
+fn retrieval(m: &Model, pairs: &[(String, String)]) -> f64 {
+    let r: Vec<Vec<f32>> = pairs.iter().map(|p| m.embed(&p.0)).collect();
+    let t: Vec<Vec<f32>> = pairs.iter().map(|p| m.embed(&p.1)).collect();
+    let hits = (0..pairs.len())
+        .filter(|&i| {
+            let own = cosine(&r[i], &t[i]);
+            (0..pairs.len()).all(|j| j == i || cosine(&r[i], &t[j]) < own)
+        })
+        .count();
+    hits as f64 / pairs.len() as f64
+}
+
+#[test]
+fn training_learns_from_real_pairs_and_exports_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = scored_dataset(dir.path(), 1200, 3);
+    let pairs: Vec<(String, String)> = rows
+        .iter()
+        .take(300)
+        .map(|r| (r.reference.clone(), r.translation.clone()))
+        .collect();
+    let source = PairSource::open(dir.path()).unwrap();
+    assert_eq!(source.rows(), 1200);
+    let v = glove();
+    let tris = trigram_vocab(&source, 2, 50_000).unwrap();
+    assert!(tris.len() > 1000, "{}", tris.len());
+
+    for kind in [Kind::Word, Kind::WordTrigram] {
+        let mut m = Model::new(kind, Some(&v), tris.clone(), 50, 1).unwrap();
+        let before = retrieval(&m, &pairs);
+        let o = TrainOptions {
+            megabatch: 4,
+            batch_size: 50,
+            epochs: 4,
+            // Ten times the paper's rate: 96 steps must show learning here.
+            lr: 0.01,
+            shuffle_buffer: 500,
+            ..TrainOptions::default()
+        };
+        let rep = train(&mut m, &source, &o, &mut |_| {}).unwrap();
+        let (first, last) = (rep.epochs[0].mean_loss, rep.epochs[3].mean_loss);
+        let after = retrieval(&m, &pairs);
+        eprintln!("{kind:?}: loss {first:.4} -> {last:.4}, retrieval {before:.3} -> {after:.3}");
+        assert!(last < first - 0.02, "{kind:?}: loss {first} -> {last}");
+        assert_eq!(rep.epochs.iter().map(|e| e.pairs).sum::<u64>(), 4 * 1200);
+        assert!(
+            after > before + 0.05,
+            "{kind:?}: retrieval {before} -> {after}"
+        );
+
+        // Same seed, same model.
+        let mut again = Model::new(kind, Some(&v), tris.clone(), 50, 1).unwrap();
+        train(&mut again, &source, &o, &mut |_| {}).unwrap();
+        assert_eq!(again.w, m.w, "{kind:?}: training is deterministic");
+
+        if kind == Kind::Word {
+            let p = dir.path().join("trained.txt");
+            assert_eq!(m.export_vectors(&p).unwrap(), v.len());
+            let (back, rep) = Vectors::load(&p).unwrap();
+            assert_eq!(rep.loaded as usize, v.len());
+            let i = m.words().iter().position(|w| w == "man").unwrap();
+            assert_eq!(back.get("man").unwrap(), &m.w[i * 50..(i + 1) * 50]);
+        }
+    }
+}
+
+fn write(path: &Path, rows: &[(&str, &str)]) {
+    let mut b = RowsBuilder::default();
+    for (i, (r, t)) in rows.iter().enumerate() {
+        b.push(&paraforge_core::PairRow {
+            id: format!("x{i}"),
+            source: "s".into(),
+            reference: r.to_string(),
+            translation: t.to_string(),
+            translation_score: -0.5,
+            source_len: 1,
+            truncated: false,
+            scores: paraforge_core::Scorer::new(None).score(r, t),
+        });
+    }
+    let mut w = PairFileWriter::create(path, schema(), &[]).unwrap();
+    w.write(&b.finish()).unwrap();
+    w.close().unwrap();
+}
+
+#[test]
+fn bad_training_input_is_an_error_or_a_counted_skip() {
+    let dir = tempfile::tempdir().unwrap();
+    // Empty sides and sentences with no known word are skipped and counted.
+    let d = dir.path().join("data");
+    std::fs::create_dir_all(&d).unwrap();
+    write(
+        &d.join("a.parquet"),
+        &[
+            ("a man plays a guitar", "a man is playing the guitar"),
+            ("  ", "nothing on the left"),
+            ("zzqx qqzx", "xqzz"),
+            ("a woman slices an onion", "a woman is cutting an onion"),
+            ("the cat sleeps", "a cat is sleeping"),
+        ],
+    );
+    let v = glove();
+    let mut m = Model::new(Kind::Word, Some(&v), vec![], 0, 1).unwrap();
+    let rep = train(
+        &mut m,
+        &PairSource::open(&d).unwrap(),
+        &TrainOptions {
+            epochs: 1,
+            ..TrainOptions::default()
+        },
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(rep.read.rows, 5);
+    assert_eq!(rep.read.skipped_empty, 1);
+    // "zzqx qqzx" has only unknown words, but UNK is a word row: kept.
+    assert_eq!(rep.epochs[0].pairs, 4);
+
+    // A Parquet file without the translation column: an error naming both.
+    let bad = dir.path().join("bad.parquet");
+    {
+        use arrow_array::{RecordBatch, StringArray};
+        let s = std::sync::Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "reference",
+            arrow_schema::DataType::Utf8,
+            false,
+        )]));
+        let b = RecordBatch::try_new(
+            s.clone(),
+            vec![std::sync::Arc::new(StringArray::from(vec!["a"]))],
+        )
+        .unwrap();
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&bad).unwrap(), s, None)
+                .unwrap();
+        w.write(&b).unwrap();
+        w.close().unwrap();
+    }
+    let e = PairSource::open(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains("bad.parquet") && e.contains("translation"),
+        "{e}"
+    );
+    // Not Parquet at all, and an empty directory.
+    std::fs::write(dir.path().join("junk.parquet"), b"not parquet").unwrap();
+    let e = PairSource::open(&dir.path().join("junk.parquet"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("junk.parquet"), "{e}");
+    std::fs::create_dir_all(dir.path().join("empty")).unwrap();
+    assert!(PairSource::open(&dir.path().join("empty")).is_err());
+
+    // A vector file with a wrong dimension on one line: skipped and counted.
+    let vf = dir.path().join("v.txt");
+    std::fs::write(&vf, "man 0.1 0.2 0.3\nwoman 0.1 0.2\ncat 0.3 0.2 0.1\n").unwrap();
+    let (v, rep) = Vectors::load(&vf).unwrap();
+    assert_eq!(
+        (v.len(), rep.wrong_dimension, rep.first_skipped_line),
+        (2, 1, Some(2))
+    );
+}
