@@ -19,7 +19,7 @@ VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build ort testenv test demo lint fmt venv fixtures bench-nmt bench-score bench-bins bench-pipeline clean-ort
+.PHONY: all build ort testenv test demo lint fmt venv fixtures bench-nmt bench-score bench-bins bench-train bench-pipeline clean-ort
 
 all: build
 
@@ -93,6 +93,11 @@ bench-score: venv $(ORT_LIB) build
 bench-bins: $(ORT_LIB) build
 	$(CARGO) build --release -p paraforge-dataset --examples
 	tools/bench_bins.sh 10000000
+
+# `paraforge train` against a PyTorch implementation of the same models (needs `make venv`).
+bench-train: $(ORT_LIB) build
+	$(CARGO) build --release -p paraforge-dataset --examples
+	tools/bench_train.sh 100000 | tee docs/bench/train.md
 
 # `paraforge run` end to end against the engine alone.
 bench-pipeline: $(ORT_LIB) build

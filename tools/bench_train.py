@@ -1,0 +1,123 @@
+"""PyTorch peer for the training benchmark: the same WORD / WORD,TRIGRAM
+models, margin loss, mega-batch negatives and lazy (sparse) Adam as
+`paraforge train`, on the same Parquet pairs. Prints one JSON line with
+pairs/s. Usage: bench_train.py DATA_DIR VECTORS MODEL M THREADS [MAX_PAIRS]
+"""
+
+import glob
+import gzip
+import json
+import re
+import sys
+import time
+
+import pyarrow.parquet as pq
+import torch
+
+TOKEN = re.compile(r"[^\W_]+|[^\w\s]", re.UNICODE)
+
+
+def tokens(s):
+    return TOKEN.findall(s.lower())
+
+
+def trigrams(tok):
+    w = " " + tok + " "
+    return [w[i : i + 3] for i in range(len(w) - 2)]
+
+
+def main():
+    data, vec_path, model, M, threads = sys.argv[1:6]
+    max_pairs = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+    M, threads = int(M), int(threads)
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    pairs = []
+    for f in sorted(glob.glob(f"{data}/**/*.parquet", recursive=True)):
+        t = pq.read_table(f, columns=["reference", "translation"])
+        pairs += list(zip(t.column("reference").to_pylist(), t.column("translation").to_pylist()))
+    if max_pairs:
+        pairs = pairs[:max_pairs]
+    opener = gzip.open if vec_path.endswith(".gz") else open
+    words, rows = {}, []
+    with opener(vec_path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            p = line.rstrip().split(" ")
+            if p[0] not in words:
+                words[p[0]] = len(rows)
+                rows.append([float(x) for x in p[1:]])
+    dim = len(rows[0])
+    unk = len(rows)
+    use_w, use_t = "word" in model, "trigram" in model
+    tri = {}
+    if use_t:
+        counts = {}
+        for a, b in pairs:
+            for s in (a, b):
+                for tk in tokens(s):
+                    for g in trigrams(tk):
+                        counts[g] = counts.get(g, 0) + 1
+        for g, c in sorted(counts.items(), key=lambda x: (-x[1], x[0]))[:100000]:
+            if c >= 2:
+                tri[g] = len(tri)
+
+    def encode(s):
+        tk = tokens(s)
+        w = [words.get(t, unk) for t in tk]
+        g = [tri[x] for t in tk for x in trigrams(t) if x in tri]
+        return w, g
+
+    W = torch.nn.EmbeddingBag(unk + 1, dim, mode="mean", sparse=True)
+    with torch.no_grad():
+        W.weight[:unk] = torch.tensor(rows)
+        W.weight[unk] = 0
+    T = torch.nn.EmbeddingBag(max(len(tri), 1), dim, mode="mean", sparse=True)
+    torch.nn.init.uniform_(T.weight, -0.05, 0.05)
+    params = ([W.weight] if use_w else []) + ([T.weight] if use_t else [])
+    opt = torch.optim.SparseAdam(params, lr=0.001)
+
+    def embed(enc):
+        parts = []
+        for use, table, k in ((use_w, W, 0), (use_t, T, 1)):
+            if not use:
+                continue
+            flat, offs = [], []
+            for e in enc:
+                offs.append(len(flat))
+                flat += e[k]
+            parts.append(table(torch.tensor(flat, dtype=torch.long), torch.tensor(offs, dtype=torch.long)))
+        return torch.cat(parts, 1)
+
+    t0 = time.time()
+    B = 100
+    done = 0
+    for lo in range(0, len(pairs), B * M):
+        mb = [(encode(a), encode(b)) for a, b in pairs[lo : lo + B * M]]
+        mb = [p for p in mb if (p[0][0] or p[0][1]) and (p[1][0] or p[1][1])]
+        if len(mb) < 2:
+            break
+        sents = [s for p in mb for s in p]
+        with torch.no_grad():
+            x = torch.nn.functional.normalize(embed(sents), dim=1)
+            sim = x @ x.T
+            own = torch.arange(len(sents)) // 2
+            sim[own[:, None] == own[None, :]] = -2
+            neg = sim.argmax(1)
+        for i in range(0, len(mb), B):
+            idx = list(range(i, min(i + B, len(mb))))
+            s = embed([mb[j][0] for j in idx])
+            s2 = embed([mb[j][1] for j in idx])
+            n1 = embed([sents[neg[2 * j]] for j in idx])
+            n2 = embed([sents[neg[2 * j + 1]] for j in idx])
+            cos = torch.nn.functional.cosine_similarity
+            loss = (torch.relu(0.4 - cos(s, s2) + cos(s, n1)) + torch.relu(0.4 - cos(s2, s) + cos(s2, n2))).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        done += len(mb)
+    secs = time.time() - t0
+    print(json.dumps({"peer": "pytorch", "model": model, "M": M, "threads": threads, "pairs": done, "seconds": secs, "pairs_per_second": done / secs}))
+
+
+if __name__ == "__main__":
+    main()
