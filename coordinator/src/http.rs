@@ -150,7 +150,10 @@ mod tests {
         })
         .unwrap();
         let l = state.lease("w", 0, 1000).unwrap().unwrap();
-        state.complete(0, l.token, vec![], 3, 1).unwrap().unwrap();
+        state
+            .complete(0, "w", l.token, vec![], 3, 1)
+            .unwrap()
+            .unwrap();
         let shared = Arc::new(Shared::new(
             state,
             String::new(),

@@ -245,6 +245,20 @@ impl Coordinator for CoordinatorService {
         let r = req.into_inner();
         self.touch(&r.worker_id)?;
         let totals = r.totals.unwrap_or_default();
+        // A worker may only name this lease's own two files: nothing can
+        // point the manifest (or the clean-up at job end) outside them.
+        let allowed = [
+            paraforge_core::schema::part_path(r.shard_id, r.lease_token),
+            paraforge_core::schema::rejects_path(r.shard_id, r.lease_token),
+        ];
+        if let Some(f) = r.files.iter().find(|f| !allowed.contains(&f.path)) {
+            tracing::warn!(worker = %r.worker_id, shard = r.shard_id, path = %f.path, "completion names a foreign output path");
+            return Err(ServiceError::Invalid(format!(
+                "output path {:?} is not this lease's (expected {} or {})",
+                f.path, allowed[0], allowed[1]
+            ))
+            .into());
+        }
         let files = r
             .files
             .into_iter()
@@ -260,6 +274,7 @@ impl Coordinator for CoordinatorService {
             .state()
             .complete(
                 r.shard_id,
+                &r.worker_id,
                 r.lease_token,
                 files,
                 totals.pairs_written,
@@ -295,7 +310,13 @@ impl Coordinator for CoordinatorService {
         }
         let will_retry = self
             .state()
-            .fail(r.shard_id, r.lease_token, &r.reason, r.retryable)
+            .fail(
+                r.shard_id,
+                &r.worker_id,
+                r.lease_token,
+                &r.reason,
+                r.retryable,
+            )
             .map_err(ServiceError::from)?;
         tracing::warn!(worker = %r.worker_id, shard = r.shard_id, reason = %r.reason, will_retry, "shard failed");
         Ok(Response::new(pb::FailShardResponse { will_retry }))
@@ -484,6 +505,69 @@ mod tests {
             s.workers[0].device, "cpu",
             "the job's device fills in an unnamed one"
         );
+        // Output paths outside this lease's two files are refused.
+        let (s0, t0) = tokens[0];
+        for bad in [
+            "../../etc/passwd",
+            "shard=000000/part-t99999999.parquet",
+            "/abs.parquet",
+        ] {
+            let e = c
+                .complete_shard(pb::CompleteShardRequest {
+                    worker_id: w.clone(),
+                    shard_id: s0,
+                    lease_token: t0,
+                    files: vec![pb::OutputFile {
+                        path: bad.into(),
+                        ..Default::default()
+                    }],
+                    totals: None,
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
+            assert!(e.message().contains(bad), "{}", e.message());
+        }
+        // Another worker, even with the right token, cannot complete or
+        // heartbeat a shard it does not hold.
+        let other = c
+            .register_worker(pb::RegisterWorkerRequest {
+                name: "u".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .worker_id;
+        let r = c
+            .complete_shard(pb::CompleteShardRequest {
+                worker_id: other.clone(),
+                shard_id: s0,
+                lease_token: t0,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(
+            !r.accepted && r.reason.contains("another worker"),
+            "{}",
+            r.reason
+        );
+        let hb = c
+            .heartbeat(pb::HeartbeatRequest {
+                worker_id: other.clone(),
+                leases: vec![pb::LeaseProgress {
+                    shard_id: s0,
+                    lease_token: t0,
+                    ..Default::default()
+                }],
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(hb.extended_tokens.is_empty() && hb.revoked_tokens == [t0]);
         for (shard, token) in &tokens {
             let ok = c
                 .complete_shard(pb::CompleteShardRequest {

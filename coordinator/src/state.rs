@@ -104,6 +104,8 @@ pub enum Refusal {
     /// The shard is not leased (expired and back in the queue, or failed).
     NotLeased,
     UnknownShard,
+    /// The caller is not the worker that holds the lease.
+    NotHolder,
 }
 
 impl std::fmt::Display for Refusal {
@@ -113,6 +115,7 @@ impl std::fmt::Display for Refusal {
             Refusal::Superseded => "the lease is stale: the shard was leased again",
             Refusal::NotLeased => "the shard is not leased (the lease expired or the shard failed)",
             Refusal::UnknownShard => "no such shard",
+            Refusal::NotHolder => "the shard is leased to another worker",
         })
     }
 }
@@ -372,6 +375,7 @@ impl JobState {
     pub fn complete(
         &mut self,
         shard_id: u64,
+        worker: &str,
         token: u64,
         files: Vec<OutputFile>,
         pairs: u64,
@@ -382,7 +386,15 @@ impl JobState {
         };
         match &s.status {
             Status::Committed { .. } => return Ok(Err(Refusal::AlreadyCommitted)),
-            Status::Leased { token: t, .. } if *t == token => {}
+            Status::Leased {
+                token: t,
+                worker: w,
+                ..
+            } if *t == token => {
+                if w != worker {
+                    return Ok(Err(Refusal::NotHolder));
+                }
+            }
             Status::Leased { .. } => return Ok(Err(Refusal::Superseded)),
             Status::Pending | Status::Failed { .. } => return Ok(Err(Refusal::NotLeased)),
         }
@@ -400,6 +412,7 @@ impl JobState {
     pub fn fail(
         &mut self,
         shard_id: u64,
+        worker: &str,
         token: u64,
         reason: &str,
         retryable: bool,
@@ -409,8 +422,12 @@ impl JobState {
             .get_mut(&shard_id)
             .ok_or(StateError::UnknownShard(shard_id))?;
         match &s.status {
-            Status::Leased { token: t, .. } if *t == token => {}
-            _ => return Ok(false), // a stale lease cannot fail the shard
+            Status::Leased {
+                token: t,
+                worker: w,
+                ..
+            } if *t == token && w == worker => {}
+            _ => return Ok(false), // a stale lease or another worker cannot fail the shard
         }
         s.last_error = Some(reason.to_string());
         let retry = retryable && s.attempts < self.max_attempts;
@@ -502,16 +519,32 @@ mod tests {
         assert!(b.token > a.token);
         assert_eq!(b.attempt, 2);
         assert_eq!(
-            st.complete(0, a.token, vec![file("a")], 10, 0).unwrap(),
+            st.complete(0, "w1", a.token, vec![file("a")], 10, 0)
+                .unwrap(),
             Err(Refusal::Superseded)
         );
         assert_eq!(
-            st.complete(0, b.token, vec![file("b")], 10, 0).unwrap(),
+            st.complete(0, "w2", b.token, vec![file("b")], 10, 0)
+                .unwrap(),
             Ok(())
         );
         assert_eq!(
-            st.complete(0, b.token, vec![file("b")], 10, 0).unwrap(),
+            st.complete(0, "w2", b.token, vec![file("b")], 10, 0)
+                .unwrap(),
             Err(Refusal::AlreadyCommitted)
+        );
+        // Another worker holding a copied token cannot commit or fail it.
+        let c = st.lease("w3", 2000, 1000).unwrap().unwrap();
+        assert_eq!(
+            st.complete(c.spec.shard_id, "w2", c.token, vec![], 1, 0)
+                .unwrap(),
+            Err(Refusal::NotHolder)
+        );
+        assert!(!st.fail(c.spec.shard_id, "w2", c.token, "x", true).unwrap());
+        assert_eq!(
+            st.complete(c.spec.shard_id, "w3", c.token, vec![], 1, 0)
+                .unwrap(),
+            Ok(())
         );
         // The stale holder's heartbeat is told to stop.
         let (ext, rev) = st.heartbeat("w1", &[(0, a.token, 5)], 2100, 1000).unwrap();
@@ -524,17 +557,19 @@ mod tests {
         let mut st = JobState::open(&dir.path().join("s.redb"), "job", 2, || plan(2)).unwrap();
         let l = st.lease("w", 0, 1000).unwrap().unwrap();
         assert!(st
-            .fail(l.spec.shard_id, l.token, "disk full", true)
+            .fail(l.spec.shard_id, "w", l.token, "disk full", true)
             .unwrap());
         let l = st.lease("w", 0, 1000).unwrap().unwrap();
         assert_eq!(l.spec.shard_id, 0);
         assert!(
-            !st.fail(0, l.token, "disk full", true).unwrap(),
+            !st.fail(0, "w", l.token, "disk full", true).unwrap(),
             "out of attempts"
         );
         let l = st.lease("w", 0, 1000).unwrap().unwrap();
         assert_eq!(l.spec.shard_id, 1);
-        st.complete(1, l.token, vec![], 10, 1).unwrap().unwrap();
+        st.complete(1, "w", l.token, vec![], 10, 1)
+            .unwrap()
+            .unwrap();
         assert!(st.finished());
         let c = st.counts();
         assert_eq!((c.committed, c.failed, c.pairs, c.rejects), (1, 1, 10, 1));
@@ -545,7 +580,7 @@ mod tests {
         // A non-retryable failure fails at once.
         let mut st = JobState::open(&dir.path().join("t.redb"), "job", 5, || plan(1)).unwrap();
         let l = st.lease("w", 0, 1000).unwrap().unwrap();
-        assert!(!st.fail(0, l.token, "corrupt input", false).unwrap());
+        assert!(!st.fail(0, "w", l.token, "corrupt input", false).unwrap());
     }
 
     #[test]
@@ -556,7 +591,7 @@ mod tests {
         {
             let mut st = JobState::open(&path, "job", 3, || plan(3)).unwrap();
             let l = st.lease("w", 0, 1000).unwrap().unwrap();
-            st.complete(l.spec.shard_id, l.token, vec![file("x")], 10, 0)
+            st.complete(l.spec.shard_id, "w", l.token, vec![file("x")], 10, 0)
                 .unwrap()
                 .unwrap();
             old_token = l.token;
@@ -574,7 +609,7 @@ mod tests {
         assert!(l.token > leased_token && leased_token > old_token);
         // The pre-restart lease of shard 1 is refused now.
         assert_eq!(
-            st.complete(1, leased_token, vec![], 1, 0).unwrap(),
+            st.complete(1, "w", leased_token, vec![], 1, 0).unwrap(),
             Err(Refusal::Superseded)
         );
         // Another job's id on the same file is refused.

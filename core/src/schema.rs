@@ -36,6 +36,18 @@ pub mod col {
     pub const TRUNCATED: &str = "truncated";
 }
 
+/// Where an attempt writes a shard's rows, relative to the output root.
+/// The lease token is in the name, so attempts never overwrite each other;
+/// the manifest names the one committed attempt.
+pub fn part_path(shard_id: u64, token: u64) -> String {
+    format!("shard={shard_id:06}/part-t{token:08}.parquet")
+}
+
+/// Where an attempt writes a shard's rejected lines (JSON lines).
+pub fn rejects_path(shard_id: u64, token: u64) -> String {
+    format!("_rejects/shard={shard_id:06}/rejects-t{token:08}.jsonl")
+}
+
 /// The scores a dataset can be ranked or binned by.
 pub const SCORE_COLUMNS: [&str; 5] = [
     col::PARA_SCORE,

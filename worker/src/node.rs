@@ -304,14 +304,8 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
         };
         // The token is in the names, so attempts never overwrite each other;
         // the coordinator's manifest names the one committed attempt.
-        let pq = format!(
-            "shard={:06}/part-t{:08}.parquet",
-            spec.shard_id, lease.lease_token
-        );
-        let rj = format!(
-            "_rejects/shard={:06}/rejects-t{:08}.jsonl",
-            spec.shard_id, lease.lease_token
-        );
+        let pq = paraforge_core::schema::part_path(spec.shard_id, lease.lease_token);
+        let rj = paraforge_core::schema::rejects_path(spec.shard_id, lease.lease_token);
         let (pq_len, rj_len) = (out.parquet.len() as u64, out.rejects_jsonl.len() as u64);
         let rj_sha = hex_sha(&out.rejects_jsonl);
         storage.put(&pq, out.parquet.into()).await?;
