@@ -86,6 +86,7 @@ async fn three_workers_write_each_valid_pair_exactly_once() {
                 coordinator: url.clone(),
                 name: format!("w{i}"),
                 connect_attempts: 5,
+                access: Default::default(),
             };
             tokio::spawn(run_worker(o, stop.clone()))
         })
@@ -186,6 +187,7 @@ async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
         coordinator: url.clone(),
         name: name.into(),
         connect_attempts: 20,
+        access: Default::default(),
     };
     let w1 = tokio::spawn(run_worker(opts("w1"), stop.clone()));
     let deadline = std::time::Instant::now() + Duration::from_secs(300);
@@ -253,6 +255,7 @@ async fn a_stopped_worker_finishes_its_shard_and_leases_no_more() {
         coordinator: url.clone(),
         name: name.into(),
         connect_attempts: 5,
+        access: Default::default(),
     };
     let stop1 = Arc::new(AtomicBool::new(false));
     let w1 = tokio::spawn(run_worker(opts("w1"), stop1.clone()));

@@ -60,6 +60,7 @@ async fn run_job(cfg: &JobConfig) -> paraforge_coordinator::run::Manifest {
         coordinator: format!("http://{}", coord.grpc_addr),
         name: "w".into(),
         connect_attempts: 5,
+        access: Default::default(),
     };
     run_worker(o, Arc::new(AtomicBool::new(false)))
         .await

@@ -80,7 +80,7 @@ fn training_learns_from_real_pairs_and_exports_vectors() {
             let p = dir.path().join("trained.txt");
             assert_eq!(m.export_vectors(&p).unwrap(), v.len());
             let (back, rep) = Vectors::load(&p).unwrap();
-            assert_eq!(rep.loaded as usize, v.len());
+            assert_eq!(rep.loaded, v.len());
             let i = m.words().iter().position(|w| w == "man").unwrap();
             assert_eq!(back.get("man").unwrap(), &m.w[i * 50..(i + 1) * 50]);
         }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use paraforge_coordinator::run::{finalize, start, Running};
+use paraforge_core::access::ClientAccess;
 use paraforge_core::config::JobConfig;
-use paraforge_core::proto::coordinator_client::CoordinatorClient;
 use paraforge_core::proto::JobStatusRequest;
 use paraforge_core::storage::Storage;
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
@@ -41,12 +41,44 @@ pub struct WorkerArgs {
     /// Attempts to reach the coordinator before giving up (with backoff).
     #[arg(long, default_value_t = 30)]
     connect_attempts: u32,
+    #[command(flatten)]
+    access: AccessArgs,
+}
+
+/// How to reach a coordinator that uses TLS or a token. The token itself
+/// is never an argument: it comes from a file or `PARAFORGE_TOKEN`.
+#[derive(clap::Args)]
+pub struct AccessArgs {
+    /// CA certificate (PEM) of the coordinator's TLS certificate; turns TLS
+    /// on (use an https:// URL).
+    #[arg(long, env = "PARAFORGE_CA_CERT")]
+    ca_cert: Option<PathBuf>,
+    /// Name to check the coordinator's certificate against (default: the
+    /// URL's host).
+    #[arg(long)]
+    tls_domain: Option<String>,
+    /// File whose first line is the access token (default: $PARAFORGE_TOKEN).
+    #[arg(long, env = "PARAFORGE_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+}
+
+impl AccessArgs {
+    fn client(&self) -> Result<ClientAccess> {
+        Ok(ClientAccess {
+            token: paraforge_core::access::load_token(self.token_file.as_deref())?,
+            ca_cert: self.ca_cert.clone(),
+            domain: self.tls_domain.clone(),
+            max_message_bytes: None,
+        })
+    }
 }
 
 #[derive(clap::Args)]
 pub struct StatusArgs {
     #[arg(long, env = "PARAFORGE_COORDINATOR")]
     coordinator: String,
+    #[command(flatten)]
+    access: AccessArgs,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -301,7 +333,22 @@ pub fn run(a: RunArgs) -> Result<()> {
         let c = start(&cfg, None, None)
             .await
             .context("starting the coordinator")?;
-        let url = format!("http://{}", c.grpc_addr);
+        // Local workers reach it over loopback with the job's own TLS and token.
+        let cc = &cfg.coordinator;
+        let access = ClientAccess {
+            token: paraforge_core::access::load_token(
+                cc.auth_token_file.as_deref().map(std::path::Path::new),
+            )?,
+            ca_cert: cc.tls_ca.clone().or(cc.tls_cert.clone()).map(PathBuf::from),
+            domain: None,
+            max_message_bytes: Some(cc.max_message_bytes),
+        };
+        let scheme = if access.ca_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let url = format!("{scheme}://{}", c.grpc_addr);
         let stop = Arc::new(AtomicBool::new(false));
         stop_on_signal(stop.clone());
         let workers: Vec<_> = (0..n)
@@ -310,6 +357,7 @@ pub fn run(a: RunArgs) -> Result<()> {
                     coordinator: url.clone(),
                     name: format!("local-{i}"),
                     connect_attempts: 10,
+                    access: access.clone(),
                 };
                 tokio::spawn(run_worker(o, stop.clone()))
             })
@@ -390,6 +438,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
             coordinator: a.coordinator.clone(),
             name,
             connect_attempts: a.connect_attempts,
+            access: a.access.client()?,
         };
         let s = run_worker(o, stop)
             .await
@@ -404,9 +453,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
 
 pub fn status(a: StatusArgs) -> Result<()> {
     runtime()?.block_on(async move {
-        let mut c = CoordinatorClient::connect(a.coordinator.clone())
-            .await
-            .with_context(|| format!("connecting to the coordinator at {}", a.coordinator))?;
+        let mut c = a.access.client()?.connect(&a.coordinator).await?;
         let s = c
             .job_status(JobStatusRequest {})
             .await

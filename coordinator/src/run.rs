@@ -33,6 +33,14 @@ pub enum RunError {
     },
     #[error("coordinator.state must be set for an object-store output ({0})")]
     NoStatePath(String),
+    #[error(transparent)]
+    Access(#[from] paraforge_core::access::AccessError),
+    #[error("TLS ({cert}, {key}): {message}")]
+    Tls {
+        cert: String,
+        key: String,
+        message: String,
+    },
 }
 
 /// A running coordinator.
@@ -131,11 +139,40 @@ pub async fn start(
         http_l.local_addr().unwrap_or(http),
     );
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let svc = CoordinatorServer::new(CoordinatorService::new(shared.clone()));
+    let c = &cfg.coordinator;
+    let token =
+        paraforge_core::access::load_token(c.auth_token_file.as_deref().map(std::path::Path::new))?;
+    if token.is_none() && !grpc_addr.ip().is_loopback() {
+        tracing::warn!(addr = %grpc_addr, "the coordinator listens beyond loopback without an access token: set coordinator.auth_token_file or PARAFORGE_TOKEN");
+    }
+    let svc = tonic::service::interceptor::InterceptedService::new(
+        CoordinatorServer::new(CoordinatorService::new(shared.clone()))
+            .max_decoding_message_size(c.max_message_bytes)
+            .max_encoding_message_size(c.max_message_bytes),
+        paraforge_core::access::RequireToken::new(token),
+    );
+    let mut builder = tonic::transport::Server::builder();
+    if let (Some(cert), Some(key)) = (&c.tls_cert, &c.tls_key) {
+        paraforge_core::access::init_tls();
+        let read = |p: &String| {
+            std::fs::read(p).map_err(|e| paraforge_core::access::AccessError::File {
+                path: PathBuf::from(p),
+                message: e.to_string(),
+            })
+        };
+        let identity = tonic::transport::Identity::from_pem(read(cert)?, read(key)?);
+        builder = builder
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .map_err(|e| RunError::Tls {
+                cert: cert.clone(),
+                key: key.clone(),
+                message: e.to_string(),
+            })?;
+    }
     let mut s1 = stopped.clone();
     let t1 = tokio::spawn(async move {
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_l);
-        let r = tonic::transport::Server::builder()
+        let r = builder
             .add_service(svc)
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = s1.wait_for(|s| *s).await;

@@ -179,6 +179,24 @@ pub struct Coordinator {
     /// for local outputs; required for object-store outputs).
     #[serde(default)]
     pub state: Option<String>,
+    /// TLS: the coordinator's certificate chain and private key (PEM files).
+    /// Both or neither; with them, workers connect with `https://` URLs.
+    #[serde(default)]
+    pub tls_cert: Option<String>,
+    #[serde(default)]
+    pub tls_key: Option<String>,
+    /// CA certificate (PEM) that `paraforge run`'s own workers trust
+    /// (default: `tls_cert`, right for a self-signed certificate).
+    #[serde(default)]
+    pub tls_ca: Option<String>,
+    /// A file whose first line is the shared secret every request must
+    /// carry; without it the `PARAFORGE_TOKEN` environment variable is used,
+    /// and without either no token is required.
+    #[serde(default)]
+    pub auth_token_file: Option<String>,
+    /// Largest gRPC message accepted, in bytes (default 4 MiB).
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: usize,
 }
 
 impl Default for Coordinator {
@@ -187,8 +205,17 @@ impl Default for Coordinator {
             listen: default_listen(),
             metrics: default_metrics(),
             state: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
+            auth_token_file: None,
+            max_message_bytes: default_max_message_bytes(),
         }
     }
+}
+
+fn default_max_message_bytes() -> usize {
+    crate::access::DEFAULT_MAX_MESSAGE_BYTES
 }
 
 fn default_listen() -> String {
@@ -373,6 +400,28 @@ impl JobConfig {
                 );
             }
         }
+        if self.coordinator.tls_cert.is_some() != self.coordinator.tls_key.is_some() {
+            return bad(
+                if self.coordinator.tls_cert.is_some() {
+                    "coordinator.tls_key"
+                } else {
+                    "coordinator.tls_cert"
+                },
+                "TLS needs both tls_cert and tls_key".into(),
+            );
+        }
+        if self.coordinator.tls_ca.is_some() && self.coordinator.tls_cert.is_none() {
+            return bad(
+                "coordinator.tls_ca",
+                "is only used with tls_cert and tls_key".into(),
+            );
+        }
+        if !(1024..=1 << 30).contains(&self.coordinator.max_message_bytes) {
+            return bad(
+                "coordinator.max_message_bytes",
+                "must be between 1024 and 1073741824".into(),
+            );
+        }
         if self.workers.local > 256 {
             return bad("workers.local", "at most 256".into());
         }
@@ -448,6 +497,14 @@ dir = "models/tiny-cs-en"
                 "input.reference_paths",
             ),
             (MINIMAL.replace("out/t", "ftp://x/y"), "job.output"),
+            (
+                format!("{MINIMAL}[coordinator]\ntls_cert = \"c.pem\"\n"),
+                "coordinator.tls_key",
+            ),
+            (
+                format!("{MINIMAL}[coordinator]\nmax_message_bytes = 10\n"),
+                "coordinator.max_message_bytes",
+            ),
             (
                 MINIMAL.replace("paths = [", "paths = [\"http://h/a.tsv\", "),
                 "input.paths",

@@ -1,6 +1,7 @@
 //! Parts every paraforge service shares: the pair scores and word vectors
 //! (METHOD.md section 3).
 
+pub mod access;
 pub mod bitext;
 pub mod config;
 pub mod proto;

@@ -204,7 +204,7 @@ fn negatives(model: &Model, mb: &[(Encoded, Encoded)]) -> Vec<u32> {
     flat.par_chunks_mut(d.max(1))
         .enumerate()
         .for_each(|(i, out)| {
-            let e = if i % 2 == 0 {
+            let e = if i.is_multiple_of(2) {
                 &mb[i / 2].0
             } else {
                 &mb[i / 2].1
@@ -256,7 +256,7 @@ fn pair_grad(
     let d = model.dim();
     let sent = |i: u32| {
         let q = &mb[i as usize / 2];
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             &q.0
         } else {
             &q.1
@@ -322,7 +322,7 @@ fn minibatch_grads(
         loss += r.loss as f64;
         for (i, dg) in &r.grads {
             let q = &mb[*i as usize / 2];
-            let e = if i % 2 == 0 { &q.0 } else { &q.1 };
+            let e = if i.is_multiple_of(2) { &q.0 } else { &q.1 };
             if !e.words.is_empty() {
                 gw.add(&e.words, &dg[..wd], scale / e.words.len() as f32);
             }

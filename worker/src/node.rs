@@ -7,13 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use paraforge_core::access::{AccessError, Client, ClientAccess};
 use paraforge_core::config::JobConfig;
-use paraforge_core::proto::coordinator_client::CoordinatorClient;
 use paraforge_core::proto::{self as pb, lease_shard_response};
 use paraforge_core::storage::Storage;
 use paraforge_core::Vectors;
 use paraforge_nmt::{Device, GenerateOptions, LoadOptions, Translator};
-use tonic::transport::Channel;
 
 use crate::shard::{process, Progress, ShardInput};
 
@@ -38,6 +37,8 @@ pub enum WorkerError {
     Vectors(#[from] paraforge_core::VectorsError),
     #[error(transparent)]
     Storage(#[from] paraforge_core::storage::StorageError),
+    #[error(transparent)]
+    Access(#[from] AccessError),
 }
 
 #[derive(Debug, Clone)]
@@ -46,6 +47,8 @@ pub struct WorkerOptions {
     pub name: String,
     /// Retries of an unreachable coordinator before giving up.
     pub connect_attempts: u32,
+    /// Token and TLS settings.
+    pub access: ClientAccess,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -56,12 +59,14 @@ pub struct WorkerSummary {
     pub pairs: u64,
 }
 
-async fn connect(o: &WorkerOptions) -> Result<CoordinatorClient<Channel>, WorkerError> {
+async fn connect(o: &WorkerOptions) -> Result<Client, WorkerError> {
     let mut delay = Duration::from_millis(200);
     let mut last = String::new();
     for _ in 0..o.connect_attempts.max(1) {
-        match CoordinatorClient::connect(o.coordinator.clone()).await {
+        match o.access.connect(&o.coordinator).await {
             Ok(c) => return Ok(c),
+            // A bad URL, certificate or token file will not get better.
+            Err(e @ (AccessError::Url { .. } | AccessError::File { .. })) => return Err(e.into()),
             Err(e) => {
                 last = e.to_string();
                 tracing::warn!(coordinator = %o.coordinator, error = %e, "coordinator unreachable; retrying");
@@ -92,6 +97,9 @@ macro_rules! call {
                     if let Ok(c) = connect($opts).await {
                         $client = c;
                     }
+                }
+                Err(s) if s.code() == tonic::Code::Unauthenticated => {
+                    break Err(WorkerError::Refused(format!("{} (check the access token)", s.message())))
                 }
                 Err(s) if s.code() == tonic::Code::NotFound && s.message().contains("unknown worker") => {
                     break Err(WorkerError::UnknownWorker(s.message().to_string()))

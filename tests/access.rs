@@ -1,0 +1,264 @@
+//! Access to a coordinator: the shared-secret token, TLS, message size
+//! limits, and a whole job over TLS with a token. Certificates are the
+//! test-only ones in tests/data/tls (tools/make_test_certs.sh).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use paraforge_coordinator::run::{finalize, start, Running};
+use paraforge_core::access::ClientAccess;
+use paraforge_core::config::JobConfig;
+use paraforge_core::proto as pb;
+use paraforge_core::storage::Storage;
+use paraforge_tests::repo_root;
+use paraforge_worker::node::{run as run_worker, WorkerOptions};
+
+fn tls(name: &str) -> PathBuf {
+    repo_root().join("tests/data/tls").join(name)
+}
+
+fn config(dir: &Path, coordinator: &str) -> JobConfig {
+    let sample =
+        std::fs::read_to_string(repo_root().join("data/sample/czeng16-heldout.cs-en.tsv")).unwrap();
+    let input = dir.join("input.tsv");
+    std::fs::write(
+        &input,
+        sample.lines().take(120).collect::<Vec<_>>().join("\n") + "\n",
+    )
+    .unwrap();
+    let text = format!(
+        "[job]\nname = \"access\"\noutput = \"{}\"\nshard_pairs = 60\n[input]\npaths = [\"{}\"]\nformat = \"czeng16\"\n[model]\ndir = \"{}\"\nbeam = 2\nmax_new_tokens = 16\nthreads = 1\n[coordinator]\n{coordinator}\n",
+        dir.join("out").display(),
+        input.display(),
+        repo_root().join("models/tiny-cs-en").display(),
+    );
+    JobConfig::parse(&text, Path::new("access.toml")).unwrap()
+}
+
+fn token_file(dir: &Path, token: &str) -> PathBuf {
+    let p = dir.join(format!("token-{}", token.len()));
+    std::fs::write(&p, format!("{token}\n")).unwrap();
+    p
+}
+
+async fn serve(cfg: &JobConfig) -> Running {
+    start(
+        cfg,
+        Some("127.0.0.1:0".parse().unwrap()),
+        Some("127.0.0.1:0".parse().unwrap()),
+    )
+    .await
+    .unwrap()
+}
+
+async fn status(access: &ClientAccess, url: &str) -> Result<pb::JobStatusResponse, String> {
+    let mut c = access.connect(url).await.map_err(|e| e.to_string())?;
+    c.job_status(pb::JobStatusRequest {})
+        .await
+        .map(|r| r.into_inner())
+        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_without_the_right_token_are_unauthenticated() {
+    let dir = tempfile::tempdir().unwrap();
+    let tf = token_file(dir.path(), "correct-horse-battery-staple");
+    let cfg = config(
+        dir.path(),
+        &format!("auth_token_file = \"{}\"", tf.display()),
+    );
+    let c = serve(&cfg).await;
+    let url = format!("http://{}", c.grpc_addr);
+    let none = ClientAccess::default();
+    let e = status(&none, &url).await.unwrap_err();
+    assert!(e.starts_with("Unauthenticated"), "{e}");
+    let wrong = ClientAccess {
+        token: Some("correct-horse-battery-stapler".into()),
+        ..Default::default()
+    };
+    let e = status(&wrong, &url).await.unwrap_err();
+    assert!(e.starts_with("Unauthenticated"), "{e}");
+    // Every method is guarded, not just status.
+    let mut raw = wrong.connect(&url).await.unwrap();
+    let e = raw
+        .register_worker(pb::RegisterWorkerRequest {
+            version: env!("CARGO_PKG_VERSION").into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+    let right = ClientAccess {
+        token: Some("correct-horse-battery-staple".into()),
+        ..Default::default()
+    };
+    assert_eq!(status(&right, &url).await.unwrap().shards_total, 2);
+
+    // A worker with the wrong token gives up with a clear error.
+    let o = WorkerOptions {
+        coordinator: url.clone(),
+        name: "intruder".into(),
+        connect_attempts: 2,
+        access: wrong,
+    };
+    let e = run_worker(o, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("token"), "{e}");
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_coordinator_refuses_plain_text_and_unknown_authorities() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &format!(
+            "tls_cert = \"{}\"\ntls_key = \"{}\"",
+            tls("server.pem").display(),
+            tls("server.key").display()
+        ),
+    );
+    let c = serve(&cfg).await;
+    let port = c.grpc_addr.port();
+    let good = ClientAccess {
+        ca_cert: Some(tls("ca.pem")),
+        ..Default::default()
+    };
+    for host in ["127.0.0.1", "localhost"] {
+        let s = status(&good, &format!("https://{host}:{port}"))
+            .await
+            .unwrap();
+        assert_eq!(s.shards_total, 2, "{host}");
+    }
+    // Plain text to a TLS port fails.
+    let e = status(
+        &ClientAccess::default(),
+        &format!("http://127.0.0.1:{port}"),
+    )
+    .await
+    .unwrap_err();
+    assert!(!e.is_empty());
+    // A certificate from another authority is not trusted.
+    let other = ClientAccess {
+        ca_cert: Some(tls("other-ca.pem")),
+        ..Default::default()
+    };
+    assert!(status(&other, &format!("https://127.0.0.1:{port}"))
+        .await
+        .is_err());
+    // TLS on with an http:// URL is a configuration error, not a hang.
+    let e = good
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("https://"), "{e}");
+    c.stop().await;
+
+    // Missing or unreadable key material is an error naming the file.
+    let bad = config(
+        dir.path(),
+        "tls_cert = \"/nonexistent/cert.pem\"\ntls_key = \"/nonexistent/key.pem\"",
+    );
+    let e = start(
+        &bad,
+        Some("127.0.0.1:0".parse().unwrap()),
+        Some("127.0.0.1:0".parse().unwrap()),
+    )
+    .await
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("/nonexistent/cert.pem"), "{e}");
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "not a certificate").unwrap();
+    let bad = config(
+        dir.path(),
+        &format!(
+            "tls_cert = \"{}\"\ntls_key = \"{}\"",
+            garbage.display(),
+            garbage.display()
+        ),
+    );
+    std::fs::remove_file(dir.path().join("out/_coordinator.redb")).ok();
+    let e = start(
+        &bad,
+        Some("127.0.0.1:0".parse().unwrap()),
+        Some("127.0.0.1:0".parse().unwrap()),
+    )
+    .await
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("garbage.pem"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_messages_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "max_message_bytes = 4096");
+    let c = serve(&cfg).await;
+    let url = format!("http://{}", c.grpc_addr);
+    let mut client = ClientAccess {
+        max_message_bytes: Some(1 << 20),
+        ..Default::default()
+    }
+    .connect(&url)
+    .await
+    .unwrap();
+    let e = client
+        .fail_shard(pb::FailShardRequest {
+            worker_id: "w".into(),
+            reason: "x".repeat(10_000),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e.code(),
+            tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
+        ),
+        "{e:?}"
+    );
+    // Small messages still pass.
+    client.job_status(pb::JobStatusRequest {}).await.unwrap();
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_job_runs_over_tls_with_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let tf = token_file(dir.path(), "s3cret");
+    let cfg = config(
+        dir.path(),
+        &format!(
+            "tls_cert = \"{}\"\ntls_key = \"{}\"\nauth_token_file = \"{}\"",
+            tls("server.pem").display(),
+            tls("server.key").display(),
+            tf.display()
+        ),
+    );
+    let c = serve(&cfg).await;
+    let o = WorkerOptions {
+        coordinator: format!("https://localhost:{}", c.grpc_addr.port()),
+        name: "w".into(),
+        connect_attempts: 5,
+        access: ClientAccess {
+            token: Some("s3cret".into()),
+            ca_cert: Some(tls("ca.pem")),
+            ..Default::default()
+        },
+    };
+    let s = run_worker(o, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
+    assert_eq!((s.shards_committed, s.pairs), (2, 120));
+    let m = finalize(&c.shared, &Storage::open(&cfg.job.output).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(m.pairs, 120);
+    c.stop().await;
+}
