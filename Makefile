@@ -19,7 +19,7 @@ VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build ort testenv test demo lint fmt venv fixtures bench-nmt bench-score bench-bins bench-train bench-pipeline clean-ort
+.PHONY: all build ort testenv test demo lint fmt venv fixtures bench-nmt bench-score bench-bins bench-train bench-pipeline soak clean-ort
 
 all: build
 
@@ -93,6 +93,12 @@ bench-score: venv $(ORT_LIB) build
 bench-bins: $(ORT_LIB) build
 	$(CARGO) build --release -p paraforge-dataset --examples
 	tools/bench_bins.sh 10000000
+
+# Fault injection on real processes: 50 randomized rounds of SIGKILLed
+# workers and coordinator, paused workers and a failing output store.
+soak: $(ORT_LIB)
+	$(CARGO) build --bin paraforge
+	PARAFORGE_SOAK_ROUNDS=$${ROUNDS:-50} $(CARGO) test -p paraforge-tests --test faults soak -- --ignored --nocapture
 
 # `paraforge train` against a PyTorch implementation of the same models (needs `make venv`).
 bench-train: $(ORT_LIB) build

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 
+pub mod procs;
+
 /// The repository root (this crate lives in `tests/`).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

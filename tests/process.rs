@@ -1,58 +1,13 @@
 //! Real `paraforge` processes over loopback: a coordinator and workers
 //! started as the README says, stopped with signals.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use paraforge_core::proto::coordinator_client::CoordinatorClient;
 use paraforge_core::proto::{JobStatusRequest, JobStatusResponse};
-use paraforge_tests::{output_rows, paraforge_bin, repo_root};
-
-/// A child process killed when dropped, so a failing test leaves none.
-struct Proc {
-    child: Child,
-    name: &'static str,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Proc {
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .expect("kill(1)")
-            .success();
-        assert!(ok, "kill -{sig} {}", self.name);
-    }
-
-    /// Waits for the exit; the process's output if it exited in time.
-    fn wait(&mut self, limit: Duration) -> (std::process::ExitStatus, String) {
-        let t = Instant::now();
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                let mut out = String::new();
-                if let Some(mut o) = self.child.stdout.take() {
-                    let _ = std::io::Read::read_to_string(&mut o, &mut out);
-                }
-                return (st, out);
-            }
-            assert!(
-                t.elapsed() < limit,
-                "{} did not exit within {limit:?}",
-                self.name
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
+use paraforge_tests::procs::{coordinator, worker, Proc};
+use paraforge_tests::{output_rows, repo_root};
 
 /// A job over the first `lines` sample pairs, written to `dir/job.toml`.
 fn write_job(dir: &Path, lines: usize, shard_pairs: usize) -> (PathBuf, Vec<String>) {
@@ -102,45 +57,6 @@ metrics = "127.0.0.1:0"
     let cfg = dir.join("job.toml");
     std::fs::write(&cfg, text).unwrap();
     (cfg, ids)
-}
-
-/// Starts `paraforge coordinator`; returns it and its gRPC URL (from the
-/// line it prints when it is serving).
-fn coordinator(config: &Path) -> (Proc, String) {
-    let mut child = Command::new(paraforge_bin())
-        .args(["coordinator", "--config"])
-        .arg(config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("starting paraforge coordinator");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split("grpc://")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("coordinator said {line:?}"))
-        .to_string();
-    (
-        Proc {
-            child,
-            name: "coordinator",
-        },
-        format!("http://{addr}"),
-    )
-}
-
-fn worker(url: &str, name: &'static str) -> Proc {
-    let child = Command::new(paraforge_bin())
-        .args(["worker", "--coordinator", url, "--name", name])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("starting paraforge worker");
-    Proc { child, name }
 }
 
 async fn status(url: &str) -> JobStatusResponse {

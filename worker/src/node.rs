@@ -316,8 +316,31 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
         let rj = paraforge_core::schema::rejects_path(spec.shard_id, lease.lease_token);
         let (pq_len, rj_len) = (out.parquet.len() as u64, out.rejects_jsonl.len() as u64);
         let rj_sha = hex_sha(&out.rejects_jsonl);
-        storage.put(&pq, out.parquet.into()).await?;
-        storage.put(&rj, out.rejects_jsonl.into()).await?;
+        // A store that keeps failing (after the storage layer's own retries)
+        // fails this attempt, not the worker: the shard goes back to the
+        // queue and the attempt's partial files are never committed.
+        let stored = async {
+            storage.put(&pq, out.parquet.into()).await?;
+            storage.put(&rj, out.rejects_jsonl.into()).await
+        }
+        .await;
+        if let Err(e) = stored {
+            tracing::warn!(shard = spec.shard_id, error = %e, "storing the shard failed");
+            summary.shards_failed += 1;
+            let _ = call!(
+                client,
+                &o,
+                fail_shard,
+                pb::FailShardRequest {
+                    worker_id: worker_id.clone(),
+                    shard_id: spec.shard_id,
+                    lease_token: lease.lease_token,
+                    reason: format!("storing the output: {e}"),
+                    retryable: true,
+                }
+            );
+            continue;
+        }
         let files = vec![
             pb::OutputFile {
                 path: pq.clone(),

@@ -1,0 +1,282 @@
+//! Fault injection on real processes over loopback: workers killed with
+//! SIGKILL, the coordinator killed with SIGKILL and restarted on its state
+//! file, a worker paused past its lease and resumed, and an output store
+//! that refuses writes for a while. After each round the output is checked
+//! against the input: every valid pair exactly once, every reject counted,
+//! every committed file's checksum and row count as the manifest says, no
+//! file outside the manifest.
+//!
+//! `faults_short` (in `make test`) injects each fault once; `make soak`
+//! runs `soak` for PARAFORGE_SOAK_ROUNDS (default 50) randomized rounds.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use paraforge_core::schema::PairReader;
+use paraforge_tests::procs::{coordinator, free_port, worker, Proc};
+use paraforge_tests::{output_rows, repo_root};
+use rand::{Rng, SeedableRng};
+use sha2::Digest;
+
+const LEASE_SECONDS: u64 = 5;
+const DIRTY: usize = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Fault {
+    KillWorker,
+    KillCoordinator,
+    PauseWorker,
+    BlockStorage,
+}
+
+/// The job: `lines` sample pairs plus four dirty lines, shards of 50.
+fn write_job(dir: &Path, lines: usize) -> (PathBuf, Vec<String>, usize) {
+    let sample =
+        std::fs::read_to_string(repo_root().join("data/sample/czeng16-heldout.cs-en.tsv")).unwrap();
+    let mut rows: Vec<String> = sample.lines().take(lines).map(String::from).collect();
+    let ids = rows
+        .iter()
+        .map(|l| l.split('\t').next().unwrap().to_string())
+        .collect();
+    rows.insert(7, "no tabs at all".into());
+    rows.insert(100, "d2\t1.0\t\tempty source".into());
+    rows.insert(301, "d3\t1.0\tjen tři sloupce".into());
+    rows.insert(450, "d4\t1.0\tčesky\t".into());
+    let input = dir.join("input.tsv");
+    std::fs::write(&input, rows.join("\n") + "\n").unwrap();
+    let shards = (lines + DIRTY).div_ceil(50);
+    let root = repo_root();
+    let text = format!(
+        r#"
+[job]
+name = "faults"
+output = "{out}"
+shard_pairs = 50
+lease_seconds = {LEASE_SECONDS}
+max_attempts = 100
+
+[input]
+paths = ["{input}"]
+format = "czeng16"
+
+[model]
+dir = "{model}"
+beam = 4
+batch_size = 16
+max_new_tokens = 24
+threads = 1
+
+[coordinator]
+listen = "127.0.0.1:{port}"
+metrics = "127.0.0.1:0"
+"#,
+        out = dir.join("out").display(),
+        input = input.display(),
+        model = root.join("models/tiny-cs-en").display(),
+        port = free_port(),
+    );
+    let cfg = dir.join("job.toml");
+    std::fs::write(&cfg, text).unwrap();
+    (cfg, ids, shards)
+}
+
+/// Runs one job while injecting `plan` (or random faults when `plan` is
+/// empty, from `seed`); checks the output; returns the faults injected.
+fn round(seed: u64, plan: &[Fault]) -> HashMap<Fault, usize> {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, ids, shards) = write_job(dir.path(), 1500);
+    let out = dir.path().join("out");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let (mut coord, url) = coordinator(&cfg);
+    let mut next_name = 0;
+    let mut spawn = |url: &str| {
+        next_name += 1;
+        worker(url, &format!("w{next_name}"))
+    };
+    let mut workers: Vec<Proc> = (0..3).map(|_| spawn(&url)).collect();
+    let mut injected: HashMap<Fault, usize> = HashMap::new();
+    let mut plan: Vec<Fault> = plan.iter().rev().copied().collect();
+    let random = plan.is_empty();
+    let started = Instant::now();
+    let mut restarted = false;
+    loop {
+        std::thread::sleep(Duration::from_millis(rng.random_range(300..1500)));
+        if let Some(st) = coord.exited() {
+            assert!(st.success(), "seed {seed}: the coordinator failed: {st}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "seed {seed}: the job did not finish"
+        );
+        let fault = if random {
+            if injected.values().sum::<usize>() >= 6 {
+                continue;
+            }
+            [
+                Fault::KillWorker,
+                Fault::KillCoordinator,
+                Fault::PauseWorker,
+                Fault::BlockStorage,
+            ][rng.random_range(0..4)]
+        } else {
+            match plan.pop() {
+                Some(f) => f,
+                None => continue,
+            }
+        };
+        workers.retain_mut(|w| w.exited().is_none());
+        match fault {
+            Fault::KillWorker if !workers.is_empty() => {
+                let i = rng.random_range(0..workers.len());
+                workers[i].signal("KILL");
+                let _ = workers[i].wait(Duration::from_secs(10));
+                workers.swap_remove(i);
+                workers.push(spawn(&url));
+            }
+            Fault::KillCoordinator => {
+                coord.signal("KILL");
+                let _ = coord.wait(Duration::from_secs(10));
+                std::thread::sleep(Duration::from_millis(300));
+                // Same state file, same port: the workers reconnect.
+                let (c, u) = coordinator(&cfg);
+                assert_eq!(u, url);
+                coord = c;
+                restarted = true;
+            }
+            Fault::PauseWorker if !workers.is_empty() => {
+                let i = rng.random_range(0..workers.len());
+                workers[i].signal("STOP");
+                std::thread::sleep(Duration::from_secs(LEASE_SECONDS + 2));
+                workers[i].signal("CONT");
+            }
+            Fault::BlockStorage => {
+                // A plain file where a shard's directory must go makes every
+                // write to that shard fail (even for root) until it is gone.
+                let mut blockers = Vec::new();
+                for s in 0..shards {
+                    let p = out.join(format!("shard={s:06}"));
+                    if !p.exists() && std::fs::write(&p, b"blocked").is_ok() {
+                        blockers.push(p);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(2500));
+                for p in blockers {
+                    std::fs::remove_file(p).unwrap();
+                }
+            }
+            _ => continue,
+        }
+        *injected.entry(fault).or_default() += 1;
+    }
+    // Workers that missed the coordinator's last seconds would retry it
+    // for minutes; the job is over, so stop them.
+    for w in &mut workers {
+        if w.exited().is_none() {
+            w.signal("KILL");
+        }
+        let _ = w.wait(Duration::from_secs(30));
+    }
+
+    // Every valid pair exactly once.
+    let mut got: Vec<String> = output_rows(&out).into_iter().map(|r| r.0).collect();
+    got.sort();
+    let mut want = ids;
+    want.sort();
+    assert_eq!(
+        got, want,
+        "seed {seed} ({injected:?}, restarted {restarted})"
+    );
+    // The manifest: rejects counted, checksums and row counts right.
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("_manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["rejects"], DIRTY as u64, "seed {seed}");
+    assert_eq!(m["shards_committed"], shards as u64, "seed {seed}");
+    let mut listed = Vec::new();
+    for f in m["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(m["rejects_files"].as_array().unwrap())
+    {
+        let rel = f["path"].as_str().unwrap();
+        let bytes = std::fs::read(out.join(rel)).unwrap();
+        assert_eq!(
+            hex::encode(sha2::Sha256::digest(&bytes)),
+            f["sha256"].as_str().unwrap(),
+            "seed {seed}: {rel}"
+        );
+        if rel.ends_with(".parquet") {
+            let r = PairReader::open(&out.join(rel), &["id"]).unwrap();
+            assert_eq!(r.num_rows() as u64, f["rows"].as_u64().unwrap(), "{rel}");
+        } else {
+            let lines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+            assert_eq!(lines, f["rows"].as_u64().unwrap(), "{rel}");
+        }
+        listed.push(rel.to_string());
+    }
+    // No attempt's file is left outside the manifest.
+    let mut on_disk = Vec::new();
+    for top in ["", "_rejects/"] {
+        for e in std::fs::read_dir(out.join(top)).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("shard=") && e.path().is_dir() {
+                for f in std::fs::read_dir(e.path()).unwrap() {
+                    on_disk.push(format!(
+                        "{top}{name}/{}",
+                        f.unwrap().file_name().to_string_lossy()
+                    ));
+                }
+            }
+        }
+    }
+    on_disk.sort();
+    listed.sort();
+    assert_eq!(on_disk, listed, "seed {seed}: files outside the manifest");
+    assert!(out.join("_SUCCESS").is_file());
+    injected
+}
+
+#[test]
+fn faults_short() {
+    let injected = round(
+        1,
+        &[
+            Fault::KillWorker,
+            Fault::PauseWorker,
+            Fault::KillCoordinator,
+            Fault::BlockStorage,
+        ],
+    );
+    eprintln!("injected and survived: {injected:?}");
+    assert!(
+        injected.len() == 4,
+        "the job finished before most faults could be injected: {injected:?}"
+    );
+}
+
+#[test]
+#[ignore = "long: run by `make soak`"]
+fn soak() {
+    let rounds: u64 = std::env::var("PARAFORGE_SOAK_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let mut total: HashMap<Fault, usize> = HashMap::new();
+    for r in 0..rounds {
+        let t = Instant::now();
+        let inj = round(1000 + r, &[]);
+        for (k, v) in &inj {
+            *total.entry(*k).or_default() += v;
+        }
+        eprintln!(
+            "round {}/{rounds}: {inj:?} survived in {:.0?}",
+            r + 1,
+            t.elapsed()
+        );
+    }
+    let n: usize = total.values().sum();
+    eprintln!("soak: {rounds} rounds, {n} faults injected and survived: {total:?}");
+}

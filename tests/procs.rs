@@ -1,0 +1,110 @@
+//! Real `paraforge` processes for the tests that stop, kill and pause them.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::paraforge_bin;
+
+/// A child process killed when dropped, so a failing test leaves none.
+pub struct Proc {
+    pub child: Child,
+    pub name: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    /// Sends a signal by name (TERM, KILL, STOP, CONT).
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill(1)")
+            .success();
+        assert!(ok, "kill -{sig} {}", self.name);
+    }
+
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    /// Waits for the exit; returns the status and what it printed.
+    pub fn wait(&mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                let mut out = String::new();
+                if let Some(mut o) = self.child.stdout.take() {
+                    let _ = std::io::Read::read_to_string(&mut o, &mut out);
+                }
+                return (st, out);
+            }
+            assert!(
+                t.elapsed() < limit,
+                "{} did not exit within {limit:?}",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Starts `paraforge coordinator`; returns it and its gRPC URL (from the
+/// line it prints when it is serving).
+pub fn coordinator(config: &Path) -> (Proc, String) {
+    let mut child = Command::new(paraforge_bin())
+        .args(["coordinator", "--config"])
+        .arg(config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting paraforge coordinator");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("grpc://")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("coordinator said {line:?}"))
+        .to_string();
+    (
+        Proc {
+            child,
+            name: "coordinator".into(),
+        },
+        format!("http://{addr}"),
+    )
+}
+
+/// Starts `paraforge worker` against `url`.
+pub fn worker(url: &str, name: &str) -> Proc {
+    let child = Command::new(paraforge_bin())
+        .args(["worker", "--coordinator", url, "--name", name])
+        .args(["--connect-attempts", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting paraforge worker");
+    Proc {
+        child,
+        name: name.to_string(),
+    }
+}
+
+/// A TCP port free right now on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
