@@ -125,3 +125,94 @@ async fn sigterm_finishes_the_held_shard_and_leaves_nothing_leased() {
     want.sort();
     assert_eq!(got, want, "every pair exactly once");
 }
+
+/// A dirty corpus through `paraforge run`: every bad line lands in the
+/// rejects files with its file, line and reason, and the summary counts it.
+#[test]
+fn dirty_lines_are_rejected_with_file_line_and_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, ids) = write_job(dir.path(), 40, 25);
+    let input = dir.path().join("input.tsv");
+    let good = std::fs::read(&input).unwrap();
+    let mut lines: Vec<Vec<u8>> = good
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    let mut dirty: Vec<(usize, Vec<u8>, &str)> = vec![
+        (
+            3,
+            b"only\ttwo".to_vec(),
+            "2 tab-separated columns, expected 4",
+        ),
+        (
+            8,
+            b"x\t1.0\ta\tb\tc".to_vec(),
+            "5 tab-separated columns, expected 4",
+        ),
+        (12, b"x\t1.0\t\xc3\x28 broken\tok".to_vec(), "invalid UTF-8"),
+        (
+            15,
+            b"x\t1.0\tnul\0in it\tok".to_vec(),
+            "control character U+0000",
+        ),
+        (20, b"x\t1.0\tOK\t".to_vec(), "empty reference side"),
+        (
+            25,
+            [b"x\t1.0\t".as_slice(), &vec![b'a'; 1 << 20], b"\tlong"].concat(),
+            "more than the limit",
+        ),
+    ];
+    for (at, l, _) in &dirty {
+        lines.insert(at - 1, l.clone());
+    }
+    // CRLF and a BOM are not dirt: those lines are read.
+    lines[0] = [b"\xef\xbb\xbf".as_slice(), &lines[0]].concat();
+    let last = lines.len() - 1;
+    lines[last].push(b'\r');
+    std::fs::write(&input, lines.join(&b'\n')).unwrap();
+    let o = std::process::Command::new(paraforge_tests::paraforge_bin())
+        .args(["run", "--workers", "1", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(
+            "{} pairs, {} rejected lines",
+            ids.len(),
+            dirty.len()
+        )),
+        "{stdout}"
+    );
+    let out = dir.path().join("out");
+    let mut rejects: Vec<serde_json::Value> = Vec::new();
+    for shard in std::fs::read_dir(out.join("_rejects")).unwrap() {
+        for f in std::fs::read_dir(shard.unwrap().path()).unwrap() {
+            let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
+            rejects.extend(
+                text.lines()
+                    .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()),
+            );
+        }
+    }
+    rejects.sort_by_key(|r| r["line"].as_u64());
+    dirty.sort_by_key(|d| d.0);
+    assert_eq!(rejects.len(), dirty.len());
+    for (r, (at, _, why)) in rejects.iter().zip(&dirty) {
+        assert_eq!(r["line"].as_u64(), Some(*at as u64), "{r}");
+        assert!(r["reason"].as_str().unwrap().contains(why), "{r}");
+        assert!(r["file"].as_str().unwrap().ends_with("input.tsv"), "{r}");
+        assert!(
+            r["text"].as_str().unwrap().len() <= 1100,
+            "rejects keep at most 1 KB of a line"
+        );
+    }
+    let got = output_rows(&out).len();
+    assert_eq!(got, ids.len());
+}

@@ -60,6 +60,11 @@ pub enum RejectReason {
     },
     /// The aligned reference file ended before the source file, or after.
     Unaligned,
+    /// A NUL or other C0/DEL control character inside a side (binary junk).
+    ControlCharacter {
+        side: &'static str,
+        code: u32,
+    },
 }
 
 impl std::fmt::Display for RejectReason {
@@ -79,6 +84,9 @@ impl std::fmt::Display for RejectReason {
             }
             RejectReason::Unaligned => {
                 write!(f, "the aligned files have different numbers of lines")
+            }
+            RejectReason::ControlCharacter { side, code } => {
+                write!(f, "{side} side contains control character U+{code:04X}")
             }
         }
     }
@@ -313,6 +321,19 @@ impl BitextReader {
             return self.reject(RejectReason::EmptyReference, raw().as_bytes());
         }
         for (side, text) in [("source", s), ("reference", r)] {
+            // ASCII control bytes never occur inside UTF-8 multi-byte chars.
+            if let Some(b) = text
+                .bytes()
+                .find(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
+            {
+                return self.reject(
+                    RejectReason::ControlCharacter {
+                        side,
+                        code: b as u32,
+                    },
+                    raw().as_bytes(),
+                );
+            }
             // Counting chars only matters near the limit: bytes bound chars.
             if text.len() > self.opts.max_chars {
                 let chars = text.chars().count();
@@ -500,7 +521,8 @@ mod tests {
         a-4\t1.0\tCRLF radek.\tCRLF line.\r\n\
         a-5\t1.0\t\xff\xfe bad\tbad\n\
         \xef\xbb\xbfa-6\t1.0\tBOM.\tBOM.\n\
-        a-7\t1.0\tVelmi dlouha veta\tA rather long sentence\n";
+        a-7\t1.0\tVelmi dlouha veta\tA rather long sentence\n\
+        a-8\t1.0\tnul\x00bajt\tNUL.\n";
 
     #[test]
     fn czeng16_lines_parse_or_are_rejected_with_line_and_reason() {
@@ -529,6 +551,7 @@ mod tests {
                     7,
                     "reference side has 22 characters, more than the limit of 20".into()
                 ),
+                (8, "source side contains control character U+0000".into()),
             ]
         );
         assert!(rejects.iter().all(|r| r.file.ends_with("c.tsv")));
