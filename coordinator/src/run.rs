@@ -266,7 +266,9 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
         .collect();
     let mut removed = Vec::new();
     for (path, _) in storage.list("").await? {
-        let ours = path.starts_with("shard=") || path.starts_with("_rejects/");
+        let ours = path.starts_with("shard=")
+            || path.starts_with("_rejects/")
+            || path.starts_with("_tmp/");
         if ours && !keep.contains(path.as_str()) {
             storage.delete(&path).await?;
             removed.push(path);

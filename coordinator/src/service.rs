@@ -56,6 +56,7 @@ pub struct Shared {
     pub lease: Duration,
     pub heartbeat: Duration,
     pub started: std::time::Instant,
+    storage: std::sync::OnceLock<paraforge_core::storage::Storage>,
 }
 
 impl Shared {
@@ -77,7 +78,19 @@ impl Shared {
             lease,
             heartbeat: (lease / 4).max(Duration::from_millis(100)),
             started: std::time::Instant::now(),
+            storage: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The output storage, opened on first use.
+    pub fn storage(
+        &self,
+    ) -> Result<&paraforge_core::storage::Storage, paraforge_core::storage::StorageError> {
+        if let Some(s) = self.storage.get() {
+            return Ok(s);
+        }
+        let s = paraforge_core::storage::Storage::open(&self.output)?;
+        Ok(self.storage.get_or_init(|| s))
     }
 }
 
@@ -196,7 +209,7 @@ impl Coordinator for CoordinatorService {
                     lease_token: l.token,
                     deadline_unix_ms: l.deadline_ms,
                     attempt: l.attempt,
-                    temp_prefix: format!("_tmp/shard={}/lease={}/", l.spec.shard_id, l.token),
+                    temp_prefix: paraforge_core::schema::temp_prefix(l.spec.shard_id, l.token),
                 })
             }
             None if st.finished() => lease_shard_response::Result::Done(true),
@@ -245,11 +258,12 @@ impl Coordinator for CoordinatorService {
         let r = req.into_inner();
         self.touch(&r.worker_id)?;
         let totals = r.totals.unwrap_or_default();
-        // A worker may only name this lease's own two files: nothing can
-        // point the manifest (or the clean-up at job end) outside them.
+        // A worker may only name this lease's own two temporary files:
+        // nothing can point the manifest (or the clean-up) elsewhere.
+        use paraforge_core::schema::{part_path, rejects_path, temp_part_path, temp_rejects_path};
         let allowed = [
-            paraforge_core::schema::part_path(r.shard_id, r.lease_token),
-            paraforge_core::schema::rejects_path(r.shard_id, r.lease_token),
+            temp_part_path(r.shard_id, r.lease_token),
+            temp_rejects_path(r.shard_id, r.lease_token),
         ];
         if let Some(f) = r.files.iter().find(|f| !allowed.contains(&f.path)) {
             tracing::warn!(worker = %r.worker_id, shard = r.shard_id, path = %f.path, "completion names a foreign output path");
@@ -259,17 +273,45 @@ impl Coordinator for CoordinatorService {
             ))
             .into());
         }
-        let files = r
-            .files
-            .into_iter()
-            .map(|f| OutputFile {
-                path: f.path,
+        // Publish before recording the commit: the final names appear only
+        // for a lease that holds now. Should the commit then be refused (the
+        // lease expired during the copy) or the coordinator die first, the
+        // copies are files of an uncommitted attempt, which the job's end
+        // deletes.
+        if let Err(refusal) = self
+            .state()
+            .check_holder(r.shard_id, &r.worker_id, r.lease_token)
+        {
+            tracing::warn!(worker = %r.worker_id, shard = r.shard_id, token = r.lease_token, %refusal, "completion refused");
+            return Ok(Response::new(pb::CompleteShardResponse {
+                accepted: false,
+                reason: refusal.to_string(),
+            }));
+        }
+        let storage = self
+            .shared
+            .storage()
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let mut files = Vec::with_capacity(r.files.len());
+        for f in r.files {
+            let fin = if f.path == allowed[0] {
+                part_path(r.shard_id, r.lease_token)
+            } else {
+                rejects_path(r.shard_id, r.lease_token)
+            };
+            // A store error is transient for the worker, which retries.
+            storage
+                .copy(&f.path, &fin)
+                .await
+                .map_err(|e| Status::unavailable(format!("publishing {}: {e}", f.path)))?;
+            files.push(OutputFile {
+                path: fin,
                 rows: f.rows,
                 bytes: f.bytes,
                 sha256: f.sha256,
                 kind: f.kind,
-            })
-            .collect();
+            });
+        }
         let outcome = self
             .state()
             .complete(
@@ -281,6 +323,13 @@ impl Coordinator for CoordinatorService {
                 totals.rejects,
             )
             .map_err(ServiceError::from)?;
+        if outcome.is_ok() {
+            for p in &allowed {
+                if let Err(e) = storage.delete(p).await {
+                    tracing::warn!(path = %p, error = %e, "could not remove a published temporary file");
+                }
+            }
+        }
         Ok(Response::new(match outcome {
             Ok(()) => {
                 tracing::info!(worker = %r.worker_id, shard = r.shard_id, token = r.lease_token, pairs = totals.pairs_written, "shard committed");

@@ -371,6 +371,27 @@ impl JobState {
         Ok((ext, rev))
     }
 
+    /// Whether `worker` holds `shard_id` under `token` right now.
+    pub fn check_holder(&self, shard_id: u64, worker: &str, token: u64) -> Result<(), Refusal> {
+        match self.shards.get(&shard_id).map(|s| &s.status) {
+            None => Err(Refusal::UnknownShard),
+            Some(Status::Committed { .. }) => Err(Refusal::AlreadyCommitted),
+            Some(Status::Leased {
+                token: t,
+                worker: w,
+                ..
+            }) if *t == token => {
+                if w == worker {
+                    Ok(())
+                } else {
+                    Err(Refusal::NotHolder)
+                }
+            }
+            Some(Status::Leased { .. }) => Err(Refusal::Superseded),
+            Some(Status::Pending | Status::Failed { .. }) => Err(Refusal::NotLeased),
+        }
+    }
+
     /// Commits a shard's output from its current lease, exactly once.
     pub fn complete(
         &mut self,

@@ -36,16 +36,31 @@ pub mod col {
     pub const TRUNCATED: &str = "truncated";
 }
 
-/// Where an attempt writes a shard's rows, relative to the output root.
-/// The lease token is in the name, so attempts never overwrite each other;
-/// the manifest names the one committed attempt.
+/// Where a committed shard's rows are published, relative to the output
+/// root. Only the coordinator writes here, when it commits an attempt, so a
+/// late writer (a worker paused past its lease) can never put a file where
+/// readers look; the token in the name keeps attempts apart.
 pub fn part_path(shard_id: u64, token: u64) -> String {
     format!("shard={shard_id:06}/part-t{token:08}.parquet")
 }
 
-/// Where an attempt writes a shard's rejected lines (JSON lines).
+/// Where a committed shard's rejected lines (JSON lines) are published.
 pub fn rejects_path(shard_id: u64, token: u64) -> String {
     format!("_rejects/shard={shard_id:06}/rejects-t{token:08}.jsonl")
+}
+
+/// Where a lease's worker writes before completing: under `_tmp/`, which
+/// Hive-style readers skip and the job's end clears.
+pub fn temp_prefix(shard_id: u64, token: u64) -> String {
+    format!("_tmp/shard={shard_id:06}/lease={token:08}/")
+}
+
+pub fn temp_part_path(shard_id: u64, token: u64) -> String {
+    format!("{}part.parquet", temp_prefix(shard_id, token))
+}
+
+pub fn temp_rejects_path(shard_id: u64, token: u64) -> String {
+    format!("{}rejects.jsonl", temp_prefix(shard_id, token))
 }
 
 /// The scores a dataset can be ranked or binned by.

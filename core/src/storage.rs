@@ -218,6 +218,13 @@ impl Storage {
             .await
     }
 
+    /// Copies an object (server-side on object stores; a whole-file copy
+    /// through a temporary name locally), replacing any old target.
+    pub async fn copy(&self, from: &str, to: &str) -> Result<(), StorageError> {
+        let (f, t) = (self.path(from), self.path(to));
+        self.retry("copy", from, || self.store.copy(&f, &t)).await
+    }
+
     pub async fn exists(&self, rel: &str) -> Result<bool, StorageError> {
         match self.store.head(&self.path(rel)).await {
             Ok(_) => Ok(true),

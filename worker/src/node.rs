@@ -312,8 +312,10 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
         };
         // The token is in the names, so attempts never overwrite each other;
         // the coordinator's manifest names the one committed attempt.
-        let pq = paraforge_core::schema::part_path(spec.shard_id, lease.lease_token);
-        let rj = paraforge_core::schema::rejects_path(spec.shard_id, lease.lease_token);
+        // Written under the lease's temporary prefix; the coordinator
+        // publishes them under their final names when it commits.
+        let pq = paraforge_core::schema::temp_part_path(spec.shard_id, lease.lease_token);
+        let rj = paraforge_core::schema::temp_rejects_path(spec.shard_id, lease.lease_token);
         let (pq_len, rj_len) = (out.parquet.len() as u64, out.rejects_jsonl.len() as u64);
         let rj_sha = hex_sha(&out.rejects_jsonl);
         // A store that keeps failing (after the storage layer's own retries)
@@ -385,7 +387,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             summary.shards_committed += 1;
             summary.pairs += out.pairs;
         } else {
-            // A stale attempt: its files are not ours to keep.
+            // A stale attempt: its temporary files are not needed.
             summary.shards_refused += 1;
             tracing::warn!(shard = spec.shard_id, reason = %done.reason, "completion refused; removing this attempt's files");
             let _ = storage.delete(&pq).await;
