@@ -19,7 +19,7 @@ VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build ort testenv test demo lint fmt venv fixtures bench-nmt bench-score bench-bins bench-train bench-pipeline soak clean-ort
+.PHONY: all build ort testenv test demo lint fmt venv fixtures bench-nmt bench-score bench-bins bench-train bench-load bench-pipeline soak clean-ort
 
 all: build
 
@@ -99,6 +99,11 @@ bench-bins: $(ORT_LIB) build
 soak: $(ORT_LIB)
 	$(CARGO) build --bin paraforge
 	PARAFORGE_SOAK_ROUNDS=$${ROUNDS:-50} $(CARGO) test -p paraforge-tests --test faults soak -- --ignored --nocapture
+
+# 1,000 simulated workers against one coordinator over loopback, 100,000 shards.
+bench-load:
+	$(CARGO) build --release -p paraforge-coordinator --example load
+	target/release/examples/load 1000 100000 | tee docs/bench/load.md
 
 # `paraforge train` against a PyTorch implementation of the same models (needs `make venv`).
 bench-train: $(ORT_LIB) build
