@@ -70,18 +70,37 @@ async fn main() {
             let (url, accepted, refused) = (url.clone(), accepted.clone(), refused.clone());
             tokio::spawn(async move {
                 let mut lat = Lat::default();
-                let mut cl = ClientAccess::default().connect(&url).await.unwrap();
-                let id = cl
-                    .register_worker(pb::RegisterWorkerRequest {
-                        name: format!("sim-{i}"),
-                        slots: 1,
-                        version: env!("CARGO_PKG_VERSION").into(),
-                        ..Default::default()
-                    })
-                    .await
-                    .unwrap()
-                    .into_inner()
-                    .worker_id;
+                // A burst of 1,000 connects can overflow the listen backlog;
+                // like real workers, retry with backoff.
+                let mut delay = Duration::from_millis(20);
+                let (mut cl, id) = loop {
+                    let r = async {
+                        let mut cl = ClientAccess::default()
+                            .connect(&url)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        let id = cl
+                            .register_worker(pb::RegisterWorkerRequest {
+                                name: format!("sim-{i}"),
+                                slots: 1,
+                                version: env!("CARGO_PKG_VERSION").into(),
+                                ..Default::default()
+                            })
+                            .await
+                            .map_err(|e| e.to_string())?
+                            .into_inner()
+                            .worker_id;
+                        Ok::<_, String>((cl, id))
+                    }
+                    .await;
+                    match r {
+                        Ok(x) => break x,
+                        Err(_) => {
+                            tokio::time::sleep(delay).await;
+                            delay = (delay * 2).min(Duration::from_secs(2));
+                        }
+                    }
+                };
                 loop {
                     let t = Instant::now();
                     let r = cl
