@@ -480,6 +480,70 @@ mod tests {
             .contains("ftp"));
     }
 
+    /// A store that refuses writes for a while (a plain file sits where the
+    /// object's directory must go) is retried with backoff until it works.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_retry_through_a_store_that_fails_for_a_while() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(dir.path().to_str().unwrap()).unwrap();
+        let blocker = dir.path().join("shard=000001");
+        std::fs::write(&blocker, b"in the way").unwrap();
+        let b2 = blocker.clone();
+        let unblock = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            std::fs::remove_file(b2).unwrap();
+        });
+        s.put(
+            "shard=000001/part.parquet",
+            bytes::Bytes::from_static(b"rows"),
+        )
+        .await
+        .unwrap();
+        unblock.await.unwrap();
+        assert_eq!(
+            &s.get("shard=000001/part.parquet").await.unwrap()[..],
+            b"rows"
+        );
+        // Blocked for good: the error names the store, the operation and the path.
+        std::fs::write(dir.path().join("shard=000002"), b"x").unwrap();
+        let e = s
+            .put(
+                "shard=000002/part.parquet",
+                bytes::Bytes::from_static(b"rows"),
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("put") && e.contains("shard=000002/part.parquet"),
+            "{e}"
+        );
+    }
+
+    /// A reader never sees part of an object: before the put it sees
+    /// nothing, after it the whole thing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_written_object_is_never_seen_partial() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(dir.path().to_str().unwrap()).unwrap();
+        let big = bytes::Bytes::from(vec![7u8; 32 << 20]);
+        let path = dir.path().join("shard=000003/part.parquet");
+        let watcher = std::thread::spawn(move || {
+            let mut seen = 0;
+            for _ in 0..20_000 {
+                if let Ok(b) = std::fs::read(&path) {
+                    assert_eq!(b.len(), 32 << 20, "a partial file was visible");
+                    seen += 1;
+                    if seen > 2 {
+                        break;
+                    }
+                }
+            }
+        });
+        s.put("shard=000003/part.parquet", big).await.unwrap();
+        watcher.join().unwrap();
+    }
+
     #[test]
     fn object_reader_reads_and_seeks_like_a_file_across_blocks() {
         use std::io::{Read, Seek, SeekFrom};
