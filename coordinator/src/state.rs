@@ -142,8 +142,17 @@ pub struct JobState {
     max_attempts: u32,
     shards: BTreeMap<u64, Shard>,
     pending: BTreeSet<u64>,
+    /// Shards leased now: expiry looks at these only, not at every shard.
+    leased: BTreeSet<u64>,
     next_token: u64,
+    /// Tokens below this are durably reserved: the stored counter is always
+    /// ahead of every token handed out, so tokens stay monotonic across a
+    /// crash even though leases themselves are written without fsync.
+    token_reserved: u64,
 }
+
+/// Tokens reserved per durable write of the counter.
+const TOKEN_BLOCK: u64 = 4096;
 
 fn store_err(path: &str, e: impl std::fmt::Display) -> StateError {
     StateError::Store {
@@ -173,7 +182,9 @@ impl JobState {
             max_attempts,
             shards: BTreeMap::new(),
             pending: BTreeSet::new(),
+            leased: BTreeSet::new(),
             next_token: 1,
+            token_reserved: 1,
         };
         let found = st.read_meta("job_id")?;
         match found {
@@ -251,14 +262,22 @@ impl JobState {
         if let Some(v) = m.get("next_token").map_err(|e| store_err(&p, e))? {
             let b: [u8; 8] = v.value().try_into().unwrap_or([0; 8]);
             self.next_token = u64::from_le_bytes(b).max(1);
+            self.token_reserved = self.next_token;
         }
         Ok(())
     }
 
-    /// Writes shards (and the token counter) in one transaction.
-    fn persist(&self, ids: &[u64]) -> Result<(), StateError> {
+    /// Writes shards (and the reserved token counter) in one transaction.
+    /// Commits and failures are `durable` (fsync before returning); lease
+    /// changes are not: a crash that loses them only re-queues shards, which
+    /// a restart does to every leased shard anyway.
+    fn persist(&self, ids: &[u64], durable: bool) -> Result<(), StateError> {
         let p = &self.path;
-        let tx = self.db.begin_write().map_err(|e| store_err(p, e))?;
+        let mut tx = self.db.begin_write().map_err(|e| store_err(p, e))?;
+        if !durable {
+            tx.set_durability(redb::Durability::None)
+                .map_err(|e| store_err(p, e))?;
+        }
         {
             let mut t = tx.open_table(SHARDS).map_err(|e| store_err(p, e))?;
             for id in ids {
@@ -269,7 +288,7 @@ impl JobState {
                 }
             }
             let mut m = tx.open_table(META).map_err(|e| store_err(p, e))?;
-            m.insert("next_token", self.next_token.to_le_bytes().as_slice())
+            m.insert("next_token", self.token_reserved.to_le_bytes().as_slice())
                 .map_err(|e| store_err(p, e))?;
         }
         tx.commit().map_err(|e| store_err(p, e))
@@ -282,7 +301,11 @@ impl JobState {
     /// Returns expired leases to the queue (or fails shards out of attempts).
     pub fn expire(&mut self, now_ms: u64) -> Result<usize, StateError> {
         let mut changed = Vec::new();
-        for (id, s) in self.shards.iter_mut() {
+        let mut failed = false;
+        for id in self.leased.iter() {
+            let Some(s) = self.shards.get_mut(id) else {
+                continue;
+            };
             if let Status::Leased { deadline_ms, .. } = s.status {
                 if deadline_ms <= now_ms {
                     s.last_error = Some("lease expired".into());
@@ -290,6 +313,7 @@ impl JobState {
                         s.status = Status::Failed {
                             reason: format!("lease expired on each of {} attempts", s.attempts),
                         };
+                        failed = true;
                     } else {
                         s.status = Status::Pending;
                         self.pending.insert(*id);
@@ -298,8 +322,11 @@ impl JobState {
                 }
             }
         }
+        for id in &changed {
+            self.leased.remove(id);
+        }
         if !changed.is_empty() {
-            self.persist(&changed)?;
+            self.persist(&changed, failed)?;
         }
         Ok(changed.len())
     }
@@ -317,6 +344,11 @@ impl JobState {
         };
         let token = self.next_token;
         self.next_token += 1;
+        let reserve = self.next_token > self.token_reserved;
+        if reserve {
+            self.token_reserved = self.next_token + TOKEN_BLOCK;
+        }
+        self.leased.insert(id);
         let s = self
             .shards
             .get_mut(&id)
@@ -335,7 +367,7 @@ impl JobState {
             deadline_ms,
             attempt: s.attempts,
         };
-        self.persist(&[id])?;
+        self.persist(&[id], reserve)?;
         Ok(Some(lease))
     }
 
@@ -425,7 +457,8 @@ impl JobState {
             pairs,
             rejects,
         };
-        self.persist(&[shard_id])?;
+        self.leased.remove(&shard_id);
+        self.persist(&[shard_id], true)?;
         Ok(Ok(()))
     }
 
@@ -460,7 +493,9 @@ impl JobState {
                 reason: format!("{reason} (attempt {} of {})", s.attempts, self.max_attempts),
             };
         }
-        self.persist(&[shard_id])?;
+        self.leased.remove(&shard_id);
+        // A retry only re-queues the shard; a final failure must survive.
+        self.persist(&[shard_id], !retry)?;
         Ok(retry)
     }
 
