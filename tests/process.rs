@@ -216,3 +216,29 @@ fn dirty_lines_are_rejected_with_file_line_and_reason() {
     let got = output_rows(&out).len();
     assert_eq!(got, ids.len());
 }
+
+/// A job whose model cannot load ends with an error naming it, instead of
+/// waiting for workers that will never come.
+#[test]
+fn a_missing_model_is_a_clear_error_not_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _) = write_job(dir.path(), 20, 10);
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let model = repo_root().join("models/tiny-cs-en").display().to_string();
+    std::fs::write(&cfg, text.replace(&model, "/nonexistent/model")).unwrap();
+    let mut p = Proc {
+        child: std::process::Command::new(paraforge_tests::paraforge_bin())
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+        name: "run".into(),
+    };
+    let (st, _) = p.wait(Duration::from_secs(60));
+    let mut err = String::new();
+    std::io::Read::read_to_string(p.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!st.success());
+    assert!(err.contains("/nonexistent/model"), "{err}");
+}

@@ -23,12 +23,16 @@ impl Drop for Proc {
 impl Proc {
     /// Sends a signal by name (TERM, KILL, STOP, CONT).
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .expect("kill(1)")
-            .success();
-        assert!(ok, "kill -{sig} {}", self.name);
+        let n = match sig {
+            "TERM" => libc::SIGTERM,
+            "KILL" => libc::SIGKILL,
+            "STOP" => libc::SIGSTOP,
+            "CONT" => libc::SIGCONT,
+            other => panic!("unknown signal {other}"),
+        };
+        // SAFETY: kill(2) on our own child's pid, which we have not reaped.
+        let r = unsafe { libc::kill(self.child.id() as libc::pid_t, n) };
+        assert_eq!(r, 0, "kill -{sig} {}", self.name);
     }
 
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {

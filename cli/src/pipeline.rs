@@ -368,16 +368,37 @@ pub fn run(a: RunArgs) -> Result<()> {
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         let never = AtomicBool::new(false);
-        let watch = wait_finished(&c, Some(&bar), &never);
-        let all = futures_join(workers);
-        let (_, results) = tokio::join!(watch, all);
-        bar.finish_and_clear();
-        for r in results {
-            match r {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => eprintln!("paraforge: a worker stopped: {e}"),
-                Err(e) => eprintln!("paraforge: a worker task failed: {e}"),
+        // Either the job finishes (the workers then see `done` and end), or
+        // every worker ends first: then nothing would ever finish the job.
+        let results = {
+            let watch = wait_finished(&c, Some(&bar), &never);
+            let all = futures_join(workers);
+            tokio::pin!(watch, all);
+            tokio::select! {
+                _ = &mut watch => all.await,
+                r = &mut all => r,
             }
+        };
+        bar.finish_and_clear();
+        let mut first_error = None;
+        for r in results {
+            let e = match r {
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => e.to_string(),
+                Err(e) => format!("worker task failed: {e}"),
+            };
+            eprintln!("paraforge: a worker stopped: {e}");
+            first_error.get_or_insert(e);
+        }
+        let s = paraforge_coordinator::service::status(&c.shared);
+        if !s.finished && !stop.load(Ordering::Relaxed) {
+            c.stop().await;
+            anyhow::bail!(
+                "every local worker stopped before the job finished ({} of {} shards committed; the state is kept, run again to resume): {}",
+                s.shards_committed,
+                s.shards_total,
+                first_error.unwrap_or_else(|| "no error reported".into())
+            );
         }
         if stop.load(Ordering::Relaxed) {
             let s = paraforge_coordinator::service::status(&c.shared);
