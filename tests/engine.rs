@@ -237,6 +237,22 @@ fn int8_model_translates_close_to_fp32() {
         overlap >= 0.7,
         "int8 output shares only {overlap:.3} of its tokens with fp32"
     );
+
+    // A directory that ships only the int8 graphs loads them unasked.
+    let only = model_copy();
+    for f in [
+        "encoder_model.onnx",
+        "decoder_model.onnx",
+        "decoder_with_past_model.onnx",
+        "decoder_model_merged.onnx",
+    ] {
+        std::fs::remove_file(only.path().join(f)).unwrap();
+    }
+    let auto = Translator::load(only.path(), &LoadOptions::default())
+        .unwrap()
+        .translate(&sentences, &o)
+        .unwrap();
+    assert!(auto.iter().zip(&int8).all(|(a, b)| a.tokens == b.tokens));
 }
 
 #[test]

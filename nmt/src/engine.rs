@@ -220,7 +220,18 @@ impl Graphs {
         cfg: &ModelConfig,
         opts: &LoadOptions,
     ) -> Result<Graphs, NmtError> {
-        let suffix = if opts.quantized { "_quantized" } else { "" };
+        // A directory that ships only the int8 files (the bundled demo
+        // models, to stay small) is loaded as int8 without being asked.
+        let only_int8 = !dir.join("encoder_model.onnx").is_file()
+            && dir.join("encoder_model_quantized.onnx").is_file();
+        if only_int8 && !opts.quantized {
+            tracing::info!(dir = %dir.display(), "only int8 graphs present; loading those");
+        }
+        let suffix = if opts.quantized || only_int8 {
+            "_quantized"
+        } else {
+            ""
+        };
         let file = |stem: &str| dir.join(format!("{stem}{suffix}.onnx"));
         let missing = |what: String| NmtError::MissingFile {
             dir: dir.to_path_buf(),
