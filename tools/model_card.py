@@ -1,0 +1,67 @@
+"""Writes MODEL_CARD.md for a demo model from its training.json (written by
+`marian_model.py train`) and its eval.json (written by `eval_model.py`).
+
+usage: model_card.py MODEL_DIR TRAINING_JSON EVAL_JSON LOG_NAME
+"""
+
+import json
+import sys
+from pathlib import Path
+
+model_dir, training, evaluation, log_name = sys.argv[1:5]
+t = json.loads(Path(training).read_text())
+e = json.loads(Path(evaluation).read_text())
+src, tgt = t["direction"].split("-")
+names = {"cs": "Czech", "en": "English"}
+size = sum(f.stat().st_size for f in Path(model_dir).iterdir() if f.is_file())
+rows = "\n".join(f"| {r['set']} | {r['sentences']} | {r['bleu']:.1f} | {r['chrf']:.1f} |" for r in e["results"])
+ex = e["results"][0]["examples"]
+examples = "\n".join(f"| {x['source']} | {x['output']} | {x['reference']} |" for x in ex)
+card = f"""# {Path(model_dir).name}: a small {names[src]} to {names[tgt]} MarianMT model
+
+> **A demonstration model.** It is small and trained for {t['minutes']:.0f} minutes
+> on 2 CPU cores from {t['training_pairs']:,} sentence pairs, so that `make demo`
+> translates real text on a machine without internet. Its translations are
+> rough; for corpus building use a production model such as
+> Helsinki-NLP/opus-mt-{src}-{tgt} exported with `tools/marian_model.py export`.
+
+| | |
+|---|---|
+| architecture | MarianMT (transformer encoder-decoder), {t['layers']}+{t['layers']} layers, d_model {t['d_model']}, {t['heads']} heads, FFN {t['ffn']}, {t['parameters'] / 1e6:.2f}M parameters |
+| vocabulary | one shared SentencePiece unigram model, {t['vocab']:,} entries (`source.spm` = `target.spm`, `vocab.json`), trained on both sides of the training data |
+| files | Optimum ONNX layout, int8 (ONNX Runtime dynamic quantization): `encoder_model_quantized.onnx`, `decoder_model_merged_quantized.onnx`; {size / 1e6:.1f} MB in all |
+| training | {t['steps']:,} steps ({t['epochs']} epochs), batches of about {t['batch_tokens']:,} tokens, AdamW, lr {t['lr']} with {t['warmup']} warmup steps and inverse-square-root decay, dropout 0.1, label smoothing 0, bf16 autocast on CPU; {t['minutes']:.0f} minutes on 2 cores; seed {t['seed']}; log in `{log_name}` |
+| reproduce | `tools/marian_model.py train --bitext ../shared/data/bitext/*.tsv --direction {t['direction']} --d-model {t['d_model']} --layers {t['layers']} --heads {t['heads']} --ffn {t['ffn']} --vocab {t['vocab'] - 1} --lr {t['lr']} --warmup {t['warmup']} --bf16 --merged yes --quantize --minutes ...` |
+
+## Data
+
+Training: 84,612 real Czech-English pairs (Multi30K train and validation,
+the Tatoeba Challenge ces-eng test set, WMT news test sets 2008-2022; sources
+as in `data/README.md`) minus the held-out sets below: {t['training_pairs']:,} pairs. Held out (never seen in
+training, bundled in `data/sample/czeng16-heldout.cs-en.tsv`): Multi30K test
+2016 and test 2018 (Flickr30K captions with professional Czech translations)
+and WMT19 newstest (English-Czech news). Licenses: Multi30K is distributed
+for research use; the WMT test sets are statmt.org shared-task data made
+available for research use; the Tatoeba Challenge test set is CC BY-NC-SA 4.0
+(the underlying Tatoeba sentences CC BY 2.0 FR). This model
+inherits the most restrictive of these terms: non-commercial research
+and demonstration use.
+
+## Evaluation
+
+sacrebleu {e['results'][0]['bleu_signature'].split('|')[-1].strip()} on the held-out sets, translated by
+`paraforge translate --beam {e['beam']}` from these ONNX files
+(`tools/eval_model.py`):
+
+| set | sentences | BLEU | chrF |
+|---|---:|---:|---:|
+{rows}
+
+Examples (Multi30K test 2016):
+
+| source | model | reference |
+|---|---|---|
+{examples}
+"""
+Path(model_dir, "MODEL_CARD.md").write_text(card)
+print(card)
