@@ -83,9 +83,9 @@ metrics = "127.0.0.1:0"
 
 /// Runs one job while injecting `plan` (or random faults when `plan` is
 /// empty, from `seed`); checks the output; returns the faults injected.
-fn round(seed: u64, plan: &[Fault]) -> HashMap<Fault, usize> {
+fn round(seed: u64, plan: &[Fault], lines: usize) -> HashMap<Fault, usize> {
     let dir = tempfile::tempdir().unwrap();
-    let (cfg, ids, shards) = write_job(dir.path(), 1500);
+    let (cfg, ids, shards) = write_job(dir.path(), lines);
     let out = dir.path().join("out");
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let (mut coord, url) = coordinator(&cfg);
@@ -98,10 +98,18 @@ fn round(seed: u64, plan: &[Fault]) -> HashMap<Fault, usize> {
     let mut injected: HashMap<Fault, usize> = HashMap::new();
     let mut plan: Vec<Fault> = plan.iter().rev().copied().collect();
     let random = plan.is_empty();
+    let plan_given = !random;
     let started = Instant::now();
     let mut restarted = false;
     loop {
-        std::thread::sleep(Duration::from_millis(rng.random_range(300..1500)));
+        // A plan is injected back to back, so that every fault lands while
+        // the job still runs; random rounds space them out.
+        let pause = if plan_given {
+            200
+        } else {
+            rng.random_range(300..1500)
+        };
+        std::thread::sleep(Duration::from_millis(pause));
         if let Some(st) = coord.exited() {
             assert!(st.success(), "seed {seed}: the coordinator failed: {st}");
             break;
@@ -245,15 +253,16 @@ fn faults_short() {
         1,
         &[
             Fault::KillWorker,
-            Fault::PauseWorker,
             Fault::KillCoordinator,
             Fault::BlockStorage,
+            Fault::PauseWorker,
         ],
+        3000,
     );
     eprintln!("injected and survived: {injected:?}");
     assert!(
         injected.len() == 4,
-        "the job finished before most faults could be injected: {injected:?}"
+        "the job finished before every fault could be injected: {injected:?}"
     );
 }
 
@@ -267,7 +276,7 @@ fn soak() {
     let mut total: HashMap<Fault, usize> = HashMap::new();
     for r in 0..rounds {
         let t = Instant::now();
-        let inj = round(1000 + r, &[]);
+        let inj = round(1000 + r, &[], 1500);
         for (k, v) in &inj {
             *total.entry(*k).or_default() += v;
         }
