@@ -475,11 +475,27 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
 pub fn status(a: StatusArgs) -> Result<()> {
     runtime()?.block_on(async move {
         let mut c = a.access.client()?.connect(&a.coordinator).await?;
-        let s = c
-            .job_status(JobStatusRequest {})
-            .await
-            .context("asking for the job status")?
-            .into_inner();
+        let s = match c.job_status(JobStatusRequest {}).await {
+            Ok(r) => r.into_inner(),
+            Err(e) => {
+                let hint = match e.code() {
+                    tonic::Code::Unknown | tonic::Code::Unavailable
+                        if a.coordinator.starts_with("http://") =>
+                    {
+                        " (if the coordinator uses TLS: an https:// URL and --ca-cert)"
+                    }
+                    tonic::Code::Unauthenticated => {
+                        " (give the job's token: --token-file or PARAFORGE_TOKEN)"
+                    }
+                    _ => "",
+                };
+                anyhow::bail!(
+                    "asking {} for the job status: {}{hint}",
+                    a.coordinator,
+                    e.message()
+                );
+            }
+        };
         println!(
             "job {} ({})",
             s.job_id,
