@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Small-scale replication of seed 000's training experiments (issue: the
 # training stage). Back-translates a CzEng-layout bitext with the demo model,
-# bins it, trains WORD and WORD,TRIGRAM (a) with M = 1, 20, 40 on the
-# training sample and (b) on the top versus the bottom para_score fold, and
-# evaluates every model next to GloVe averaging.
+# bins it, trains WORD and WORD,TRIGRAM (a) with M = 1, 20, 40 on
+# TRAIN_DATA (default: every pair of the corpus; with millions of pairs use
+# the paper's training sample, `bins/train`) and (b) on the top versus the
+# bottom para_score fold, and evaluates every model next to GloVe averaging.
 #
 # usage: tools/replicate.sh BITEXT.tsv [BITEXT.tsv ...]
 #   env: MODEL (models/demo-cs-en), BEAM (4), VECTORS (the bundled GloVe),
@@ -16,6 +17,7 @@ BEAM=${BEAM:-4}
 VECTORS=${VECTORS:-data/vectors/glove.6B.50d.top25k.txt.gz}
 EPOCHS=${EPOCHS:-5}
 OUT=${OUT:-bench-out/replication}
+TRAIN_DATA=${TRAIN_DATA:-$OUT/corpus}
 BIN=target/release/paraforge
 mkdir -p "$OUT"
 paths=$(printf '"%s", ' "$(realpath "$1")"; shift; for p in "$@"; do printf '"%s", ' "$(realpath "$p")"; done)
@@ -56,7 +58,7 @@ train() { # name data model M
 mkdir -p "$OUT/models"
 for m in word word,trigram; do
   n=${m/,/-}
-  for M in 1 20 40; do train "$n-M$M" "$OUT/bins/train" "$m" "$M"; done
+  for M in 1 20 40; do train "$n-M$M" "$TRAIN_DATA" "$m" "$M"; done
   train "$n-top" "$OUT/bins/deciles/para_score/fold=9" "$m" 20
   train "$n-bottom" "$OUT/bins/deciles/para_score/fold=0" "$m" 20
 done
