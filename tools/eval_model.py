@@ -48,15 +48,17 @@ def main():
             )
             secs = time.time() - t
             hyp = out.read_text(encoding="utf-8").split("\n")[: len(src)]
-        bleu = sacrebleu.corpus_bleu(hyp, [refs])
-        chrf = sacrebleu.corpus_chrf(hyp, [refs])
+        bleu_m, chrf_m = sacrebleu.BLEU(), sacrebleu.CHRF()
+        bleu = bleu_m.corpus_score(hyp, [refs])
+        chrf = chrf_m.corpus_score(hyp, [refs])
         results.append(
             {
                 "set": name,
                 "sentences": len(src),
                 "bleu": round(bleu.score, 2),
                 "chrf": round(chrf.score, 2),
-                "bleu_signature": str(sacrebleu.BLEU().get_signature()),
+                "bleu_signature": str(bleu_m.get_signature()),
+                "chrf_signature": str(chrf_m.get_signature()),
                 "seconds": round(secs, 1),
                 "examples": [{"source": s, "reference": r, "output": h} for s, r, h in list(zip(src, refs, hyp))[:3]],
             }

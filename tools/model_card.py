@@ -1,7 +1,8 @@
 """Writes MODEL_CARD.md for a demo model from its training.json (written by
 `marian_model.py train`) and its eval.json (written by `eval_model.py`).
 
-usage: model_card.py MODEL_DIR TRAINING_JSON EVAL_JSON LOG_NAME
+usage: model_card.py MODEL_DIR TRAINING_JSON EVAL_JSON LOG_NAME [HISTORY]
+HISTORY: a sentence on how the training ran (resumptions, settings changed).
 """
 
 import json
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 model_dir, training, evaluation, log_name = sys.argv[1:5]
+history = sys.argv[5] if len(sys.argv) > 5 else ""
 t = json.loads(Path(training).read_text())
 e = json.loads(Path(evaluation).read_text())
 src, tgt = t["direction"].split("-")
@@ -29,9 +31,9 @@ card = f"""# {Path(model_dir).name}: a small {names[src]} to {names[tgt]} Marian
 |---|---|
 | architecture | MarianMT (transformer encoder-decoder), {t['layers']}+{t['layers']} layers, d_model {t['d_model']}, {t['heads']} heads, FFN {t['ffn']}, {t['parameters'] / 1e6:.2f}M parameters |
 | vocabulary | one shared SentencePiece unigram model, {t['vocab']:,} entries (`source.spm` = `target.spm`, `vocab.json`), trained on both sides of the training data |
-| files | Optimum ONNX layout, int8 (ONNX Runtime dynamic quantization): `encoder_model_quantized.onnx`, `decoder_model_merged_quantized.onnx`; {size / 1e6:.1f} MB in all |
-| training | {t['steps']:,} steps ({t['epochs']} epochs), batches of about {t['batch_tokens']:,} tokens, AdamW, lr {t['lr']} with {t['warmup']} warmup steps and inverse-square-root decay, dropout 0.1, label smoothing 0, bf16 autocast on CPU; {t['minutes']:.0f} minutes on 2 cores; seed {t['seed']}; log in `{log_name}` |
-| reproduce | `tools/marian_model.py train --bitext ../shared/data/bitext/*.tsv --direction {t['direction']} --d-model {t['d_model']} --layers {t['layers']} --heads {t['heads']} --ffn {t['ffn']} --vocab {t['vocab'] - 1} --lr {t['lr']} --warmup {t['warmup']} --bf16 --merged yes --quantize --minutes ...` |
+| files | Optimum ONNX layout, int8 only (ONNX Runtime dynamic quantization; paraforge loads int8 graphs when they are all a directory has): `encoder_model_quantized.onnx`, `decoder_model_quantized.onnx`, `decoder_with_past_model_quantized.onnx`; {size / 1e6:.1f} MB in all |
+| training | {t['steps']:,} steps ({t['epochs']} epochs), batches of about {t['batch_tokens']:,} tokens, AdamW (betas 0.9/0.98, no weight decay), lr {t['lr']} with {t['warmup']} warmup steps and inverse-square-root decay, dropout 0.1, no label smoothing, bf16 autocast on CPU; {t['minutes']:.0f} minutes of training on a 2-core CPU; seed {t['seed']}. {history} Log: `{log_name}` |
+| reproduce | `tools/marian_model.py train --bitext ../shared/data/bitext/*.tsv --out .cache/demo-{t['direction']} --direction {t['direction']} --d-model {t['d_model']} --layers {t['layers']} --heads {t['heads']} --ffn {t['ffn']} --vocab {t['vocab'] - 1} --max-positions 512 --lr {t['lr']} --warmup {t['warmup']} --bf16 --minutes {t['minutes']:.0f}`, then `tools/marian_model.py export --model .cache/demo-{t['direction']}/hf --out DIR --merged no --quantize` and keep the `*_quantized.onnx` files |
 
 ## Data
 
@@ -49,7 +51,7 @@ and demonstration use.
 
 ## Evaluation
 
-sacrebleu {e['results'][0]['bleu_signature'].split('|')[-1].strip()} on the held-out sets, translated by
+sacrebleu (BLEU `{e['results'][0]['bleu_signature']}`, chrF `{e['results'][0].get('chrf_signature', 'default')}`) on the held-out sets, translated by
 `paraforge translate --beam {e['beam']}` from these ONNX files
 (`tools/eval_model.py`):
 
