@@ -222,7 +222,16 @@ impl Graphs {
     ) -> Result<Graphs, NmtError> {
         // A directory that ships only the int8 files (the bundled demo
         // models, to stay small) is loaded as int8 without being asked.
-        let only_int8 = !dir.join("encoder_model.onnx").is_file()
+        // (Any fp32 graph present means a full model with a file missing:
+        // that stays an error naming the file.)
+        let only_int8 = [
+            "encoder_model.onnx",
+            "decoder_model.onnx",
+            "decoder_with_past_model.onnx",
+            "decoder_model_merged.onnx",
+        ]
+        .iter()
+        .all(|f| !dir.join(f).is_file())
             && dir.join("encoder_model_quantized.onnx").is_file();
         if only_int8 && !opts.quantized {
             tracing::info!(dir = %dir.display(), "only int8 graphs present; loading those");
