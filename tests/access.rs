@@ -52,6 +52,18 @@ async fn serve(cfg: &JobConfig) -> Running {
     .unwrap()
 }
 
+async fn start_err(cfg: &JobConfig) -> String {
+    start(
+        cfg,
+        Some("127.0.0.1:0".parse().unwrap()),
+        Some("127.0.0.1:0".parse().unwrap()),
+    )
+    .await
+    .err()
+    .expect("start should fail")
+    .to_string()
+}
+
 async fn status(access: &ClientAccess, url: &str) -> Result<pb::JobStatusResponse, String> {
     let mut c = access.connect(url).await.map_err(|e| e.to_string())?;
     c.job_status(pb::JobStatusRequest {})
@@ -162,15 +174,7 @@ async fn a_tls_coordinator_refuses_plain_text_and_unknown_authorities() {
         dir.path(),
         "tls_cert = \"/nonexistent/cert.pem\"\ntls_key = \"/nonexistent/key.pem\"",
     );
-    let e = start(
-        &bad,
-        Some("127.0.0.1:0".parse().unwrap()),
-        Some("127.0.0.1:0".parse().unwrap()),
-    )
-    .await
-    .err()
-    .unwrap()
-    .to_string();
+    let e = start_err(&bad).await;
     assert!(e.contains("/nonexistent/cert.pem"), "{e}");
     let garbage = dir.path().join("garbage.pem");
     std::fs::write(&garbage, "not a certificate").unwrap();
@@ -183,15 +187,7 @@ async fn a_tls_coordinator_refuses_plain_text_and_unknown_authorities() {
         ),
     );
     std::fs::remove_file(dir.path().join("out/_coordinator.redb")).ok();
-    let e = start(
-        &bad,
-        Some("127.0.0.1:0".parse().unwrap()),
-        Some("127.0.0.1:0".parse().unwrap()),
-    )
-    .await
-    .err()
-    .unwrap()
-    .to_string();
+    let e = start_err(&bad).await;
     assert!(e.contains("garbage.pem"), "{e}");
 }
 

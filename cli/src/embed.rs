@@ -155,13 +155,9 @@ pub fn train(a: TrainArgs) -> Result<()> {
         .expect("valid template")
         .progress_chars("=> "),
     );
-    let mut last_epoch_pairs = (1, 0u64, 0u64);
     let report = run_training(&mut model, &source, &o, &mut |p| {
-        if p.epoch != last_epoch_pairs.0 {
-            last_epoch_pairs = (p.epoch, 0, last_epoch_pairs.2 + last_epoch_pairs.1);
-        }
-        last_epoch_pairs.1 = p.pairs;
-        bar.set_position(last_epoch_pairs.2 + p.pairs);
+        // Skipped rows make epochs a little shorter than `per_epoch`.
+        bar.set_position((p.epoch as u64 - 1) * per_epoch + p.pairs);
         bar.set_message(format!("epoch {} loss {:.4}", p.epoch, p.loss));
     })?;
     bar.finish_and_clear();

@@ -434,23 +434,12 @@ impl JobState {
         pairs: u64,
         rejects: u64,
     ) -> Result<Result<(), Refusal>, StateError> {
+        if let Err(r) = self.check_holder(shard_id, worker, token) {
+            return Ok(Err(r));
+        }
         let Some(s) = self.shards.get_mut(&shard_id) else {
             return Ok(Err(Refusal::UnknownShard));
         };
-        match &s.status {
-            Status::Committed { .. } => return Ok(Err(Refusal::AlreadyCommitted)),
-            Status::Leased {
-                token: t,
-                worker: w,
-                ..
-            } if *t == token => {
-                if w != worker {
-                    return Ok(Err(Refusal::NotHolder));
-                }
-            }
-            Status::Leased { .. } => return Ok(Err(Refusal::Superseded)),
-            Status::Pending | Status::Failed { .. } => return Ok(Err(Refusal::NotLeased)),
-        }
         s.status = Status::Committed {
             token,
             files,

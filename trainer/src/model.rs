@@ -382,20 +382,8 @@ fn mean_rows(table: &[f32], dim: usize, rows: &[u32], out: &mut [f32]) {
     out.iter_mut().for_each(|o| *o *= inv);
 }
 
-/// Cosine similarity; 0 when either vector is zero.
-pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let (mut ab, mut aa, mut bb) = (0f32, 0f32, 0f32);
-    for (x, y) in a.iter().zip(b) {
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    if aa == 0.0 || bb == 0.0 {
-        0.0
-    } else {
-        ab / (aa.sqrt() * bb.sqrt())
-    }
-}
+/// The scorer's cosine, so that STS and para_score agree on it.
+pub use paraforge_core::score::cosine;
 
 #[cfg(test)]
 mod tests {
