@@ -1,13 +1,16 @@
 //! The training stage on real back-translated pairs: it learns (the loss
 //! falls and references find their own translations more often than with
 //! the initial GloVe vectors), the exported vectors load as para_score's
-//! vectors, and bad input gives errors or counted skips, never a panic.
+//! vectors and `paraforge rescore` scores a dataset with them, and bad input gives errors or counted skips, never a panic.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::process::Command;
 
-use paraforge_core::schema::{schema, PairFileWriter};
-use paraforge_core::{RowsBuilder, Vectors};
-use paraforge_tests::{repo_root, scored_dataset};
+use arrow_array::{Array, Float32Array, StringArray};
+use paraforge_core::schema::{col, column, dataset_files, schema, PairFileWriter};
+use paraforge_core::{PairReader, PairRow, RowsBuilder, Scorer, Vectors};
+use paraforge_tests::{paraforge_bin, repo_root, scored_dataset};
 use paraforge_trainer::data::PairSource;
 use paraforge_trainer::model::cosine;
 use paraforge_trainer::train::{train, trigram_vocab, TrainOptions};
@@ -83,8 +86,69 @@ fn training_learns_from_real_pairs_and_exports_vectors() {
             assert_eq!(rep.loaded, v.len());
             let i = m.words().iter().position(|w| w == "man").unwrap();
             assert_eq!(back.get("man").unwrap(), &m.w[i * 50..(i + 1) * 50]);
+            rescore_with(dir.path(), &p, &back, &rows);
         }
     }
+}
+
+/// The loop through the binary: `paraforge rescore` with the exported
+/// vectors gives every row the para_score those vectors give it, keeps the
+/// other columns, and `paraforge bin` reads the result.
+fn rescore_with(data: &Path, vectors_file: &Path, vectors: &Vectors, rows: &[PairRow]) {
+    let out = tempfile::tempdir().unwrap();
+    let rescored = out.path().join("rescored");
+    let o = Command::new(paraforge_bin())
+        .args(["rescore", "--data"])
+        .arg(data)
+        .arg("--vectors")
+        .arg(vectors_file)
+        .arg("--out")
+        .arg(&rescored)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("{} pairs in 3 files rescored", rows.len())),
+        "{stdout}"
+    );
+
+    let want: HashMap<&str, &PairRow> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
+    let mut scorer = Scorer::new(Some(vectors));
+    let (mut seen, mut changed) = (0, 0);
+    for f in dataset_files(&rescored).unwrap() {
+        for b in PairReader::open(&f, &[]).unwrap() {
+            let b = b.unwrap();
+            let id = column::<StringArray>(&b, col::ID, &f).unwrap();
+            let para = column::<Float32Array>(&b, col::PARA_SCORE, &f).unwrap();
+            let tri = column::<Float32Array>(&b, col::TRIGRAM_OVERLAP, &f).unwrap();
+            for i in 0..b.num_rows() {
+                let r = want[id.value(i)];
+                let expect = scorer.score(&r.reference, &r.translation).para_score;
+                let got = (!para.is_null(i)).then(|| para.value(i));
+                assert_eq!(got, expect, "{}", r.id);
+                assert_eq!(tri.value(i), r.scores.trigram_overlap);
+                changed += usize::from(got != r.scores.para_score);
+                seen += 1;
+            }
+        }
+    }
+    assert_eq!(seen, rows.len());
+    assert!(changed > rows.len() / 2, "only {changed} scores changed");
+
+    let o = Command::new(paraforge_bin())
+        .args(["bin", "--data"])
+        .arg(&rescored)
+        .arg("--out")
+        .arg(out.path().join("bins"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.path().join("bins/deciles/para_score/fold=9").is_dir());
 }
 
 fn write(path: &Path, rows: &[(&str, &str)]) {

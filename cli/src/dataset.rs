@@ -1,4 +1,4 @@
-//! `paraforge bin` and `paraforge report`.
+//! `paraforge bin`, `paraforge report` and `paraforge rescore`.
 
 use std::path::PathBuf;
 
@@ -103,5 +103,68 @@ pub fn report(a: ReportArgs) -> Result<()> {
         r.trigram_overlap.mean,
         a.out.join("report.md").display()
     );
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct RescoreArgs {
+    /// A dataset directory or Parquet file.
+    #[arg(long)]
+    data: PathBuf,
+    /// GloVe-format vectors, e.g. from `paraforge export-vectors`.
+    #[arg(long)]
+    vectors: PathBuf,
+    /// A new directory for the rescored dataset (same layout, own `_manifest.json`).
+    #[arg(long)]
+    out: PathBuf,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+pub fn rescore(a: RescoreArgs) -> Result<()> {
+    let files = paraforge_core::schema::dataset_files(&a.data)
+        .with_context(|| format!("listing {}", a.data.display()))?;
+    let total: u64 = files
+        .iter()
+        .filter_map(|f| paraforge_core::PairReader::open(f, &[]).ok())
+        .map(|r| r.num_rows().max(0) as u64)
+        .sum();
+    let bar = indicatif::ProgressBar::new(total).with_style(
+        indicatif::ProgressStyle::with_template(
+            "rescoring {bar:30} {human_pos}/{human_len} pairs ({per_sec}, eta {eta})",
+        )
+        .expect("valid template"),
+    );
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(a.threads.unwrap_or(0))
+        .build()
+        .context("starting threads")?;
+    let m = pool
+        .install(|| paraforge_dataset::rescore::run(&a.data, &a.vectors, &a.out, &|n| bar.inc(n)))
+        .with_context(|| {
+            format!(
+                "rescoring {} with {}",
+                a.data.display(),
+                a.vectors.display()
+            )
+        })?;
+    bar.finish_and_clear();
+    println!(
+        "{} pairs in {} files rescored with {}; mean para_score {:.3} -> {:.3}",
+        m.rows,
+        m.files.len(),
+        a.vectors.display(),
+        m.mean_before,
+        m.mean_after
+    );
+    println!("  para_range        before      after");
+    let labels = paraforge_dataset::bins::PARA_RANGES.iter().map(|r| r.2);
+    for label in labels.chain(["none"]) {
+        let before = m.ranges_before.get(label).copied().unwrap_or(0);
+        let after = m.ranges_after.get(label).copied().unwrap_or(0);
+        println!("  {label:<12} {before:>11} {after:>10}");
+    }
+    println!("written to {} (see _manifest.json)", a.out.display());
     Ok(())
 }

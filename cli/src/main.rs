@@ -41,6 +41,8 @@ enum Command {
     Bin(dataset::BinArgs),
     /// Statistics and figures of a scored corpus (Markdown, HTML, SVG).
     Report(dataset::ReportArgs),
+    /// Recompute para_score of a dataset with other vectors (no new translation).
+    Rescore(dataset::RescoreArgs),
     /// Train paraphrastic sentence embeddings (WORD, TRIGRAM, WORD,TRIGRAM) on binned pairs.
     Train(embed::TrainArgs),
     /// Pearson and Spearman correlations on STS 2012-2016, STS Benchmark and SICK-R.
@@ -60,6 +62,7 @@ fn main() {
         Command::Status(a) => pipeline::status(a),
         Command::Bin(a) => dataset::bin(a),
         Command::Report(a) => dataset::report(a),
+        Command::Rescore(a) => dataset::rescore(a),
         Command::Train(a) => embed::train(a),
         Command::EvalSts(a) => embed::eval_sts(a),
         Command::ExportVectors(a) => embed::export_vectors(a),

@@ -78,6 +78,9 @@ pub mod meta {
     pub const MODEL: &str = "paraforge.model";
     pub const MODEL_SHA256: &str = "paraforge.model_sha256";
     pub const CONFIG: &str = "paraforge.config";
+    /// Set by `paraforge rescore`: the vectors the para_score column now comes from.
+    pub const PARA_VECTORS: &str = "paraforge.para_vectors";
+    pub const PARA_VECTORS_SHA256: &str = "paraforge.para_vectors_sha256";
 }
 
 pub fn schema() -> SchemaRef {

@@ -1,0 +1,452 @@
+//! `paraforge rescore`: recompute para_score of an existing dataset with other
+//! word vectors, without translating again.
+//!
+//! Translation is the expensive stage (hours of GPU per million pairs);
+//! para_score is a cosine of averaged vectors (microseconds). Seed 000 scores
+//! with PARAGRAM-PHRASE vectors trained on paraphrases, and a model trained by
+//! `paraforge train` can be exported in the same format, so the natural loop
+//! is translate once, train, export, rescore, bin again. Only para_score
+//! depends on the vectors; every other column and the file layout are kept,
+//! and each file's footer records which vectors produced the new column.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, Float32Array, RecordBatch, StringArray};
+use paraforge_core::schema::{
+    self, col, dataset_files, meta, DataError, PairFileWriter, PairReader,
+};
+use paraforge_core::{Scorer, Vectors, VectorsError};
+use rayon::prelude::*;
+use serde::Serialize;
+use sha2::Digest;
+
+use crate::bins::{para_range, PARA_RANGES};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RescoreError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    Vectors(#[from] VectorsError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{out}: output directory is not empty (rescore writes a new dataset; pick a new directory)"
+    )]
+    OutputNotEmpty { out: PathBuf },
+    #[error("{out}: the output must not be the input or lie inside it ({input})")]
+    OutputInsideInput { out: PathBuf, input: PathBuf },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RescoreError + '_ {
+    move |source| RescoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Rows per para_score range before and after, and the summary of the change.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct RescoreManifest {
+    pub input: String,
+    pub vectors: String,
+    pub vectors_sha256: String,
+    pub rows: u64,
+    /// Range label (and `none` for rows without a score) -> rows.
+    pub ranges_before: BTreeMap<String, u64>,
+    pub ranges_after: BTreeMap<String, u64>,
+    pub mean_before: f64,
+    pub mean_after: f64,
+    pub files: Vec<RescoredFile>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct RescoredFile {
+    /// Relative to the output directory; the same as in the input.
+    pub path: String,
+    pub rows: u64,
+    pub sha256: String,
+}
+
+#[derive(Default)]
+struct Tally {
+    before: [u64; PARA_RANGES.len() + 1],
+    after: [u64; PARA_RANGES.len() + 1],
+    sum_before: f64,
+    n_before: u64,
+    sum_after: f64,
+    n_after: u64,
+}
+
+impl Tally {
+    fn add(&mut self, before: Option<f32>, after: Option<f32>) {
+        let slot = |s: Option<f32>| para_range(s).unwrap_or(PARA_RANGES.len());
+        self.before[slot(before)] += 1;
+        self.after[slot(after)] += 1;
+        if let Some(b) = before.filter(|b| !b.is_nan()) {
+            self.sum_before += b as f64;
+            self.n_before += 1;
+        }
+        if let Some(a) = after {
+            self.sum_after += a as f64;
+            self.n_after += 1;
+        }
+    }
+
+    fn merge(mut self, o: Tally) -> Tally {
+        for i in 0..self.before.len() {
+            self.before[i] += o.before[i];
+            self.after[i] += o.after[i];
+        }
+        self.sum_before += o.sum_before;
+        self.n_before += o.n_before;
+        self.sum_after += o.sum_after;
+        self.n_after += o.n_after;
+        self
+    }
+}
+
+fn label(i: usize) -> String {
+    PARA_RANGES.get(i).map_or("none", |r| r.2).to_string()
+}
+
+/// Rescores every file of `input` with `vectors` into `out` (a new local
+/// directory), files in parallel. `progress` is called with rows done.
+pub fn run(
+    input: &Path,
+    vectors_path: &Path,
+    out: &Path,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<RescoreManifest, RescoreError> {
+    let files = dataset_files(input)?;
+    let in_abs = std::fs::canonicalize(input).map_err(io(input))?;
+    if let Ok(out_abs) = std::fs::canonicalize(out) {
+        if out_abs.starts_with(&in_abs) {
+            return Err(RescoreError::OutputInsideInput {
+                out: out.to_path_buf(),
+                input: input.to_path_buf(),
+            });
+        }
+        let mut rd = std::fs::read_dir(out).map_err(io(out))?;
+        if rd.next().is_some() {
+            return Err(RescoreError::OutputNotEmpty {
+                out: out.to_path_buf(),
+            });
+        }
+    } else if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        // A new directory named below the input would be picked up as data.
+        if let Ok(p) = std::fs::canonicalize(parent) {
+            if p.starts_with(&in_abs) {
+                return Err(RescoreError::OutputInsideInput {
+                    out: out.to_path_buf(),
+                    input: input.to_path_buf(),
+                });
+            }
+        }
+    }
+    let vectors_sha256 = file_sha256(vectors_path)?;
+    let (vectors, _) = Vectors::load(vectors_path)?;
+    std::fs::create_dir_all(out).map_err(io(out))?;
+
+    let root = if input.is_file() {
+        input.parent().unwrap_or(Path::new("")).to_path_buf()
+    } else {
+        input.to_path_buf()
+    };
+    let results: Vec<(RescoredFile, Tally)> = files
+        .par_iter()
+        .map(|path| {
+            let rel = path.strip_prefix(&root).unwrap_or(path);
+            rescore_file(
+                path,
+                rel,
+                out,
+                &vectors,
+                vectors_path,
+                &vectors_sha256,
+                progress,
+            )
+        })
+        .collect::<Result<_, _>>()?;
+
+    let mut m = RescoreManifest {
+        input: input.display().to_string(),
+        vectors: vectors_path.display().to_string(),
+        vectors_sha256,
+        ..Default::default()
+    };
+    let mut total = Tally::default();
+    for (f, t) in results {
+        m.rows += f.rows;
+        m.files.push(f);
+        total = total.merge(t);
+    }
+    for i in 0..=PARA_RANGES.len() {
+        m.ranges_before.insert(label(i), total.before[i]);
+        m.ranges_after.insert(label(i), total.after[i]);
+    }
+    m.mean_before = total.sum_before / total.n_before.max(1) as f64;
+    m.mean_after = total.sum_after / total.n_after.max(1) as f64;
+    let manifest = out.join("_manifest.json");
+    let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
+    std::fs::write(&manifest, text).map_err(io(&manifest))?;
+    Ok(m)
+}
+
+fn rescore_file(
+    path: &Path,
+    rel: &Path,
+    out: &Path,
+    vectors: &Vectors,
+    vectors_path: &Path,
+    vectors_sha256: &str,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<(RescoredFile, Tally), RescoreError> {
+    let reader = PairReader::open(path, &[col::REFERENCE, col::TRANSLATION, col::PARA_SCORE])?;
+    let mut metadata: Vec<(String, String)> = reader
+        .metadata()
+        .iter()
+        .filter(|(k, _)| k.as_str() != "ARROW:schema")
+        .filter(|(k, _)| {
+            k.as_str() != meta::PARA_VECTORS && k.as_str() != meta::PARA_VECTORS_SHA256
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    metadata.sort();
+    metadata.push((
+        meta::PARA_VECTORS.into(),
+        vectors_path.display().to_string(),
+    ));
+    metadata.push((meta::PARA_VECTORS_SHA256.into(), vectors_sha256.to_string()));
+    let md: Vec<(&str, String)> = metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+
+    let target = out.join(rel);
+    // Written under a name no reader picks up, renamed when complete.
+    let partial = target.with_extension("parquet.partial");
+    let mut writer: Option<PairFileWriter> = None;
+    let mut scorer = Scorer::new(Some(vectors));
+    let mut tally = Tally::default();
+    for batch in reader {
+        let batch = batch?;
+        let refs = schema::column::<StringArray>(&batch, col::REFERENCE, path)?;
+        let trans = schema::column::<StringArray>(&batch, col::TRANSLATION, path)?;
+        let old = schema::column::<Float32Array>(&batch, col::PARA_SCORE, path)?;
+        let new: Float32Array = (0..batch.num_rows())
+            .map(|r| {
+                let s = scorer.score(refs.value(r), trans.value(r)).para_score;
+                let before = (!old.is_null(r)).then(|| old.value(r));
+                tally.add(before, s);
+                s
+            })
+            .collect();
+        let idx = batch
+            .schema()
+            .index_of(col::PARA_SCORE)
+            .expect("checked by PairReader::open");
+        let mut cols: Vec<ArrayRef> = batch.columns().to_vec();
+        cols[idx] = Arc::new(new);
+        let batch =
+            RecordBatch::try_new(batch.schema(), cols).map_err(|source| DataError::Arrow {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        if writer.is_none() {
+            writer = Some(PairFileWriter::create(&partial, batch.schema(), &md)?);
+        }
+        if let Some(w) = writer.as_mut() {
+            w.write(&batch)?;
+        }
+        progress(batch.num_rows() as u64);
+    }
+    let rows = match writer {
+        Some(w) => w.close()?,
+        None => PairFileWriter::create(&partial, schema::schema(), &md)?.close()?,
+    };
+    std::fs::rename(&partial, &target).map_err(io(&target))?;
+    Ok((
+        RescoredFile {
+            path: rel.display().to_string(),
+            rows,
+            sha256: file_sha256(&target)?,
+        },
+        tally,
+    ))
+}
+
+fn file_sha256(path: &Path) -> Result<String, RescoreError> {
+    let mut f = std::fs::File::open(path).map_err(io(path))?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(io(path))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use paraforge_core::schema::{PairRow, RowsBuilder};
+    use paraforge_core::score::PairScores;
+
+    fn row(id: &str, reference: &str, translation: &str, para: Option<f32>) -> PairRow {
+        PairRow {
+            id: id.into(),
+            source: "zdroj".into(),
+            reference: reference.into(),
+            translation: translation.into(),
+            translation_score: -0.5,
+            source_len: 1,
+            truncated: false,
+            scores: PairScores {
+                para_score: para,
+                unigram_overlap: 0.25,
+                bigram_overlap: 0.125,
+                trigram_overlap: 0.0625,
+                reference_len: 3,
+                translation_len: 3,
+                reference_oov: 0,
+                translation_oov: 0,
+            },
+        }
+    }
+
+    fn write(path: &Path, rows: &[PairRow]) {
+        let mut b = RowsBuilder::default();
+        for r in rows {
+            b.push(r);
+        }
+        let mut w = PairFileWriter::create(
+            path,
+            schema::schema(),
+            &[(meta::MODEL, "models/x".to_string())],
+        )
+        .unwrap();
+        w.write(&b.finish()).unwrap();
+        w.close().unwrap();
+    }
+
+    fn read(
+        path: &Path,
+    ) -> (
+        Vec<(String, Option<f32>, f32)>,
+        std::collections::HashMap<String, String>,
+    ) {
+        let r = PairReader::open(path, &[]).unwrap();
+        let md = r.metadata().clone();
+        let mut out = Vec::new();
+        for b in r {
+            let b = b.unwrap();
+            let id = schema::column::<StringArray>(&b, col::ID, path).unwrap();
+            let p = schema::column::<Float32Array>(&b, col::PARA_SCORE, path).unwrap();
+            let t = schema::column::<Float32Array>(&b, col::TRIGRAM_OVERLAP, path).unwrap();
+            for i in 0..b.num_rows() {
+                out.push((
+                    id.value(i).to_string(),
+                    (!p.is_null(i)).then(|| p.value(i)),
+                    t.value(i),
+                ));
+            }
+        }
+        (out, md)
+    }
+
+    #[test]
+    fn rescoring_replaces_para_score_and_keeps_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        write(
+            &data.join("shard=000000/part-t1.parquet"),
+            &[
+                row("a", "the cat sat", "a cat sat", Some(0.9)),
+                row("b", "the cat sat", "dog runs far", Some(0.95)),
+            ],
+        );
+        write(
+            &data.join("shard=000001/part-t2.parquet"),
+            &[row("c", "unknown words", "zzz qqq", Some(0.5))],
+        );
+        // cat and dog point different ways; "the"/"a"/"sat" are shared.
+        let vec_path = dir.path().join("v.txt");
+        std::fs::write(
+            &vec_path,
+            "the 1 0 0\na 1 0 0\ncat 0 1 0\nsat 0 0 1\ndog 0 -1 0\nruns 0 0 -1\nfar 1 0 0\nunknown 1 1 1\n",
+        )
+        .unwrap();
+        let out = dir.path().join("rescored");
+        let done = std::sync::atomic::AtomicU64::new(0);
+        let m = run(&data, &vec_path, &out, &|n| {
+            done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        })
+        .unwrap();
+        assert_eq!(m.rows, 3);
+        assert_eq!(done.into_inner(), 3);
+        assert_eq!(m.files.len(), 2);
+
+        let (rows, md) = read(&out.join("shard=000000/part-t1.parquet"));
+        assert_eq!(rows[0].0, "a");
+        assert!((rows[0].1.unwrap() - 1.0).abs() < 1e-6, "{rows:?}");
+        // the+cat+sat = (1,1,1), dog+runs+far = (1,-1,-1): cosine -1/3.
+        assert!((rows[1].1.unwrap() + 1.0 / 3.0).abs() < 1e-6, "{rows:?}");
+        assert_eq!(rows[1].2, 0.0625, "other columns are kept");
+        assert_eq!(md.get(meta::MODEL).map(String::as_str), Some("models/x"));
+        assert_eq!(
+            md.get(meta::PARA_VECTORS_SHA256),
+            Some(&m.vectors_sha256),
+            "the footer names the vectors"
+        );
+        // No known token on one side: no score, as in the pipeline.
+        let (rows, _) = read(&out.join("shard=000001/part-t2.parquet"));
+        assert_eq!(rows[0].1, None);
+
+        assert_eq!(m.ranges_before["0.8-1.0"], 2);
+        assert_eq!(m.ranges_after["0.8-1.0"], 1);
+        assert_eq!(m.ranges_after["min-0.2"], 1);
+        assert_eq!(m.ranges_after["none"], 1);
+        // The output is a dataset the other stages read through its manifest.
+        let listed = dataset_files(&out).unwrap();
+        assert_eq!(listed.len(), 2);
+        assert!(listed.iter().all(|p| p.is_file()));
+        assert!(!out.join("shard=000000/part-t1.parquet.partial").exists());
+    }
+
+    #[test]
+    fn refuses_outputs_that_would_mix_with_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        write(&data.join("part.parquet"), &[row("a", "x", "y", None)]);
+        let vec_path = dir.path().join("v.txt");
+        std::fs::write(&vec_path, "x 1 0\n").unwrap();
+        let e = run(&data, &vec_path, &data.join("rescored"), &|_| {}).unwrap_err();
+        assert!(matches!(e, RescoreError::OutputInsideInput { .. }), "{e}");
+        let e = run(&data, &vec_path, &data, &|_| {}).unwrap_err();
+        assert!(matches!(e, RescoreError::OutputInsideInput { .. }), "{e}");
+        let busy = dir.path().join("busy");
+        std::fs::create_dir_all(&busy).unwrap();
+        std::fs::write(busy.join("x"), "").unwrap();
+        let e = run(&data, &vec_path, &busy, &|_| {}).unwrap_err();
+        assert!(e.to_string().contains("not empty"), "{e}");
+        let e = run(
+            &data,
+            &dir.path().join("missing.txt"),
+            &dir.path().join("o"),
+            &|_| {},
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("missing.txt"), "{e}");
+    }
+}
