@@ -246,3 +246,44 @@ fn bad_training_input_is_an_error_or_a_counted_skip() {
         (2, 1, Some(2))
     );
 }
+
+#[test]
+fn zero_epochs_write_the_untrained_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("data");
+    write(
+        &d.join("a.parquet"),
+        &[
+            ("a man plays a guitar", "a man is playing the guitar"),
+            ("a woman slices an onion", "a woman is cutting an onion"),
+        ],
+    );
+    let glove_path = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
+    let out = dir.path().join("init.pfe");
+    let o = Command::new(paraforge_bin())
+        .args([
+            "train",
+            "--model",
+            "word,trigram",
+            "--epochs",
+            "0",
+            "--data",
+        ])
+        .arg(&d)
+        .arg("--init-vectors")
+        .arg(&glove_path)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = Model::load(&out).unwrap();
+    let v = glove();
+    // The word rows are GloVe's as given: nothing was trained.
+    let i = m.words().iter().position(|w| w == "guitar").unwrap();
+    assert_eq!(&m.w[i * 50..(i + 1) * 50], v.get("guitar").unwrap());
+    assert!(
+        m.t.iter().any(|&x| x != 0.0),
+        "trigram rows are initialised"
+    );
+}

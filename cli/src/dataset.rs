@@ -58,8 +58,12 @@ pub fn bin(a: BinArgs) -> Result<()> {
         "{} rows read, {} kept ({} duplicates, {} outside the length limits dropped)",
         m.input_rows, m.kept_rows, m.dropped_duplicates, m.dropped_length
     );
-    for (label, n) in &m.ranges {
-        println!("  para_range={label}: {n}");
+    // In score order, not the map's alphabetical one.
+    let labels = bins::PARA_RANGES.iter().map(|r| r.2);
+    for label in labels.chain(["none"]) {
+        if let Some(n) = m.ranges.get(label) {
+            println!("  para_range={label}: {n}");
+        }
     }
     for (score, d) in &m.deciles {
         let b: Vec<String> = d.boundaries.iter().map(|x| format!("{x:.4}")).collect();
@@ -159,7 +163,7 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
         m.mean_after
     );
     println!("  para_range        before      after");
-    let labels = paraforge_dataset::bins::PARA_RANGES.iter().map(|r| r.2);
+    let labels = bins::PARA_RANGES.iter().map(|r| r.2);
     for label in labels.chain(["none"]) {
         let before = m.ranges_before.get(label).copied().unwrap_or(0);
         let after = m.ranges_after.get(label).copied().unwrap_or(0);

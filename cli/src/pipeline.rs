@@ -183,9 +183,15 @@ async fn finish(cfg: &JobConfig, c: Running) -> Result<()> {
             .output
             .clone()
             .unwrap_or_else(|| format!("{}/_bins", cfg.job.output.trim_end_matches('/')));
+        // A remote target is staged locally; the scratch directory (if the
+        // output was not staged already) is removed at the end of this block.
+        let mut scratch = None;
         let local_bins = match &staged {
             Some(d) if is_remote(&target) => d.path().join("bins"),
-            _ if is_remote(&target) => tempfile::tempdir()?.keep().join("bins"),
+            _ if is_remote(&target) => scratch
+                .insert(tempfile::tempdir().context("creating a staging directory")?)
+                .path()
+                .join("bins"),
             _ => PathBuf::from(target.strip_prefix("file://").unwrap_or(&target)),
         };
         let mut o = paraforge_dataset::bins::BinOptions::new(input, local_bins.clone());

@@ -340,12 +340,10 @@ mod tests {
         w.close().unwrap();
     }
 
-    fn read(
-        path: &Path,
-    ) -> (
-        Vec<(String, Option<f32>, f32)>,
-        std::collections::HashMap<String, String>,
-    ) {
+    /// (id, para_score, trigram_overlap) per row, and the footer metadata.
+    type Rows = Vec<(String, Option<f32>, f32)>;
+
+    fn read(path: &Path) -> (Rows, std::collections::HashMap<String, String>) {
         let r = PairReader::open(path, &[]).unwrap();
         let md = r.metadata().clone();
         let mut out = Vec::new();

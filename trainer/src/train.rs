@@ -69,7 +69,7 @@ pub struct EpochReport {
     pub pairs_per_second: f64,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct TrainReport {
     pub epochs: Vec<EpochReport>,
     pub read: ReadStats,
