@@ -140,12 +140,8 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
         )
         .expect("valid template"),
     );
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(a.threads.unwrap_or(0))
-        .build()
-        .context("starting threads")?;
-    let m = pool
-        .install(|| paraforge_dataset::rescore::run(&a.data, &a.vectors, &a.out, &|n| bar.inc(n)))
+    crate::threads(a.threads)?;
+    let m = paraforge_dataset::rescore::run(&a.data, &a.vectors, &a.out, &|n| bar.inc(n))
         .with_context(|| {
             format!(
                 "rescoring {} with {}",

@@ -90,18 +90,8 @@ pub struct ExportArgs {
     out: PathBuf,
 }
 
-fn threads(n: Option<usize>) -> Result<()> {
-    if let Some(n) = n {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n.max(1))
-            .build_global()
-            .context("starting the thread pool")?;
-    }
-    Ok(())
-}
-
 pub fn train(a: TrainArgs) -> Result<()> {
-    threads(a.threads)?;
+    crate::threads(a.threads)?;
     let source = PairSource::open(&a.data)?;
     let init = match (&a.init_vectors, a.model.words()) {
         (Some(p), true) => {

@@ -73,6 +73,18 @@ fn main() {
     }
 }
 
+/// Sizes rayon's global pool (training, rescoring); default: all cores.
+fn threads(n: Option<usize>) -> Result<()> {
+    use anyhow::Context;
+    if let Some(n) = n {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n.max(1))
+            .build_global()
+            .context("starting the thread pool")?;
+    }
+    Ok(())
+}
+
 fn init_logging(filter: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));

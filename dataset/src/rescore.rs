@@ -126,30 +126,25 @@ pub fn run(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<RescoreManifest, RescoreError> {
     let files = dataset_files(input)?;
+    // An output inside the input would be read back as data by the next
+    // stage; a new directory counts by where its parent is.
     let in_abs = std::fs::canonicalize(input).map_err(io(input))?;
-    if let Ok(out_abs) = std::fs::canonicalize(out) {
-        if out_abs.starts_with(&in_abs) {
-            return Err(RescoreError::OutputInsideInput {
-                out: out.to_path_buf(),
-                input: input.to_path_buf(),
-            });
-        }
-        let mut rd = std::fs::read_dir(out).map_err(io(out))?;
-        if rd.next().is_some() {
-            return Err(RescoreError::OutputNotEmpty {
-                out: out.to_path_buf(),
-            });
-        }
-    } else if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        // A new directory named below the input would be picked up as data.
-        if let Ok(p) = std::fs::canonicalize(parent) {
-            if p.starts_with(&in_abs) {
-                return Err(RescoreError::OutputInsideInput {
-                    out: out.to_path_buf(),
-                    input: input.to_path_buf(),
-                });
-            }
-        }
+    let out_abs = std::fs::canonicalize(out).ok().or_else(|| {
+        let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
+        std::fs::canonicalize(parent.unwrap_or(Path::new(".")))
+            .ok()
+            .map(|p| p.join(out.file_name().unwrap_or_default()))
+    });
+    if out_abs.is_some_and(|o| o.starts_with(&in_abs)) {
+        return Err(RescoreError::OutputInsideInput {
+            out: out.to_path_buf(),
+            input: input.to_path_buf(),
+        });
+    }
+    if out.is_dir() && std::fs::read_dir(out).map_err(io(out))?.next().is_some() {
+        return Err(RescoreError::OutputNotEmpty {
+            out: out.to_path_buf(),
+        });
     }
     let vectors_sha256 = file_sha256(vectors_path)?;
     let (vectors, _) = Vectors::load(vectors_path)?;
@@ -213,9 +208,14 @@ fn rescore_file(
     let mut metadata: Vec<(String, String)> = reader
         .metadata()
         .iter()
-        .filter(|(k, _)| k.as_str() != "ARROW:schema")
         .filter(|(k, _)| {
-            k.as_str() != meta::PARA_VECTORS && k.as_str() != meta::PARA_VECTORS_SHA256
+            // The writer adds its own schema; the vectors are set below.
+            ![
+                "ARROW:schema",
+                meta::PARA_VECTORS,
+                meta::PARA_VECTORS_SHA256,
+            ]
+            .contains(&k.as_str())
         })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
