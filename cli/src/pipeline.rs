@@ -447,8 +447,24 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
             println!("stopped; the state is kept: start again to resume");
             return Ok(());
         }
-        // Let workers see `done` before the service goes away.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Serve until every worker still around has been told `done` (an
+        // idle one asks again within a second; a busy one when its stale
+        // attempt ends), for at most one lease: a worker silent that long
+        // is gone or will find its lease expired anyway.
+        let limit = std::time::Instant::now() + c.shared.lease;
+        while c.shared.awaiting_done() > 0 && std::time::Instant::now() < limit {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let left = c.shared.awaiting_done();
+        if left > 0 {
+            tracing::warn!(
+                workers = left,
+                "stopping before every worker was told the job is done"
+            );
+        }
         finish(&cfg, c).await
     })
 }

@@ -43,6 +43,8 @@ pub struct WorkerInfo {
     pub name: String,
     pub device: String,
     pub last_seen_ms: u64,
+    /// This worker has been answered `done` (it will stop on its own).
+    pub told_done: bool,
 }
 
 /// Shared coordinator state behind the service and the status page.
@@ -60,6 +62,24 @@ pub struct Shared {
 }
 
 impl Shared {
+    fn mark_told_done(&self, worker: &str) {
+        let mut ws = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = ws.iter_mut().find(|w| w.id == worker) {
+            w.told_done = true;
+        }
+    }
+
+    /// Workers heard from within a lease that have not been told `done`:
+    /// a coordinator that stops before they ask again leaves them retrying
+    /// a closed port until their connect attempts run out.
+    pub fn awaiting_done(&self) -> usize {
+        let cutoff = now_ms().saturating_sub(self.lease.as_millis() as u64);
+        let ws = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        ws.iter()
+            .filter(|w| !w.told_done && w.last_seen_ms >= cutoff)
+            .count()
+    }
+
     /// Heartbeats come four times per lease, so one lost heartbeat never
     /// costs a lease.
     pub fn new(
@@ -99,6 +119,9 @@ pub fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+/// How long an idle worker waits before asking for a shard again.
+pub const RETRY_AFTER_MS: u32 = 1000;
 
 /// The tonic service.
 #[derive(Clone)]
@@ -162,6 +185,7 @@ impl Coordinator for CoordinatorService {
                     r.device
                 },
                 last_seen_ms: now_ms(),
+                told_done: false,
             });
             id
         };
@@ -212,8 +236,12 @@ impl Coordinator for CoordinatorService {
                     temp_prefix: paraforge_core::schema::temp_prefix(l.spec.shard_id, l.token),
                 })
             }
-            None if st.finished() => lease_shard_response::Result::Done(true),
-            None => lease_shard_response::Result::RetryAfterMs(1000),
+            None if st.finished() => {
+                drop(st);
+                self.shared.mark_told_done(&r.worker_id);
+                lease_shard_response::Result::Done(true)
+            }
+            None => lease_shard_response::Result::RetryAfterMs(RETRY_AFTER_MS),
         };
         Ok(Response::new(pb::LeaseShardResponse {
             result: Some(result),
@@ -446,7 +474,7 @@ mod tests {
     use paraforge_core::proto::coordinator_client::CoordinatorClient;
     use paraforge_core::proto::coordinator_server::CoordinatorServer;
 
-    async fn serve(dir: &std::path::Path) -> (String, tokio::task::JoinHandle<()>) {
+    async fn serve(dir: &std::path::Path) -> (String, tokio::task::JoinHandle<()>, Arc<Shared>) {
         let state = JobState::open(&dir.join("s.redb"), "job", 3, || {
             (0..2)
                 .map(|i| ShardSpec {
@@ -470,7 +498,7 @@ mod tests {
         ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let svc = CoordinatorServer::new(CoordinatorService::new(shared));
+        let svc = CoordinatorServer::new(CoordinatorService::new(shared.clone()));
         let h = tokio::spawn(async move {
             tonic::transport::Server::builder()
                 .add_service(svc)
@@ -478,13 +506,13 @@ mod tests {
                 .await
                 .unwrap();
         });
-        (format!("http://{addr}"), h)
+        (format!("http://{addr}"), h, shared)
     }
 
     #[tokio::test]
     async fn leases_and_commits_over_loopback_grpc() {
         let dir = tempfile::tempdir().unwrap();
-        let (url, server) = serve(dir.path()).await;
+        let (url, server, shared) = serve(dir.path()).await;
         let mut c = CoordinatorClient::connect(url).await.unwrap();
         // An unregistered worker is refused with NOT_FOUND.
         let e = c
@@ -658,6 +686,21 @@ mod tests {
             r.result,
             Some(lease_shard_response::Result::Done(true))
         ));
+        // The other worker has not asked since: a coordinator must keep
+        // serving until it has been told, too.
+        assert_eq!(shared.awaiting_done(), 1);
+        let r = c
+            .lease_shard(pb::LeaseShardRequest {
+                worker_id: other.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(matches!(
+            r.result,
+            Some(lease_shard_response::Result::Done(true))
+        ));
+        assert_eq!(shared.awaiting_done(), 0);
         let s = c
             .job_status(pb::JobStatusRequest {})
             .await
