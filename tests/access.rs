@@ -11,7 +11,7 @@ use paraforge_core::access::ClientAccess;
 use paraforge_core::config::JobConfig;
 use paraforge_core::proto as pb;
 use paraforge_core::storage::Storage;
-use paraforge_tests::repo_root;
+use paraforge_tests::{job_toml, repo_root, sample_lines};
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
 
 fn tls(name: &str) -> PathBuf {
@@ -19,19 +19,15 @@ fn tls(name: &str) -> PathBuf {
 }
 
 fn config(dir: &Path, coordinator: &str) -> JobConfig {
-    let sample =
-        std::fs::read_to_string(repo_root().join("data/sample/czeng16-heldout.cs-en.tsv")).unwrap();
     let input = dir.join("input.tsv");
-    std::fs::write(
-        &input,
-        sample.lines().take(120).collect::<Vec<_>>().join("\n") + "\n",
-    )
-    .unwrap();
-    let text = format!(
-        "[job]\nname = \"access\"\noutput = \"{}\"\nshard_pairs = 60\n[input]\npaths = [\"{}\"]\nformat = \"czeng16\"\n[model]\ndir = \"{}\"\nbeam = 2\nmax_new_tokens = 16\nthreads = 1\n[coordinator]\n{coordinator}\n",
-        dir.join("out").display(),
-        input.display(),
-        repo_root().join("models/tiny-cs-en").display(),
+    std::fs::write(&input, sample_lines(120).0.join("\n") + "\n").unwrap();
+    let text = job_toml(
+        "access",
+        &input.display().to_string(),
+        &dir.join("out").display().to_string(),
+        "shard_pairs = 60",
+        "beam = 2\nmax_new_tokens = 16",
+        &format!("[coordinator]\n{coordinator}"),
     );
     JobConfig::parse(&text, Path::new("access.toml")).unwrap()
 }

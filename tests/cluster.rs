@@ -12,17 +12,11 @@ use std::time::Duration;
 use paraforge_coordinator::run::{finalize, start};
 use paraforge_core::config::JobConfig;
 use paraforge_core::storage::Storage;
-use paraforge_tests::{output_rows, repo_root};
+use paraforge_tests::{job_toml, output_rows, sample_lines, scoring_section};
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
 
 fn job(dir: &Path, lines: usize) -> (JobConfig, Vec<String>, usize) {
-    let sample =
-        std::fs::read_to_string(repo_root().join("data/sample/czeng16-heldout.cs-en.tsv")).unwrap();
-    let mut rows: Vec<String> = sample.lines().take(lines).map(String::from).collect();
-    let valid_ids: Vec<String> = rows
-        .iter()
-        .map(|l| l.split('\t').next().unwrap().to_string())
-        .collect();
+    let (mut rows, valid_ids) = sample_lines(lines);
     // Dirty lines: wrong column count, empty side, invalid UTF-8 (below).
     rows.insert(10, "bad line without tabs".into());
     rows.insert(500, "dirty-2\t1.0\t\tno source".into());
@@ -30,35 +24,13 @@ fn job(dir: &Path, lines: usize) -> (JobConfig, Vec<String>, usize) {
     bytes.extend_from_slice(b"\ndirty-3\t1.0\t\xff\xfe\tbroken\n");
     let input = dir.join("input.tsv");
     std::fs::write(&input, bytes).unwrap();
-    let root = repo_root();
-    let text = format!(
-        r#"
-[job]
-name = "cluster-test"
-output = "{out}"
-shard_pairs = 300
-lease_seconds = 30
-
-[input]
-paths = ["{input}"]
-format = "czeng16"
-
-[model]
-dir = "{model}"
-beam = 4
-batch_size = 16
-max_new_tokens = 32
-threads = 1
-
-[scoring]
-vectors = "{vectors}"
-"#,
-        out = dir.join("out").display(),
-        input = input.display(),
-        model = root.join("models/tiny-cs-en").display(),
-        vectors = root
-            .join("data/vectors/glove.6B.50d.top25k.txt.gz")
-            .display(),
+    let text = job_toml(
+        "cluster-test",
+        &input.display().to_string(),
+        &dir.join("out").display().to_string(),
+        "shard_pairs = 300\nlease_seconds = 30",
+        "beam = 4\nbatch_size = 16\nmax_new_tokens = 32",
+        &scoring_section(),
     );
     (
         JobConfig::parse(&text, Path::new("cluster.toml")).unwrap(),

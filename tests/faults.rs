@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use paraforge_core::schema::PairReader;
 use paraforge_tests::procs::{coordinator, free_port, worker, Proc};
-use paraforge_tests::{output_rows, repo_root};
+use paraforge_tests::{job_toml, output_rows, sample_lines};
 use rand::{Rng, SeedableRng};
 use sha2::Digest;
 
@@ -32,13 +32,7 @@ enum Fault {
 
 /// The job: `lines` sample pairs plus four dirty lines, shards of 50.
 fn write_job(dir: &Path, lines: usize) -> (PathBuf, Vec<String>, usize) {
-    let sample =
-        std::fs::read_to_string(repo_root().join("data/sample/czeng16-heldout.cs-en.tsv")).unwrap();
-    let mut rows: Vec<String> = sample.lines().take(lines).map(String::from).collect();
-    let ids = rows
-        .iter()
-        .map(|l| l.split('\t').next().unwrap().to_string())
-        .collect();
+    let (mut rows, ids) = sample_lines(lines);
     rows.insert(7, "no tabs at all".into());
     rows.insert(100, "d2\t1.0\t\tempty source".into());
     rows.insert(301, "d3\t1.0\tjen tři sloupce".into());
@@ -46,35 +40,16 @@ fn write_job(dir: &Path, lines: usize) -> (PathBuf, Vec<String>, usize) {
     let input = dir.join("input.tsv");
     std::fs::write(&input, rows.join("\n") + "\n").unwrap();
     let shards = (lines + DIRTY).div_ceil(50);
-    let root = repo_root();
-    let text = format!(
-        r#"
-[job]
-name = "faults"
-output = "{out}"
-shard_pairs = 50
-lease_seconds = {LEASE_SECONDS}
-max_attempts = 100
-
-[input]
-paths = ["{input}"]
-format = "czeng16"
-
-[model]
-dir = "{model}"
-beam = 4
-batch_size = 16
-max_new_tokens = 24
-threads = 1
-
-[coordinator]
-listen = "127.0.0.1:{port}"
-metrics = "127.0.0.1:0"
-"#,
-        out = dir.join("out").display(),
-        input = input.display(),
-        model = root.join("models/tiny-cs-en").display(),
-        port = free_port(),
+    let text = job_toml(
+        "faults",
+        &input.display().to_string(),
+        &dir.join("out").display().to_string(),
+        &format!("shard_pairs = 50\nlease_seconds = {LEASE_SECONDS}\nmax_attempts = 100"),
+        "beam = 4\nbatch_size = 16\nmax_new_tokens = 24",
+        &format!(
+            "[coordinator]\nlisten = \"127.0.0.1:{}\"\nmetrics = \"127.0.0.1:0\"",
+            free_port()
+        ),
     );
     let cfg = dir.join("job.toml");
     std::fs::write(&cfg, text).unwrap();

@@ -12,7 +12,7 @@ use std::time::Duration;
 use paraforge_coordinator::run::{finalize, start};
 use paraforge_core::config::JobConfig;
 use paraforge_core::storage::Storage;
-use paraforge_tests::repo_root;
+use paraforge_tests::{job_toml, repo_root, sample_lines, scoring_section};
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
 
 fn python() -> Option<PathBuf> {
@@ -24,20 +24,20 @@ fn python() -> Option<PathBuf> {
 
 /// The first 600 sample lines.
 fn input_text() -> String {
-    let sample =
-        std::fs::read_to_string(repo_root().join("data/sample/czeng16-heldout.cs-en.tsv")).unwrap();
-    sample.lines().take(600).collect::<Vec<_>>().join("\n") + "\n"
+    sample_lines(600).0.join("\n") + "\n"
 }
 
 fn config_text(input: &str, output: &str, state: Option<&Path>, extra: &str) -> String {
-    let root = repo_root();
     let state = state
-        .map(|s| format!("\n[coordinator]\nstate = \"{}\"\n", s.display()))
+        .map(|s| format!("[coordinator]\nstate = \"{}\"\n", s.display()))
         .unwrap_or_default();
-    format!(
-        "[job]\nname = \"interop\"\noutput = \"{output}\"\nshard_pairs = 200\n[input]\npaths = [\"{input}\"]\nformat = \"czeng16\"\n[model]\ndir = \"{}\"\nbeam = 2\nmax_new_tokens = 24\nthreads = 1\n[scoring]\nvectors = \"{}\"\n{state}{extra}",
-        root.join("models/tiny-cs-en").display(),
-        root.join("data/vectors/glove.6B.50d.top25k.txt.gz").display(),
+    job_toml(
+        "interop",
+        input,
+        output,
+        "shard_pairs = 200",
+        "beam = 2\nmax_new_tokens = 24",
+        &format!("{}\n{state}{extra}", scoring_section()),
     )
 }
 

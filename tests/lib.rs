@@ -50,6 +50,45 @@ pub fn sample_pairs(n: usize) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// The first `n` lines of the bundled sample (CzEng 1.6 layout) and their ids.
+pub fn sample_lines(n: usize) -> (Vec<String>, Vec<String>) {
+    let path = repo_root().join("data/sample/czeng16-heldout.cs-en.tsv");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let lines: Vec<String> = text.lines().take(n).map(String::from).collect();
+    let ids = lines
+        .iter()
+        .map(|l| l.split('\t').next().unwrap_or_default().to_string())
+        .collect();
+    (lines, ids)
+}
+
+/// A job config's text as the end-to-end tests share it: CzEng 1.6 input,
+/// the tiny test model on one thread. `job` and `model` are more lines for
+/// those sections; `rest` is further sections, verbatim.
+pub fn job_toml(
+    name: &str,
+    input: &str,
+    output: &str,
+    job: &str,
+    model: &str,
+    rest: &str,
+) -> String {
+    format!(
+        "[job]\nname = \"{name}\"\noutput = \"{output}\"\n{job}\n\n[input]\npaths = [\"{input}\"]\nformat = \"czeng16\"\n\n[model]\ndir = \"{}\"\nthreads = 1\n{model}\n\n{rest}\n",
+        self::model("tiny-cs-en").display()
+    )
+}
+
+/// `[scoring]` with the bundled GloVe vectors.
+pub fn scoring_section() -> String {
+    format!(
+        "[scoring]\nvectors = \"{}\"\n",
+        repo_root()
+            .join("data/vectors/glove.6B.50d.top25k.txt.gz")
+            .display()
+    )
+}
+
 /// Back-translates and scores the first `n` sample pairs with the bundled
 /// test model and vectors (the worker's steps, in one process), and writes
 /// them as `files` Parquet files under `dir`. Returns the rows.

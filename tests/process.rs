@@ -7,52 +7,23 @@ use std::time::{Duration, Instant};
 use paraforge_core::proto::coordinator_client::CoordinatorClient;
 use paraforge_core::proto::{JobStatusRequest, JobStatusResponse};
 use paraforge_tests::procs::{coordinator, worker, Proc};
-use paraforge_tests::{output_rows, repo_root};
+use paraforge_tests::{job_toml, output_rows, repo_root, sample_lines, scoring_section};
 
 /// A job over the first `lines` sample pairs, written to `dir/job.toml`.
 fn write_job(dir: &Path, lines: usize, shard_pairs: usize) -> (PathBuf, Vec<String>) {
-    let sample =
-        std::fs::read_to_string(repo_root().join("data/sample/czeng16-heldout.cs-en.tsv")).unwrap();
-    let rows: Vec<&str> = sample.lines().take(lines).collect();
-    let ids = rows
-        .iter()
-        .map(|l| l.split('\t').next().unwrap().to_string())
-        .collect();
+    let (rows, ids) = sample_lines(lines);
     let input = dir.join("input.tsv");
     std::fs::write(&input, rows.join("\n") + "\n").unwrap();
-    let root = repo_root();
-    let text = format!(
-        r#"
-[job]
-name = "process-test"
-output = "{out}"
-shard_pairs = {shard_pairs}
-lease_seconds = 10
-
-[input]
-paths = ["{input}"]
-format = "czeng16"
-
-[model]
-dir = "{model}"
-beam = 2
-batch_size = 16
-max_new_tokens = 24
-threads = 1
-
-[scoring]
-vectors = "{vectors}"
-
-[coordinator]
-listen = "127.0.0.1:0"
-metrics = "127.0.0.1:0"
-"#,
-        out = dir.join("out").display(),
-        input = input.display(),
-        model = root.join("models/tiny-cs-en").display(),
-        vectors = root
-            .join("data/vectors/glove.6B.50d.top25k.txt.gz")
-            .display(),
+    let text = job_toml(
+        "process-test",
+        &input.display().to_string(),
+        &dir.join("out").display().to_string(),
+        &format!("shard_pairs = {shard_pairs}\nlease_seconds = 10"),
+        "beam = 2\nbatch_size = 16\nmax_new_tokens = 24",
+        &format!(
+            "{}\n[coordinator]\nlisten = \"127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"",
+            scoring_section()
+        ),
     );
     let cfg = dir.join("job.toml");
     std::fs::write(&cfg, text).unwrap();
