@@ -509,6 +509,20 @@ mod tests {
         (format!("http://{addr}"), h, shared)
     }
 
+    /// One LeaseShard call's answer for `worker`.
+    async fn lease(
+        c: &mut CoordinatorClient<tonic::transport::Channel>,
+        worker: &str,
+    ) -> Option<lease_shard_response::Result> {
+        c.lease_shard(pb::LeaseShardRequest {
+            worker_id: worker.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+    }
+
     #[tokio::test]
     async fn leases_and_commits_over_loopback_grpc() {
         let dir = tempfile::tempdir().unwrap();
@@ -544,28 +558,16 @@ mod tests {
         let w = reg.worker_id;
         let mut tokens = Vec::new();
         for _ in 0..2 {
-            let r = c
-                .lease_shard(pb::LeaseShardRequest {
-                    worker_id: w.clone(),
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            let Some(lease_shard_response::Result::Lease(l)) = r.result else {
+            let r = lease(&mut c, &w).await;
+            let Some(lease_shard_response::Result::Lease(l)) = r else {
                 panic!("{r:?}")
             };
             tokens.push((l.shard.unwrap().shard_id, l.lease_token));
         }
         // Both shards are out: the third request waits.
-        let r = c
-            .lease_shard(pb::LeaseShardRequest {
-                worker_id: w.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let r = lease(&mut c, &w).await;
         assert!(matches!(
-            r.result,
+            r,
             Some(lease_shard_response::Result::RetryAfterMs(_))
         ));
         let s = c
@@ -675,31 +677,13 @@ mod tests {
             .unwrap()
             .into_inner();
         assert!(!again.accepted && again.reason.contains("already committed"));
-        let r = c
-            .lease_shard(pb::LeaseShardRequest {
-                worker_id: w.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert!(matches!(
-            r.result,
-            Some(lease_shard_response::Result::Done(true))
-        ));
+        let r = lease(&mut c, &w).await;
+        assert!(matches!(r, Some(lease_shard_response::Result::Done(true))));
         // The other worker has not asked since: a coordinator must keep
         // serving until it has been told, too.
         assert_eq!(shared.awaiting_done(), 1);
-        let r = c
-            .lease_shard(pb::LeaseShardRequest {
-                worker_id: other.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert!(matches!(
-            r.result,
-            Some(lease_shard_response::Result::Done(true))
-        ));
+        let r = lease(&mut c, &other).await;
+        assert!(matches!(r, Some(lease_shard_response::Result::Done(true))));
         assert_eq!(shared.awaiting_done(), 0);
         let s = c
             .job_status(pb::JobStatusRequest {})

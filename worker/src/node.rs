@@ -14,7 +14,7 @@ use paraforge_core::storage::Storage;
 use paraforge_core::Vectors;
 use paraforge_nmt::{Device, GenerateOptions, LoadOptions, Translator};
 
-use crate::shard::{process, Progress, ShardInput};
+use crate::shard::{process, Progress, ShardInput, ShardOutput};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -286,14 +286,20 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             .await
         };
         hb.abort();
-        let failure = match result {
-            Ok(Ok(out)) => Ok(out),
+        // A failed translation and a store that keeps failing (after the
+        // storage layer's own retries) both fail this attempt, not the
+        // worker: the shard goes back to the queue, nothing is committed.
+        let stored = match result {
+            Ok(Ok(out)) => store(&storage, spec.shard_id, lease.lease_token, out)
+                .await
+                .map_err(|e| (format!("storing the output: {e}"), true)),
             Ok(Err(e)) => Err((e.to_string(), e.retryable())),
             Err(join) => Err((format!("worker task failed: {join}"), true)),
         };
-        let out = match failure {
-            Ok(out) => out,
+        let (files, out) = match stored {
+            Ok(stored) => stored,
             Err((reason, retryable)) => {
+                tracing::warn!(shard = spec.shard_id, %reason, "shard attempt failed");
                 summary.shards_failed += 1;
                 let _ = call!(
                     client,
@@ -310,55 +316,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                 continue;
             }
         };
-        // The token is in the names, so attempts never overwrite each other;
-        // the coordinator's manifest names the one committed attempt.
-        // Written under the lease's temporary prefix; the coordinator
-        // publishes them under their final names when it commits.
-        let pq = paraforge_core::schema::temp_part_path(spec.shard_id, lease.lease_token);
-        let rj = paraforge_core::schema::temp_rejects_path(spec.shard_id, lease.lease_token);
-        let (pq_len, rj_len) = (out.parquet.len() as u64, out.rejects_jsonl.len() as u64);
-        let rj_sha = hex_sha(&out.rejects_jsonl);
-        // A store that keeps failing (after the storage layer's own retries)
-        // fails this attempt, not the worker: the shard goes back to the
-        // queue and the attempt's partial files are never committed.
-        let stored = async {
-            storage.put(&pq, out.parquet.into()).await?;
-            storage.put(&rj, out.rejects_jsonl.into()).await
-        }
-        .await;
-        if let Err(e) = stored {
-            tracing::warn!(shard = spec.shard_id, error = %e, "storing the shard failed");
-            summary.shards_failed += 1;
-            let _ = call!(
-                client,
-                &o,
-                fail_shard,
-                pb::FailShardRequest {
-                    worker_id: worker_id.clone(),
-                    shard_id: spec.shard_id,
-                    lease_token: lease.lease_token,
-                    reason: format!("storing the output: {e}"),
-                    retryable: true,
-                }
-            );
-            continue;
-        }
-        let files = vec![
-            pb::OutputFile {
-                path: pq.clone(),
-                rows: out.pairs,
-                bytes: pq_len,
-                sha256: out.parquet_sha256.clone(),
-                kind: "pairs".into(),
-            },
-            pb::OutputFile {
-                path: rj.clone(),
-                rows: out.rejects,
-                bytes: rj_len,
-                sha256: rj_sha,
-                kind: "rejects".into(),
-            },
-        ];
+        let paths: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
         let done = match call!(
             client,
             &o,
@@ -390,11 +348,55 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             // A stale attempt: its temporary files are not needed.
             summary.shards_refused += 1;
             tracing::warn!(shard = spec.shard_id, reason = %done.reason, "completion refused; removing this attempt's files");
-            let _ = storage.delete(&pq).await;
-            let _ = storage.delete(&rj).await;
+            for p in &paths {
+                let _ = storage.delete(p).await;
+            }
         }
     }
     Ok(summary)
+}
+
+/// Writes an attempt's two files under the lease's temporary prefix (the
+/// token in the path keeps attempts apart; the coordinator publishes them
+/// under their final names when it commits) and describes them for the
+/// completion. The output's counts are returned for the totals.
+async fn store(
+    storage: &Storage,
+    shard_id: u64,
+    token: u64,
+    out: ShardOutput,
+) -> Result<(Vec<pb::OutputFile>, Counts), paraforge_core::storage::StorageError> {
+    let pq = paraforge_core::schema::temp_part_path(shard_id, token);
+    let rj = paraforge_core::schema::temp_rejects_path(shard_id, token);
+    let files = vec![
+        pb::OutputFile {
+            path: pq.clone(),
+            rows: out.pairs,
+            bytes: out.parquet.len() as u64,
+            sha256: out.parquet_sha256.clone(),
+            kind: "pairs".into(),
+        },
+        pb::OutputFile {
+            path: rj.clone(),
+            rows: out.rejects,
+            bytes: out.rejects_jsonl.len() as u64,
+            sha256: hex_sha(&out.rejects_jsonl),
+            kind: "rejects".into(),
+        },
+    ];
+    let counts = Counts {
+        pairs: out.pairs,
+        rejects: out.rejects,
+    };
+    storage.put(&pq, out.parquet.into()).await?;
+    storage.put(&rj, out.rejects_jsonl.into()).await?;
+    Ok((files, counts))
+}
+
+/// What a stored attempt holds, for the completion's totals.
+struct Counts {
+    pairs: u64,
+    rejects: u64,
 }
 
 fn register_request(o: &WorkerOptions) -> pb::RegisterWorkerRequest {
