@@ -225,17 +225,13 @@ async fn the_pipeline_writes_to_s3_through_object_store() {
     );
     let cfg_path = dir.path().join("cli.toml");
     std::fs::write(&cfg_path, text).unwrap();
-    let o = Command::new(paraforge_tests::paraforge_bin())
-        .args(["run", "--workers", "2", "--config"])
-        .arg(&cfg_path)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let stdout = paraforge_tests::paraforge_ok(&[
+        "run".as_ref(),
+        "--workers".as_ref(),
+        "2".as_ref(),
+        "--config".as_ref(),
+        cfg_path.as_os_str(),
+    ]);
     assert!(stdout.contains("600 pairs"), "{stdout}");
     let listed: Vec<String> = Storage::open("s3://paraforge-test/jobs/cli")
         .unwrap()

@@ -160,6 +160,25 @@ pub fn paraforge_bin() -> PathBuf {
     bin
 }
 
+/// Runs `paraforge` with `args`, asserts it succeeded (showing both streams
+/// when not) and returns its standard output.
+pub fn paraforge_ok<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
+    let o = std::process::Command::new(paraforge_bin())
+        .args(args)
+        .output()
+        .expect("starting paraforge");
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "paraforge {:?} failed:\n{stdout}\n{}",
+        args.iter()
+            .map(|a| a.as_ref().to_string_lossy())
+            .collect::<Vec<_>>(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout
+}
+
 /// id -> translation of every row of a committed local output.
 pub fn output_rows(out: &Path) -> Vec<(String, String)> {
     use arrow_array::{Array, StringArray};

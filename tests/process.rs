@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use paraforge_core::proto::coordinator_client::CoordinatorClient;
 use paraforge_core::proto::{JobStatusRequest, JobStatusResponse};
 use paraforge_tests::procs::{coordinator, worker, Proc};
-use paraforge_tests::{job_toml, output_rows, repo_root, sample_lines, scoring_section};
+use paraforge_tests::{
+    job_toml, output_rows, paraforge_ok, repo_root, sample_lines, scoring_section,
+};
 
 /// A job over the first `lines` sample pairs, written to `dir/job.toml`.
 fn write_job(dir: &Path, lines: usize, shard_pairs: usize) -> (PathBuf, Vec<String>) {
@@ -142,17 +144,13 @@ fn dirty_lines_are_rejected_with_file_line_and_reason() {
     let last = lines.len() - 1;
     lines[last].push(b'\r');
     std::fs::write(&input, lines.join(&b'\n')).unwrap();
-    let o = std::process::Command::new(paraforge_tests::paraforge_bin())
-        .args(["run", "--workers", "1", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let stdout = paraforge_ok(&[
+        "run".as_ref(),
+        "--workers".as_ref(),
+        "1".as_ref(),
+        "--config".as_ref(),
+        cfg.as_os_str(),
+    ]);
     assert!(
         stdout.contains(&format!(
             "{} pairs, {} rejected lines",

@@ -5,12 +5,11 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
 
 use arrow_array::{Array, Float32Array, StringArray};
 use paraforge_core::schema::{col, column, dataset_files, schema, PairFileWriter};
 use paraforge_core::{PairReader, PairRow, RowsBuilder, Scorer, Vectors};
-use paraforge_tests::{paraforge_bin, repo_root, scored_dataset};
+use paraforge_tests::{paraforge_ok, repo_root, scored_dataset};
 use paraforge_trainer::data::PairSource;
 use paraforge_trainer::model::cosine;
 use paraforge_trainer::train::{train, trigram_vocab, TrainOptions};
@@ -97,21 +96,15 @@ fn training_learns_from_real_pairs_and_exports_vectors() {
 fn rescore_with(data: &Path, vectors_file: &Path, vectors: &Vectors, rows: &[PairRow]) {
     let out = tempfile::tempdir().unwrap();
     let rescored = out.path().join("rescored");
-    let o = Command::new(paraforge_bin())
-        .args(["rescore", "--data"])
-        .arg(data)
-        .arg("--vectors")
-        .arg(vectors_file)
-        .arg("--out")
-        .arg(&rescored)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let stdout = paraforge_ok(&[
+        "rescore".as_ref(),
+        "--data".as_ref(),
+        data.as_os_str(),
+        "--vectors".as_ref(),
+        vectors_file.as_os_str(),
+        "--out".as_ref(),
+        rescored.as_os_str(),
+    ]);
     assert!(
         stdout.contains(&format!("{} pairs in 3 files rescored", rows.len())),
         "{stdout}"
@@ -140,14 +133,14 @@ fn rescore_with(data: &Path, vectors_file: &Path, vectors: &Vectors, rows: &[Pai
     assert_eq!(seen, rows.len());
     assert!(changed > rows.len() / 2, "only {changed} scores changed");
 
-    let o = Command::new(paraforge_bin())
-        .args(["bin", "--data"])
-        .arg(&rescored)
-        .arg("--out")
-        .arg(out.path().join("bins"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bins = out.path().join("bins");
+    paraforge_ok(&[
+        "bin".as_ref(),
+        "--data".as_ref(),
+        rescored.as_os_str(),
+        "--out".as_ref(),
+        bins.as_os_str(),
+    ]);
     assert!(out.path().join("bins/deciles/para_score/fold=9").is_dir());
 }
 
@@ -260,23 +253,19 @@ fn zero_epochs_write_the_untrained_baseline() {
     );
     let glove_path = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
     let out = dir.path().join("init.pfe");
-    let o = Command::new(paraforge_bin())
-        .args([
-            "train",
-            "--model",
-            "word,trigram",
-            "--epochs",
-            "0",
-            "--data",
-        ])
-        .arg(&d)
-        .arg("--init-vectors")
-        .arg(&glove_path)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    paraforge_ok(&[
+        "train".as_ref(),
+        "--model".as_ref(),
+        "word,trigram".as_ref(),
+        "--epochs".as_ref(),
+        "0".as_ref(),
+        "--data".as_ref(),
+        d.as_os_str(),
+        "--init-vectors".as_ref(),
+        glove_path.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
     let m = Model::load(&out).unwrap();
     let v = glove();
     // The word rows are GloVe's as given: nothing was trained.
