@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use paraforge_nmt::{Flag, GenerateOptions, LoadOptions, NmtError, Translator};
-use paraforge_tests::{data, model, read_jsonl};
+use paraforge_tests::{data, model, read_jsonl, sample_pairs};
 use serde::Deserialize;
 
 fn model_dir() -> PathBuf {
@@ -487,4 +487,166 @@ fn io_binding_path_matches_transformers() {
         ..LoadOptions::default()
     };
     assert_parity(4, &merged);
+}
+
+/// The same sentences give the same text and score however they are
+/// batched or split: a corpus must not depend on `batch_size` or
+/// `shard_pairs`. With ONNX Runtime's dynamic int8 graphs (activation
+/// scales per tensor, i.e. over the whole batch) the bundled demo model
+/// changed 20 of 200 translations between batch sizes 1 and 16.
+#[test]
+fn demo_model_output_does_not_depend_on_batching() {
+    let sentences: Vec<String> = sample_pairs(400)
+        .into_iter()
+        .step_by(10)
+        .map(|(_, cs, _)| cs)
+        .collect();
+    assert_eq!(sentences.len(), 40);
+    // PARAFORGE_TEST_DEMO_MODEL: another copy, e.g. the int8 graphs before.
+    let dir = std::env::var_os("PARAFORGE_TEST_DEMO_MODEL")
+        .map_or_else(|| model("demo-cs-en"), PathBuf::from);
+    let mut t = Translator::load(&dir, &LoadOptions::default())
+        .unwrap_or_else(|e| panic!("loading {}: {e}", dir.display()));
+    let o = |batch_size| GenerateOptions {
+        num_beams: 12,
+        max_new_tokens: Some(64),
+        batch_size,
+        ..GenerateOptions::default()
+    };
+    let key = |r: &[paraforge_nmt::Translation]| -> Vec<(String, u32)> {
+        r.iter()
+            .map(|t| (t.text.clone(), t.score.to_bits()))
+            .collect()
+    };
+    let by16 = key(&t.translate(&sentences, &o(16)).unwrap());
+    let by1 = key(&t.translate(&sentences, &o(1)).unwrap());
+    // Another split and order: the second half first, in reverse, in
+    // batches of 7, then the first half in batches of 5.
+    let (head, tail) = sentences.split_at(sentences.len() / 2);
+    let tail_rev: Vec<&String> = tail.iter().rev().collect();
+    let mut other = key(&t.translate(&tail_rev, &o(7)).unwrap());
+    other.reverse();
+    let mut split = key(&t.translate(head, &o(5)).unwrap());
+    split.extend(other);
+    let differ = |a: &[(String, u32)], b: &[(String, u32)]| -> Vec<String> {
+        a.iter()
+            .zip(b)
+            .enumerate()
+            .filter(|(_, (x, y))| x != y)
+            .map(|(i, (x, y))| {
+                format!(
+                    "{i}: {:?} {} vs {:?} {}",
+                    x.0,
+                    f32::from_bits(x.1),
+                    y.0,
+                    f32::from_bits(y.1)
+                )
+            })
+            .collect()
+    };
+    let d1 = differ(&by16, &by1);
+    assert!(
+        d1.is_empty(),
+        "batch 16 vs 1: {} of {} differ:\n{}",
+        d1.len(),
+        sentences.len(),
+        d1.join("\n")
+    );
+    let d2 = differ(&by16, &split);
+    assert!(
+        d2.is_empty(),
+        "batch 16 vs another split and order: {} of {} differ:\n{}",
+        d2.len(),
+        sentences.len(),
+        d2.join("\n")
+    );
+}
+
+/// A model directory with a SHA256SUMS file refuses a file whose bytes
+/// changed, naming it with both digests (a flipped byte inside a weight
+/// otherwise loads and silently translates differently).
+#[test]
+fn a_damaged_model_file_is_refused_by_its_checksum() {
+    use sha2::{Digest, Sha256};
+    let d = model_copy();
+    let names = [
+        "config.json",
+        "vocab.json",
+        "source.spm",
+        "target.spm",
+        "encoder_model.onnx",
+        "decoder_model.onnx",
+        "decoder_with_past_model.onnx",
+    ];
+    let sums: String = names
+        .iter()
+        .map(|n| {
+            let bytes = std::fs::read(d.path().join(n)).unwrap();
+            format!("{}  {n}\n", hex::encode(Sha256::digest(&bytes)))
+        })
+        .collect();
+    std::fs::write(d.path().join(paraforge_nmt::CHECKSUM_FILE), &sums).unwrap();
+    // Intact: loads and translates.
+    let mut t = Translator::load(d.path(), &LoadOptions::default()).unwrap();
+    t.translate(&["Dobrý den."], &GenerateOptions::default())
+        .unwrap();
+    drop(t);
+
+    // One byte in the middle of the decoder (inside its weights: the file
+    // still parses, which is what made this silent).
+    let p = d.path().join("decoder_model.onnx");
+    let mut bytes = std::fs::read(&p).unwrap();
+    let expected = hex::encode(Sha256::digest(&bytes));
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    let actual = hex::encode(Sha256::digest(&bytes));
+    std::fs::write(&p, &bytes).unwrap();
+    match load_err(d.path()) {
+        NmtError::ChecksumMismatch {
+            path,
+            expected: e,
+            actual: a,
+        } => {
+            assert_eq!(path, p);
+            assert_eq!(e, expected);
+            assert_eq!(a, actual);
+        }
+        e => panic!("expected a checksum mismatch, got {e}"),
+    }
+    let msg = load_err(d.path()).to_string();
+    assert!(
+        msg.contains("decoder_model.onnx") && msg.contains(&expected) && msg.contains(&actual),
+        "{msg}"
+    );
+
+    // A listed file that is gone, and a malformed line, name the file.
+    std::fs::remove_file(d.path().join("vocab.json")).unwrap();
+    let e = load_err(d.path());
+    assert!(
+        matches!(e, NmtError::MissingFile { .. }) && e.to_string().contains("vocab.json"),
+        "{e}"
+    );
+    std::fs::write(
+        d.path().join(paraforge_nmt::CHECKSUM_FILE),
+        "not-a-digest  config.json\n",
+    )
+    .unwrap();
+    let e = load_err(d.path());
+    assert!(e.to_string().contains("SHA256SUMS"), "{e}");
+}
+
+/// The bundled demo models carry SHA256SUMS, and their files match it.
+#[test]
+fn bundled_demo_models_match_their_checksums() {
+    for m in ["demo-cs-en", "demo-en-cs"] {
+        let dir = model(m);
+        assert!(
+            dir.join(paraforge_nmt::CHECKSUM_FILE).is_file(),
+            "{m} has no SHA256SUMS"
+        );
+        let t = std::time::Instant::now();
+        Translator::load(&dir, &LoadOptions::default())
+            .unwrap_or_else(|e| panic!("loading models/{m}: {e}"));
+        eprintln!("{m}: loaded with checksums in {:?}", t.elapsed());
+    }
 }

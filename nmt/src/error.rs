@@ -37,6 +37,13 @@ pub enum NmtError {
     #[error("{path}: ONNX Runtime could not load it: {message}")]
     BadOnnx { path: PathBuf, message: String },
 
+    #[error("{path}: SHA-256 {actual} does not match {expected} recorded in SHA256SUMS (the file is damaged or was replaced)")]
+    ChecksumMismatch {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+
     #[error("ONNX Runtime library: {0}")]
     Runtime(String),
 

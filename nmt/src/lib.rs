@@ -22,7 +22,7 @@ mod tokenizer;
 use std::path::{Path, PathBuf};
 
 pub use config::{EarlyStopping, GenerationDefaults, ModelConfig};
-pub use engine::{DecoderLayout, Device, LoadOptions, Profile};
+pub use engine::{DecoderLayout, Device, LoadOptions, Profile, CHECKSUM_FILE};
 pub use error::NmtError;
 pub use spm::SentencePiece;
 pub use tokenizer::MarianTokenizer;
@@ -121,6 +121,7 @@ impl Translator {
         if !dir.is_dir() {
             return Err(NmtError::ModelDirMissing(dir.to_path_buf()));
         }
+        engine::verify_checksums(dir)?;
         let need = |name: &str| {
             let p = dir.join(name);
             if p.is_file() {
