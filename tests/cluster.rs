@@ -196,11 +196,7 @@ async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
     let storage = Storage::open(&cfg.job.output).unwrap();
     let manifest = finalize(&coord.shared, &storage).await.unwrap();
     coord.stop().await;
-    assert_eq!(
-        manifest.shards_committed, manifest.shards_total,
-        "failed: {:?}",
-        manifest.shards_failed
-    );
+    assert_eq!(manifest.shards_committed, manifest.shards_total);
     let rows = output_rows(Path::new(&cfg.job.output));
     let mut ids: Vec<String> = rows.into_iter().map(|r| r.0).collect();
     ids.sort();

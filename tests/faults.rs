@@ -6,8 +6,16 @@
 //! every committed file's checksum and row count as the manifest says, no
 //! file outside the manifest.
 //!
+//!
+//! Faults that must not be survived but refused: the input changed between
+//! two runs (the coordinator must exit non-zero at start, and resume once
+//! the input is restored), and a second job started on the same output (it
+//! must exit non-zero and change nothing). Rounds with a single attempt per
+//! shard end incomplete when a fault costs a lease: the coordinator must
+//! then exit non-zero without `_SUCCESS`, and running it again must finish.
+//!
 //! `faults_short` (in `make test`) injects each fault once; `make soak`
-//! runs `soak` for PARAFORGE_SOAK_ROUNDS (default 50) randomized rounds.
+//! runs `soak` for PARAFORGE_SOAK_ROUNDS (default 200) randomized rounds.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -28,10 +36,39 @@ enum Fault {
     KillCoordinator,
     PauseWorker,
     BlockStorage,
+    ChangeInput,
+    SecondJob,
 }
 
-/// The job: `lines` sample pairs plus four dirty lines, shards of 50.
-fn write_job(dir: &Path, lines: usize) -> (PathBuf, Vec<String>, usize) {
+const ALL: [Fault; 6] = [
+    Fault::KillWorker,
+    Fault::KillCoordinator,
+    Fault::PauseWorker,
+    Fault::BlockStorage,
+    Fault::ChangeInput,
+    Fault::SecondJob,
+];
+
+/// Starts `paraforge coordinator` on a config expected to be refused at
+/// start; returns what it said on standard error.
+fn refused(config: &Path) -> String {
+    let o = std::process::Command::new(paraforge_tests::paraforge_bin())
+        .args(["coordinator", "--config"])
+        .arg(config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        !o.status.success(),
+        "{} was not refused: {err}",
+        config.display()
+    );
+    err
+}
+
+/// The job: `lines` sample pairs plus four dirty lines, shards of 50, at
+/// most `attempts` leases per shard.
+fn write_job(dir: &Path, lines: usize, attempts: u32) -> (PathBuf, Vec<String>, usize) {
     let (mut rows, ids) = sample_lines(lines);
     rows.insert(7, "no tabs at all".into());
     rows.insert(100, "d2\t1.0\t\tempty source".into());
@@ -44,7 +81,7 @@ fn write_job(dir: &Path, lines: usize) -> (PathBuf, Vec<String>, usize) {
         "faults",
         &input.display().to_string(),
         &dir.join("out").display().to_string(),
-        &format!("shard_pairs = 50\nlease_seconds = {LEASE_SECONDS}\nmax_attempts = 100"),
+        &format!("shard_pairs = 50\nlease_seconds = {LEASE_SECONDS}\nmax_attempts = {attempts}"),
         "beam = 4\nbatch_size = 16\nmax_new_tokens = 24",
         &format!(
             "[coordinator]\nlisten = \"127.0.0.1:{}\"\nmetrics = \"127.0.0.1:0\"",
@@ -58,9 +95,17 @@ fn write_job(dir: &Path, lines: usize) -> (PathBuf, Vec<String>, usize) {
 
 /// Runs one job while injecting `plan` (or random faults when `plan` is
 /// empty, from `seed`); checks the output; returns the faults injected.
-fn round(seed: u64, plan: &[Fault], lines: usize) -> HashMap<Fault, usize> {
+fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usize) {
     let dir = tempfile::tempdir().unwrap();
-    let (cfg, ids, shards) = write_job(dir.path(), lines);
+    // One round in four allows a single attempt per shard, so that a lost
+    // lease fails the run.
+    let attempts = if plan.is_empty() && seed % 4 == 3 {
+        1
+    } else {
+        100
+    };
+    let (cfg, ids, shards) = write_job(dir.path(), lines, attempts);
+    let input = dir.path().join("input.tsv");
     let out = dir.path().join("out");
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let (mut coord, url) = coordinator(&cfg);
@@ -76,6 +121,7 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> HashMap<Fault, usize> {
     let plan_given = !random;
     let started = Instant::now();
     let mut restarted = false;
+    let mut incomplete_runs = 0;
     loop {
         // A plan is injected back to back, so that every fault lands while
         // the job still runs; random rounds space them out.
@@ -86,8 +132,29 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> HashMap<Fault, usize> {
         };
         std::thread::sleep(Duration::from_millis(pause));
         if let Some(st) = coord.exited() {
-            assert!(st.success(), "seed {seed}: the coordinator failed: {st}");
-            break;
+            if st.success() {
+                break;
+            }
+            // Only a single-attempt round may end incomplete, and then with
+            // nothing that says success; running it again resumes it.
+            let (_, said) = coord.wait(Duration::from_secs(1));
+            assert!(
+                attempts == 1,
+                "seed {seed}: the coordinator failed: {st} {said}"
+            );
+            assert!(
+                !out.join("_SUCCESS").exists() && !out.join("_manifest.json").exists(),
+                "seed {seed}: an incomplete run left a success marker"
+            );
+            incomplete_runs += 1;
+            let (c, u) = coordinator(&cfg);
+            assert_eq!(u, url);
+            coord = c;
+            workers.retain_mut(|w| w.exited().is_none());
+            while workers.len() < 3 {
+                workers.push(spawn(&url));
+            }
+            continue;
         }
         assert!(
             started.elapsed() < Duration::from_secs(600),
@@ -97,12 +164,7 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> HashMap<Fault, usize> {
             if injected.values().sum::<usize>() >= 6 {
                 continue;
             }
-            [
-                Fault::KillWorker,
-                Fault::KillCoordinator,
-                Fault::PauseWorker,
-                Fault::BlockStorage,
-            ][rng.random_range(0..4)]
+            ALL[rng.random_range(0..ALL.len())]
         } else {
             match plan.pop() {
                 Some(f) => f,
@@ -148,6 +210,50 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> HashMap<Fault, usize> {
                 for p in blockers {
                     std::fs::remove_file(p).unwrap();
                 }
+            }
+            Fault::ChangeInput => {
+                // Stop the job, add lines at the top of its input, run it
+                // again: refused, naming the input. Restored: it resumes.
+                coord.signal("KILL");
+                let _ = coord.wait(Duration::from_secs(10));
+                let original = std::fs::read(&input).unwrap();
+                let mut changed = b"x1\t1.0\tnova veta\tnew line\n".to_vec();
+                changed.extend_from_slice(&original);
+                std::fs::write(&input, &changed).unwrap();
+                let err = refused(&cfg);
+                assert!(
+                    err.contains("changed since the job was planned")
+                        && err.contains(&input.display().to_string()),
+                    "seed {seed}: {err}"
+                );
+                assert!(!out.join("_SUCCESS").exists());
+                std::fs::write(&input, &original).unwrap();
+                let (c, u) = coordinator(&cfg);
+                assert_eq!(u, url);
+                coord = c;
+                restarted = true;
+            }
+            Fault::SecondJob => {
+                // Another job (its own name and state) on the same output.
+                let text = std::fs::read_to_string(&cfg).unwrap();
+                let other = dir.path().join("other.toml");
+                let state = dir.path().join("other.redb");
+                std::fs::write(
+                    &other,
+                    text.replacen("name = \"faults\"", "name = \"intruder\"", 1)
+                        .replace(
+                            "[coordinator]",
+                            &format!("[coordinator]\nstate = \"{}\"", state.display()),
+                        )
+                        .replace(&url.replace("http://", ""), "127.0.0.1:0"),
+                )
+                .unwrap();
+                let err = refused(&other);
+                assert!(
+                    err.contains("belongs to job \"faults\""),
+                    "seed {seed}: {err}"
+                );
+                assert!(!state.exists(), "seed {seed}: the refused job left a state");
             }
             _ => continue,
         }
@@ -219,24 +325,26 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> HashMap<Fault, usize> {
     listed.sort();
     assert_eq!(on_disk, listed, "seed {seed}: files outside the manifest");
     assert!(out.join("_SUCCESS").is_file());
-    injected
+    (injected, incomplete_runs)
 }
 
 #[test]
 fn faults_short() {
-    let injected = round(
+    let (injected, _) = round(
         1,
         &[
             Fault::KillWorker,
             Fault::KillCoordinator,
             Fault::BlockStorage,
+            Fault::ChangeInput,
+            Fault::SecondJob,
             Fault::PauseWorker,
         ],
         3000,
     );
     eprintln!("injected and survived: {injected:?}");
     assert!(
-        injected.len() == 4,
+        injected.len() == ALL.len(),
         "the job finished before every fault could be injected: {injected:?}"
     );
 }
@@ -247,20 +355,26 @@ fn soak() {
     let rounds: u64 = std::env::var("PARAFORGE_SOAK_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(50);
+        .unwrap_or(200);
+    let lines = std::env::var("PARAFORGE_SOAK_LINES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1500);
     let mut total: HashMap<Fault, usize> = HashMap::new();
+    let mut incomplete = 0;
     for r in 0..rounds {
         let t = Instant::now();
-        let inj = round(1000 + r, &[], 1500);
+        let (inj, inc) = round(1000 + r, &[], lines);
         for (k, v) in &inj {
             *total.entry(*k).or_default() += v;
         }
+        incomplete += inc;
         eprintln!(
-            "round {}/{rounds}: {inj:?} survived in {:.0?}",
+            "round {}/{rounds}: {inj:?}, {inc} incomplete run(s) refused, survived in {:.0?}",
             r + 1,
             t.elapsed()
         );
     }
     let n: usize = total.values().sum();
-    eprintln!("soak: {rounds} rounds, {n} faults injected and survived: {total:?}");
+    eprintln!("soak: {rounds} rounds, {n} faults injected and survived or refused: {total:?}; {incomplete} incomplete runs exited non-zero without _SUCCESS and were resumed; 0 pairs lost or duplicated");
 }

@@ -140,21 +140,14 @@ async fn wait_finished(c: &Running, bar: Option<&ProgressBar>, stop: &AtomicBool
 
 async fn finish(cfg: &JobConfig, c: Running) -> Result<()> {
     let storage = Storage::open(&cfg.job.output)?;
-    let m = finalize(&c.shared, &storage).await?;
+    let m = finalize(&c.shared, &storage).await;
     c.stop().await;
+    // An incomplete job is an error (exit status 1) with no success marker.
+    let m = m?;
     println!(
-        "job {}: {} of {} shards committed, {} failed; {} pairs, {} rejected lines; output {}",
-        m.job,
-        m.shards_committed,
-        m.shards_total,
-        m.shards_failed.len(),
-        m.pairs,
-        m.rejects,
-        cfg.job.output
+        "job {}: {} of {} shards committed; {} pairs, {} rejected lines; output {}",
+        m.job, m.shards_committed, m.shards_total, m.pairs, m.rejects, cfg.job.output
     );
-    for (shard, reason) in &m.shards_failed {
-        println!("  shard {shard} failed: {reason}");
-    }
     if !m.removed_uncommitted.is_empty() {
         println!(
             "  removed {} files of uncommitted attempts",
@@ -409,9 +402,11 @@ pub fn run(a: RunArgs) -> Result<()> {
         if stop.load(Ordering::Relaxed) {
             let s = paraforge_coordinator::service::status(&c.shared);
             c.stop().await;
-            println!(
-                "stopped: {} of {} shards committed; run the same command to resume",
-                s.shards_committed, s.shards_total
+            // Not a success: a script must not go on with a partial output.
+            anyhow::bail!(
+                "stopped before the job finished: {} of {} shards committed; run the same command to resume",
+                s.shards_committed,
+                s.shards_total
             );
             return Ok(());
         }
@@ -444,8 +439,11 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
         wait_finished(&c, None, &stop).await;
         if stop.load(Ordering::Relaxed) {
             c.stop().await;
-            println!("stopped; the state is kept: start again to resume");
-            return Ok(());
+            anyhow::bail!(
+                "stopped before the job finished: {} of {} shards committed; the state is kept: start again to resume",
+                s.shards_committed,
+                s.shards_total
+            );
         }
         // Serve until every worker still around has been told `done` (an
         // idle one asks again within a second; a busy one when its stale

@@ -7,6 +7,11 @@
 //! store them uncompressed). Aligned files are cut by lines for the same
 //! reason (two files must stay in step). Inputs are read through
 //! object_store, so `s3://` and `gs://` inputs plan like local files.
+//!
+//! The plan also fingerprints every file a worker will read (size, ETag or
+//! modification time, and an xxh3-128 hash of its bytes): shards are byte
+//! and line ranges, so a resumed job must refuse an input that changed
+//! since it was planned, or it would lose and duplicate pairs.
 
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
@@ -16,6 +21,99 @@ use paraforge_core::config::{FormatName, JobConfig};
 use paraforge_core::storage::ObjectReader;
 
 use crate::state::ShardSpec;
+
+/// What a file looked like when the job was planned.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InputFingerprint {
+    pub input: String,
+    pub size: u64,
+    pub e_tag: Option<String>,
+    pub modified: String,
+    /// xxh3-128 of the file's bytes (as stored: compressed files are hashed
+    /// compressed), hex.
+    pub xxh3: String,
+}
+
+impl InputFingerprint {
+    /// Why `now` is not the file that was planned, if it is not. Content
+    /// decides: a copy with a new modification time but the same bytes is
+    /// the same input.
+    pub fn differs(&self, now: &InputFingerprint) -> Option<String> {
+        if self.size != now.size {
+            return Some(format!(
+                "its size changed from {} to {} bytes",
+                self.size, now.size
+            ));
+        }
+        (self.xxh3 != now.xxh3).then(|| {
+            format!(
+                "its content changed (xxh3 {} when planned, {} now; same size {})",
+                self.xxh3, now.xxh3, self.size
+            )
+        })
+    }
+}
+
+/// A job's plan: its shards and the fingerprints of the files they cut.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub shards: Vec<ShardSpec>,
+    pub inputs: Vec<InputFingerprint>,
+}
+
+/// Hashes what the plan reads, beside the newline scan.
+struct Hasher(twox_hash::XxHash3_128);
+
+impl Hasher {
+    fn new() -> Hasher {
+        Hasher(twox_hash::XxHash3_128::new())
+    }
+    fn update(&mut self, b: &[u8]) {
+        self.0.write(b);
+    }
+    fn finish(self, input: &str, r: &ObjectReader) -> InputFingerprint {
+        let info = r.info();
+        InputFingerprint {
+            input: input.to_string(),
+            size: info.size,
+            e_tag: info.e_tag.clone(),
+            modified: info.modified.clone(),
+            xxh3: format!("{:032x}", self.0.finish_128()),
+        }
+    }
+}
+
+/// Fingerprints one file (a path or an object-store URL) in one read.
+pub fn fingerprint(input: &str) -> Result<InputFingerprint, PlanError> {
+    let io = |source| PlanError::Io {
+        path: PathBuf::from(input),
+        source,
+    };
+    let mut f = ObjectReader::open(input).map_err(io)?;
+    let mut h = Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finish(input, &f))
+}
+
+/// Every file the job reads: the inputs and, for aligned inputs, their
+/// reference files.
+pub fn input_files(cfg: &JobConfig) -> Vec<String> {
+    let mut all = cfg.input.paths.clone();
+    all.extend(cfg.input.reference_paths.iter().cloned());
+    all
+}
+
+/// The fingerprints of every file the job reads now.
+pub fn fingerprints(cfg: &JobConfig) -> Result<Vec<InputFingerprint>, PlanError> {
+    input_files(cfg).iter().map(|p| fingerprint(p)).collect()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -38,8 +136,14 @@ fn compressed(path: &Path) -> bool {
 
 /// Plans the shards of every input file of the job, ids in file order.
 pub fn plan(cfg: &JobConfig) -> Result<Vec<ShardSpec>, PlanError> {
+    Ok(plan_job(cfg)?.shards)
+}
+
+/// Plans the shards and fingerprints every file they are cut from.
+pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
     let per = cfg.job.shard_pairs.max(1);
     let mut out = Vec::new();
+    let mut prints = Vec::new();
     for (i, input) in cfg.input.paths.iter().enumerate() {
         let path = PathBuf::from(input);
         let by_lines = compressed(&path) || cfg.input.format == FormatName::Aligned;
@@ -82,6 +186,7 @@ pub fn plan(cfg: &JobConfig) -> Result<Vec<ShardSpec>, PlanError> {
                 path: path.clone(),
                 source,
             })?;
+            let mut hash = Hasher::new();
             let mut buf = vec![0u8; 1 << 20];
             let (mut pos, mut start, mut first_line, mut in_shard) = (0u64, 0u64, 1u64, 0u64);
             let mut last = b'\n';
@@ -93,6 +198,7 @@ pub fn plan(cfg: &JobConfig) -> Result<Vec<ShardSpec>, PlanError> {
                 if n == 0 {
                     break;
                 }
+                hash.update(&buf[..n]);
                 for (j, &b) in buf[..n].iter().enumerate() {
                     if b == b'\n' {
                         in_shard += 1;
@@ -114,9 +220,20 @@ pub fn plan(cfg: &JobConfig) -> Result<Vec<ShardSpec>, PlanError> {
             if pos > start {
                 push(start, pos, first_line, in_shard);
             }
+            prints.push(hash.finish(input, &f));
         }
     }
-    Ok(out)
+    // Compressed and aligned inputs were read decompressed above; their
+    // stored bytes (and any reference files) are hashed in a pass of their own.
+    for p in input_files(cfg) {
+        if !prints.iter().any(|f| f.input == p) {
+            prints.push(fingerprint(&p)?);
+        }
+    }
+    Ok(Plan {
+        shards: out,
+        inputs: prints,
+    })
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use paraforge_core::proto::coordinator_server::CoordinatorServer;
 use paraforge_core::storage::{Storage, StorageError};
 use serde::Serialize;
 
-use crate::plan::{plan, PlanError};
+use crate::plan::{plan_job, PlanError};
 use crate::service::{CoordinatorService, Shared};
 use crate::state::{JobState, StateError, Status};
 
@@ -41,6 +41,147 @@ pub enum RunError {
         key: String,
         message: String,
     },
+    #[error("job output {0} is a file, not a directory: choose a directory (it is created if missing) or an object-store URL")]
+    OutputNotDirectory(String),
+    #[error("input {input} changed since the job was planned: {why}. The planned shards no longer match it (pairs would be lost or duplicated): restore the input, or start a new job (new output and state file)")]
+    InputChanged { input: String, why: String },
+    #[error("job state {state}: `{key}` was {was} when the job was planned and is {now} now; a resumed job must keep what decides its output: restore it, or start a new job (new output and state file)")]
+    ConfigChanged {
+        state: String,
+        key: String,
+        was: String,
+        now: String,
+    },
+    #[error("job output {output} {why}: another job's output is never written over; choose another output, or delete it if it is no longer needed")]
+    OutputClaimed { output: String, why: String },
+    #[error(transparent)]
+    Incomplete(#[from] Incomplete),
+}
+
+/// A job that ended without all of its output: nothing is marked
+/// successful, and running it again resumes it.
+#[derive(Debug, thiserror::Error)]
+#[error("job {job} is incomplete: {}; no _SUCCESS written. Run the same command again to retry what failed", .problems.join("; "))]
+pub struct Incomplete {
+    pub job: String,
+    pub shards_total: u64,
+    pub shards_committed: u64,
+    pub problems: Vec<String>,
+}
+
+/// The claim a job puts in its output (`_job.json`), so that a second job
+/// on the same output refuses to start instead of writing over the first.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct Claim {
+    pub job: String,
+    pub run_id: String,
+    pub state: String,
+}
+
+pub use paraforge_core::schema::CLAIM_FILE as CLAIM;
+
+/// What `output` holds that would make it another job's, if anything.
+async fn foreign_files(storage: &Storage) -> Result<Option<String>, RunError> {
+    for (path, _) in storage.list("").await? {
+        let ours = path.starts_with("shard=")
+            || path.starts_with("_rejects/")
+            || path.starts_with("_tmp/")
+            || path == "_manifest.json"
+            || path == "_SUCCESS";
+        if ours {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
+}
+
+async fn read_claim(cfg: &JobConfig, storage: &Storage) -> Result<Claim, RunError> {
+    let bytes = storage.get(CLAIM).await?;
+    serde_json::from_slice(&bytes).map_err(|e| RunError::OutputClaimed {
+        output: cfg.job.output.clone(),
+        why: format!("has a {CLAIM} that is not a job claim ({e})"),
+    })
+}
+
+/// Claims the output for this run of the job, or says whose it is.
+async fn claim_output(cfg: &JobConfig, storage: &Storage, claim: &Claim) -> Result<(), RunError> {
+    let claimed = |why: String| RunError::OutputClaimed {
+        output: cfg.job.output.clone(),
+        why,
+    };
+    let json = serde_json::to_vec_pretty(claim).unwrap_or_default();
+    if storage.put_if_absent(CLAIM, json.into()).await? {
+        return Ok(());
+    }
+    let theirs = read_claim(cfg, storage).await?;
+    if theirs.run_id == claim.run_id {
+        return Ok(());
+    }
+    Err(claimed(format!(
+        "belongs to job {:?} (state {}, run {})",
+        theirs.job, theirs.state, theirs.run_id
+    )))
+}
+
+/// Puts back in the queue every committed shard whose files are no longer
+/// in the output (deleted by hand, or by an older paraforge's second job),
+/// so that a resumed job writes them again instead of listing files that do
+/// not exist.
+async fn reconcile(state: &mut JobState, storage: &Storage) -> Result<(), RunError> {
+    let mut gone = Vec::new();
+    let mut listing = None;
+    for s in state.shards() {
+        if let Status::Committed { files, .. } = &s.status {
+            if listing.is_none() {
+                let l: std::collections::HashMap<String, u64> =
+                    storage.list("").await?.into_iter().collect();
+                listing = Some(l);
+            }
+            let l = listing.as_ref().expect("listed above");
+            if files.iter().any(|f| l.get(&f.path) != Some(&f.bytes)) {
+                gone.push(s.spec.shard_id);
+            }
+        }
+    }
+    for id in gone {
+        tracing::warn!(
+            shard = id,
+            "a committed shard's files are missing from the output: it is written again"
+        );
+        state.requeue(id, "its committed files went missing from the output")?;
+    }
+    Ok(())
+}
+
+/// Checks a resumed job against its plan: the same output-deciding config
+/// and the same inputs, byte for byte.
+fn check_resume(cfg: &JobConfig, state: &JobState, path: &std::path::Path) -> Result<(), RunError> {
+    let was: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(state.config_key()).unwrap_or_default();
+    for (key, now) in cfg.output_keys() {
+        let before = was.get(&key).cloned().unwrap_or_else(|| "unset".into());
+        if before != now {
+            return Err(RunError::ConfigChanged {
+                state: path.display().to_string(),
+                key,
+                was: before,
+                now,
+            });
+        }
+    }
+    for planned in state.inputs() {
+        let now = crate::plan::fingerprint(&planned.input)?;
+        if let Some(why) = planned.differs(&now) {
+            return Err(RunError::InputChanged {
+                input: planned.input.clone(),
+                why,
+            });
+        }
+        if planned.modified != now.modified || planned.e_tag != now.e_tag {
+            tracing::warn!(input = %planned.input, "input has a new modification time or ETag but the same bytes: resuming");
+        }
+    }
+    Ok(())
 }
 
 /// A running coordinator.
@@ -83,31 +224,109 @@ pub async fn start(
 ) -> Result<Running, RunError> {
     let path = state_path(cfg)?;
     let job_id = cfg.job.name.clone();
+    let out = &cfg.job.output;
+    if !out.contains("://") && std::path::Path::new(out).is_file() {
+        return Err(RunError::OutputNotDirectory(out.clone()));
+    }
+    let storage = Storage::open(out)?;
+    let blocking_err = |e: tokio::task::JoinError| {
+        RunError::Plan(PlanError::Io {
+            path: PathBuf::from(&cfg.input.paths.join(", ")),
+            source: std::io::Error::other(e.to_string()),
+        })
+    };
     let mut planned = None;
     if !path.exists() {
+        // A new job: the output must be new too, which is cheap to check
+        // before planning reads every input.
+        if storage.exists(CLAIM).await? {
+            let theirs = read_claim(cfg, &storage).await?;
+            return Err(RunError::OutputClaimed {
+                output: out.clone(),
+                why: format!(
+                    "belongs to job {:?} (state {}, run {}), and this job's state {} is new",
+                    theirs.job,
+                    theirs.state,
+                    theirs.run_id,
+                    path.display()
+                ),
+            });
+        }
+        if let Some(f) = foreign_files(&storage).await? {
+            return Err(RunError::OutputClaimed {
+                output: out.clone(),
+                why: format!(
+                    "already holds a job's files ({f}) and no claim this job's state can match"
+                ),
+            });
+        }
         // Planning reads every input once (blocking I/O, maybe remote).
         let c = cfg.clone();
         planned = Some(
-            tokio::task::spawn_blocking(move || plan(&c))
+            tokio::task::spawn_blocking(move || plan_job(&c))
                 .await
-                .map_err(|e| {
-                    RunError::Plan(PlanError::Io {
-                        path: PathBuf::from(&cfg.input.paths.join(", ")),
-                        source: std::io::Error::other(e.to_string()),
-                    })
-                })??,
+                .map_err(blocking_err)??,
         );
     }
-    let state = JobState::open(&path, &job_id, cfg.job.max_attempts, || {
+    let keys = serde_json::to_string(&cfg.output_keys()).unwrap_or_default();
+    let state = JobState::open_planned(&path, &job_id, cfg.job.max_attempts, &keys, || {
         planned.take().unwrap_or_default()
     })?;
-    let shared = Arc::new(Shared::new(
+    if !state.created() {
+        // Fingerprinting reads every input again: blocking, maybe remote.
+        let (c, p) = (cfg.clone(), path.clone());
+        let st = state;
+        let (st, checked) = tokio::task::spawn_blocking(move || {
+            let r = check_resume(&c, &st, &p);
+            (st, r)
+        })
+        .await
+        .map_err(blocking_err)?;
+        checked?;
+        if st.retried_failed() > 0 {
+            tracing::warn!(
+                shards = st.retried_failed(),
+                "retrying shards that failed in an earlier run"
+            );
+        }
+        return serve(cfg, st, path, storage, listen, metrics).await;
+    }
+    serve(cfg, state, path, storage, listen, metrics).await
+}
+
+async fn serve(
+    cfg: &JobConfig,
+    state: JobState,
+    path: PathBuf,
+    storage: Storage,
+    listen: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+) -> Result<Running, RunError> {
+    let job_id = cfg.job.name.clone();
+    let claim = Claim {
+        job: job_id.clone(),
+        run_id: state.run_id().to_string(),
+        state: path.display().to_string(),
+    };
+    if let Err(e) = claim_output(cfg, &storage, &claim).await {
+        // A state made just now for a job that may not run is no use later.
+        if state.created() {
+            drop(state);
+            let _ = std::fs::remove_file(&path);
+        }
+        return Err(e);
+    }
+    let mut state = state;
+    reconcile(&mut state, &storage).await?;
+    let mut shared = Shared::new(
         state,
         cfg.to_toml(),
         cfg.job.output.clone(),
         cfg.model.device.clone(),
         Duration::from_secs(cfg.job.lease_seconds as u64),
-    ));
+    );
+    shared.max_reject_rate = cfg.job.max_reject_rate;
+    let shared = Arc::new(shared);
     let parse = |what: &'static str, s: &str| {
         s.parse::<SocketAddr>().map_err(|e| RunError::Bind {
             what,
@@ -149,7 +368,7 @@ pub async fn start(
         CoordinatorServer::new(CoordinatorService::new(shared.clone()))
             .max_decoding_message_size(c.max_message_bytes)
             .max_encoding_message_size(c.max_message_bytes),
-        paraforge_core::access::RequireToken::new(token),
+        paraforge_core::access::RequireToken::new(token.clone()),
     );
     let mut builder = tonic::transport::Server::builder();
     if let (Some(cert), Some(key)) = (&c.tls_cert, &c.tls_key) {
@@ -182,14 +401,21 @@ pub async fn start(
             tracing::error!(error = %e, "gRPC server stopped");
         }
     });
-    let router = crate::http::router(shared.clone());
-    let mut s2 = stopped;
+    // The pages show the job and its failures: the same token and
+    // certificate guard them.
+    let http_access = crate::http::HttpAccess {
+        token: token.map(Arc::from),
+        tls: match (&c.tls_cert, &c.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::http::tls_config(cert.as_ref(), key.as_ref())?),
+            _ => None,
+        },
+    };
+    let (shared_http, mut s2) = (shared.clone(), stopped);
     let t2 = tokio::spawn(async move {
-        let r = axum::serve(http_l, router)
-            .with_graceful_shutdown(async move {
-                let _ = s2.wait_for(|s| *s).await;
-            })
-            .await;
+        let r = crate::http::serve(http_l, shared_http, http_access, async move {
+            let _ = s2.wait_for(|s| *s).await;
+        })
+        .await;
         if let Err(e) = r {
             tracing::error!(error = %e, "metrics server stopped");
         }
@@ -220,7 +446,6 @@ pub struct Manifest {
     pub paraforge_version: String,
     pub shards_total: u64,
     pub shards_committed: u64,
-    pub shards_failed: Vec<(u64, String)>,
     pub pairs: u64,
     pub rejects: u64,
     pub files: Vec<ManifestFile>,
@@ -229,16 +454,28 @@ pub struct Manifest {
     pub config: String,
 }
 
-/// Deletes files of uncommitted attempts and writes the manifest and
-/// `_SUCCESS`. Safe to run again: it recomputes everything from the state.
+/// Ends a finished job. Deletes the files of attempts that were not
+/// committed (only files this job wrote: paths that name a token it
+/// issued), checks that every committed file is still there, and writes
+/// `_manifest.json` and then `_SUCCESS` only when nothing is missing: every
+/// shard committed, some pairs written, rejects within
+/// `job.max_reject_rate`. Otherwise it returns [`Incomplete`], writes no
+/// success marker, and puts shards whose files vanished back in the queue
+/// so that running the job again redoes them. Safe to run again.
 pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, RunError> {
     let (mut files, mut rejects_files, mut failed) = (Vec::new(), Vec::new(), Vec::new());
-    let (counts, job) = {
+    let listing: std::collections::HashMap<String, u64> =
+        storage.list("").await?.into_iter().collect();
+    let mut lost = Vec::new();
+    let (counts, job, issued) = {
         let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
         for s in st.shards() {
             match &s.status {
                 Status::Committed { files: fs, .. } => {
                     for f in fs {
+                        if listing.get(&f.path) != Some(&f.bytes) {
+                            lost.push((s.spec.shard_id, f.path.clone()));
+                        }
                         let m = ManifestFile {
                             path: f.path.clone(),
                             shard: s.spec.shard_id,
@@ -257,7 +494,14 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
                 _ => {}
             }
         }
-        (st.counts(), st.job_id().to_string())
+        let issued: Vec<bool> = listing
+            .keys()
+            .map(|p| {
+                paraforge_core::schema::parse_attempt_path(p)
+                    .is_some_and(|(_, token)| st.issued(token))
+            })
+            .collect();
+        (st.counts(), st.job_id().to_string(), issued)
     };
     let keep: std::collections::HashSet<&str> = files
         .iter()
@@ -265,21 +509,73 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
         .map(|f| f.path.as_str())
         .collect();
     let mut removed = Vec::new();
-    for (path, _) in storage.list("").await? {
-        let ours = path.starts_with("shard=")
-            || path.starts_with("_rejects/")
-            || path.starts_with("_tmp/");
+    for ((path, _), ours) in listing.iter().zip(issued) {
         if ours && !keep.contains(path.as_str()) {
-            storage.delete(&path).await?;
-            removed.push(path);
+            storage.delete(path).await?;
+            removed.push(path.clone());
+        } else if !ours && !path.starts_with('_') && path.starts_with("shard=") {
+            tracing::warn!(%path, "a file this job did not write sits in its output; left alone");
         }
+    }
+    removed.sort();
+    storage.remove_empty_dirs("_tmp").await;
+    storage.remove_empty_dirs("_rejects").await;
+
+    let mut problems: Vec<String> = failed
+        .iter()
+        .map(|(id, why)| format!("shard {id} failed: {why}"))
+        .collect();
+    if !lost.is_empty() {
+        let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut shards: Vec<u64> = lost.iter().map(|(id, _)| *id).collect();
+        shards.dedup();
+        for id in shards {
+            st.requeue(id, "its committed files went missing from the output")?;
+        }
+        problems.extend(lost.iter().map(|(id, p)| {
+            format!("shard {id}'s committed file {p} is missing or changed in the output")
+        }));
+    }
+    let lines = counts.pairs + counts.rejects;
+    if counts.committed == counts.total && problems.is_empty() {
+        if counts.pairs == 0 {
+            problems.push(format!(
+                "no pairs were written ({} lines read, {} rejected)",
+                lines, counts.rejects
+            ));
+        } else {
+            let rate = counts.rejects as f64 / lines.max(1) as f64;
+            let limit = shared.max_reject_rate;
+            if rate > limit {
+                problems.push(format!(
+                    "{:.1}% of the input lines were rejected ({} of {}), more than job.max_reject_rate = {limit} allows: check input.format, the columns and the encoding (see _rejects/)",
+                    100.0 * rate,
+                    counts.rejects,
+                    lines
+                ));
+            }
+        }
+    }
+    if !problems.is_empty() || counts.committed < counts.total {
+        if problems.is_empty() {
+            problems.push(format!(
+                "{} of {} shards are not committed",
+                counts.total - counts.committed,
+                counts.total
+            ));
+        }
+        return Err(RunError::Incomplete(Incomplete {
+            job,
+            shards_total: counts.total,
+            shards_committed: counts.committed,
+            problems,
+        }));
     }
     let manifest = Manifest {
         job,
         paraforge_version: env!("CARGO_PKG_VERSION").into(),
         shards_total: counts.total,
         shards_committed: counts.committed,
-        shards_failed: failed,
         pairs: counts.pairs,
         rejects: counts.rejects,
         files,
@@ -290,7 +586,7 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
     let json = serde_json::to_vec_pretty(&manifest).unwrap_or_default();
     storage.put("_manifest.json", json.into()).await?;
     storage
-        .put_if_absent("_SUCCESS", bytes::Bytes::new())
+        .put_if_absent(paraforge_core::schema::SUCCESS_FILE, bytes::Bytes::new())
         .await?;
     Ok(manifest)
 }

@@ -56,6 +56,8 @@ pub struct Shared {
     /// The job's `model.device`, shown for workers that do not name theirs.
     pub device: String,
     pub lease: Duration,
+    /// `job.max_reject_rate`: a job that rejects more fails at its end.
+    pub max_reject_rate: f64,
     pub heartbeat: Duration,
     pub started: std::time::Instant,
     storage: std::sync::OnceLock<paraforge_core::storage::Storage>,
@@ -96,6 +98,7 @@ impl Shared {
             output,
             device,
             lease,
+            max_reject_rate: 0.5,
             heartbeat: (lease / 4).max(Duration::from_millis(100)),
             started: std::time::Instant::now(),
             storage: std::sync::OnceLock::new(),

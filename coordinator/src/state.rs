@@ -14,6 +14,8 @@ use std::path::Path;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
+use crate::plan::{InputFingerprint, Plan};
+
 const SHARDS: TableDefinition<u64, &[u8]> = TableDefinition::new("shards");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
@@ -149,6 +151,24 @@ pub struct JobState {
     /// ahead of every token handed out, so tokens stay monotonic across a
     /// crash even though leases themselves are written without fsync.
     token_reserved: u64,
+    run_id: String,
+    inputs: Vec<InputFingerprint>,
+    config_key: String,
+    created: bool,
+    retried_failed: usize,
+}
+
+/// A run id unique to one state file: who created it, where and when.
+fn new_run_id(job_id: &str, path: &Path) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut h = twox_hash::XxHash3_128::new();
+    h.write(job_id.as_bytes());
+    h.write(path.display().to_string().as_bytes());
+    h.write(&now.to_le_bytes());
+    h.write(&std::process::id().to_le_bytes());
+    format!("{:032x}", h.finish_128())
 }
 
 /// Tokens reserved per durable write of the counter.
@@ -170,6 +190,23 @@ impl JobState {
         max_attempts: u32,
         plan: impl FnOnce() -> Vec<ShardSpec>,
     ) -> Result<JobState, StateError> {
+        JobState::open_planned(path, job_id, max_attempts, "", || Plan {
+            shards: plan(),
+            inputs: Vec::new(),
+        })
+    }
+
+    /// Opens the state file, creating the job from `plan` (shards and input
+    /// fingerprints) and `config_key` (what of the config decides the
+    /// output) if the file is new. A reopened job retries its failed shards:
+    /// a rerun is how a user asks for that.
+    pub fn open_planned(
+        path: &Path,
+        job_id: &str,
+        max_attempts: u32,
+        config_key: &str,
+        plan: impl FnOnce() -> Plan,
+    ) -> Result<JobState, StateError> {
         let p = path.display().to_string();
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| store_err(&p, e))?;
@@ -185,6 +222,11 @@ impl JobState {
             leased: BTreeSet::new(),
             next_token: 1,
             token_reserved: 1,
+            run_id: String::new(),
+            inputs: Vec::new(),
+            config_key: String::new(),
+            created: false,
+            retried_failed: 0,
         };
         let found = st.read_meta("job_id")?;
         match found {
@@ -197,7 +239,15 @@ impl JobState {
             }
             Some(_) => st.load()?,
             None => {
-                let specs = plan();
+                let Plan {
+                    shards: specs,
+                    inputs,
+                } = plan();
+                st.created = true;
+                st.run_id = new_run_id(job_id, path);
+                st.inputs = inputs;
+                st.config_key = config_key.to_string();
+                let inputs_json = serde_json::to_vec(&st.inputs).map_err(|e| store_err(&p, e))?;
                 let tx = st.db.begin_write().map_err(|e| store_err(&p, e))?;
                 {
                     let mut t = tx.open_table(SHARDS).map_err(|e| store_err(&p, e))?;
@@ -219,6 +269,12 @@ impl JobState {
                     m.insert("job_id", job_id.as_bytes())
                         .map_err(|e| store_err(&p, e))?;
                     m.insert("next_token", 1u64.to_le_bytes().as_slice())
+                        .map_err(|e| store_err(&p, e))?;
+                    m.insert("run_id", st.run_id.as_bytes())
+                        .map_err(|e| store_err(&p, e))?;
+                    m.insert("inputs", inputs_json.as_slice())
+                        .map_err(|e| store_err(&p, e))?;
+                    m.insert("config", config_key.as_bytes())
                         .map_err(|e| store_err(&p, e))?;
                 }
                 tx.commit().map_err(|e| store_err(&p, e))?;
@@ -253,6 +309,12 @@ impl JobState {
             if let Status::Leased { .. } = shard.status {
                 shard.status = Status::Pending;
             }
+            if let Status::Failed { reason } = &shard.status {
+                shard.last_error = Some(reason.clone());
+                shard.status = Status::Pending;
+                shard.attempts = 0;
+                self.retried_failed += 1;
+            }
             if shard.status == Status::Pending {
                 self.pending.insert(shard.spec.shard_id);
             }
@@ -264,7 +326,73 @@ impl JobState {
             self.next_token = u64::from_le_bytes(b).max(1);
             self.token_reserved = self.next_token;
         }
+        let text = |k: &str| -> Result<Option<Vec<u8>>, StateError> {
+            Ok(m.get(k)
+                .map_err(|e| store_err(&p, e))?
+                .map(|v| v.value().to_vec()))
+        };
+        // A state file from before fingerprints cannot vouch for its inputs.
+        let missing = |k: &str| {
+            StateError::Store {
+            path: p.clone(),
+            message: format!(
+                "no {k:?} recorded (written by an older paraforge): finish the job with that version, or start afresh with a new state file and output"
+            ),
+        }
+        };
+        self.run_id = String::from_utf8_lossy(&text("run_id")?.ok_or_else(|| missing("run_id"))?)
+            .into_owned();
+        self.inputs = serde_json::from_slice(&text("inputs")?.ok_or_else(|| missing("inputs"))?)
+            .map_err(|e| store_err(&p, e))?;
+        self.config_key =
+            String::from_utf8_lossy(&text("config")?.unwrap_or_default()).into_owned();
         Ok(())
+    }
+
+    /// This run of the job: unique to the state file, recorded in the
+    /// output's claim so that no other job writes there.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The inputs as they were when the job was planned.
+    pub fn inputs(&self) -> &[InputFingerprint] {
+        &self.inputs
+    }
+
+    /// The config's output-deciding part when the job was planned.
+    pub fn config_key(&self) -> &str {
+        &self.config_key
+    }
+
+    /// Whether this open created the job (rather than resuming it).
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// Failed shards put back in the queue by this open.
+    pub fn retried_failed(&self) -> usize {
+        self.retried_failed
+    }
+
+    /// Whether `token` was handed out by this job.
+    pub fn issued(&self, token: u64) -> bool {
+        token > 0 && token < self.next_token.max(self.token_reserved)
+    }
+
+    /// Takes a committed shard back (its files are gone from the output):
+    /// it is leased and written again.
+    pub fn requeue(&mut self, shard_id: u64, reason: &str) -> Result<(), StateError> {
+        let s = self
+            .shards
+            .get_mut(&shard_id)
+            .ok_or(StateError::UnknownShard(shard_id))?;
+        s.status = Status::Pending;
+        s.attempts = 0;
+        s.last_error = Some(reason.to_string());
+        self.leased.remove(&shard_id);
+        self.pending.insert(shard_id);
+        self.persist(&[shard_id], true)
     }
 
     /// Writes shards (and the reserved token counter) in one transaction.

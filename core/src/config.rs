@@ -59,6 +59,14 @@ pub struct Job {
     /// A lease not extended by a heartbeat for this long expires.
     #[serde(default = "default_lease_seconds")]
     pub lease_seconds: u32,
+    /// A job that rejects a larger share of its input lines fails (no
+    /// `_SUCCESS`): a wrong `input.format` or encoding rejects everything.
+    #[serde(default = "default_max_reject_rate")]
+    pub max_reject_rate: f64,
+}
+
+fn default_max_reject_rate() -> f64 {
+    0.5
 }
 
 fn default_shard_pairs() -> u64 {
@@ -367,6 +375,15 @@ impl JobConfig {
                 format!("{:?}: use cpu, cuda or cuda:N", self.model.device),
             );
         }
+        if !(0.0..=1.0).contains(&self.job.max_reject_rate) {
+            return bad(
+                "job.max_reject_rate",
+                format!(
+                    "{} is not a share between 0 and 1",
+                    self.job.max_reject_rate
+                ),
+            );
+        }
         if self.model.beam == 0 {
             return bad("model.beam", "must be at least 1".into());
         }
@@ -447,6 +464,40 @@ impl JobConfig {
     /// The config as TOML, for the manifest and the Parquet metadata.
     pub fn to_toml(&self) -> String {
         toml::to_string(self).unwrap_or_default()
+    }
+
+    /// The keys that decide a job's output, flattened (`model.beam` ->
+    /// value): a job resumed with any of them changed would mix two corpora.
+    /// Where and how fast it runs (device, threads, batch size, workers,
+    /// leases, bins) may change between runs: the output does not depend
+    /// on them.
+    pub fn output_keys(&self) -> std::collections::BTreeMap<String, String> {
+        let mut out = std::collections::BTreeMap::new();
+        let mut put = |k: &str, v: &dyn erased::Value| {
+            out.insert(k.to_string(), v.text());
+        };
+        put("job.name", &self.job.name);
+        put("job.output", &self.job.output);
+        put("job.shard_pairs", &self.job.shard_pairs);
+        put("input", &self.input);
+        put("model.dir", &self.model.dir);
+        put("model.quantized", &self.model.quantized);
+        put("model.beam", &self.model.beam);
+        put("model.max_new_tokens", &self.model.max_new_tokens);
+        put("scoring", &self.scoring);
+        out
+    }
+}
+
+/// Any serializable value as compact JSON text.
+mod erased {
+    pub trait Value {
+        fn text(&self) -> String;
+    }
+    impl<T: serde::Serialize> Value for T {
+        fn text(&self) -> String {
+            serde_json::to_string(self).unwrap_or_default()
+        }
     }
 }
 

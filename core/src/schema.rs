@@ -36,6 +36,12 @@ pub mod col {
     pub const TRUNCATED: &str = "truncated";
 }
 
+/// The claim a job writes in its output when it starts (job, run, state):
+/// another job finding it refuses to write there.
+pub const CLAIM_FILE: &str = "_job.json";
+/// Written last, when every shard is committed and checked.
+pub const SUCCESS_FILE: &str = "_SUCCESS";
+
 /// Where a committed shard's rows are published, relative to the output
 /// root. Only the coordinator writes here, when it commits an attempt, so a
 /// late writer (a worker paused past its lease) can never put a file where
@@ -61,6 +67,33 @@ pub fn temp_part_path(shard_id: u64, token: u64) -> String {
 
 pub fn temp_rejects_path(shard_id: u64, token: u64) -> String {
     format!("{}rejects.jsonl", temp_prefix(shard_id, token))
+}
+
+/// The (shard, token) of a path that one of the functions above makes, or
+/// None: the job's clean-up deletes only files it can read back to a token
+/// it issued, never anything else that sits in the output.
+pub fn parse_attempt_path(path: &str) -> Option<(u64, u64)> {
+    let num = |s: &str| -> Option<u64> {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let parts: Vec<&str> = path.split('/').collect();
+    let shard = |p: &str| p.strip_prefix("shard=").and_then(num);
+    match parts.as_slice() {
+        [s, f] => Some((
+            shard(s)?,
+            num(f.strip_prefix("part-t")?.strip_suffix(".parquet")?)?,
+        )),
+        ["_rejects", s, f] => Some((
+            shard(s)?,
+            num(f.strip_prefix("rejects-t")?.strip_suffix(".jsonl")?)?,
+        )),
+        ["_tmp", s, l, f] if *f == "part.parquet" || *f == "rejects.jsonl" => {
+            Some((shard(s)?, num(l.strip_prefix("lease=")?)?))
+        }
+        _ => None,
+    }
 }
 
 /// The scores a dataset can be ranked or binned by.
@@ -458,6 +491,14 @@ pub fn column<'a, T: Array + 'static>(
 pub fn dataset_files(root: &Path) -> Result<Vec<PathBuf>, DataError> {
     if root.is_file() {
         return Ok(vec![root.to_path_buf()]);
+    }
+    // A job's output without its success marker is partial: binning or
+    // training on it would pass part of a corpus off as the whole.
+    if root.join(CLAIM_FILE).is_file() && !root.join(SUCCESS_FILE).is_file() {
+        return Err(DataError::Invalid {
+            path: root.to_path_buf(),
+            reason: format!("a paraforge job output without {SUCCESS_FILE}: the job is incomplete (run it again to finish it)"),
+        });
     }
     let manifest = root.join("_manifest.json");
     if manifest.is_file() {

@@ -30,6 +30,15 @@ pub enum StorageError {
     },
 }
 
+/// What a store says about one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub size: u64,
+    pub e_tag: Option<String>,
+    /// RFC 3339.
+    pub modified: String,
+}
+
 /// A storage root.
 #[derive(Clone)]
 pub struct Storage {
@@ -202,8 +211,19 @@ impl Storage {
 
     /// Size of an object.
     pub async fn size(&self, rel: &str) -> Result<u64, StorageError> {
+        Ok(self.head(rel).await?.size)
+    }
+
+    /// Size, ETag and modification time of an object (what a resumed job
+    /// compares to notice an input that changed).
+    pub async fn head(&self, rel: &str) -> Result<ObjectInfo, StorageError> {
         let p = self.path(rel);
-        Ok(self.retry("head", rel, || self.store.head(&p)).await?.size)
+        let m = self.retry("head", rel, || self.store.head(&p)).await?;
+        Ok(ObjectInfo {
+            size: m.size,
+            e_tag: m.e_tag,
+            modified: m.last_modified.to_rfc3339(),
+        })
     }
 
     /// Bytes `start..end` of an object.
@@ -242,6 +262,28 @@ impl Storage {
                 Ok(())
             }
             r => r,
+        }
+    }
+
+    /// Removes the empty directories under `rel` (deleting a local object
+    /// leaves its directory behind; object stores have none). Best effort:
+    /// what cannot be removed stays.
+    pub async fn remove_empty_dirs(&self, rel: &str) {
+        fn sweep(d: &std::path::Path) -> bool {
+            let Ok(rd) = std::fs::read_dir(d) else {
+                return false;
+            };
+            let mut empty = true;
+            for e in rd.flatten() {
+                let p = e.path();
+                if !(p.is_dir() && sweep(&p)) {
+                    empty = false;
+                }
+            }
+            empty && std::fs::remove_dir(d).is_ok()
+        }
+        if !self.url.contains("://") {
+            sweep(&std::path::Path::new(&self.url).join(rel));
         }
     }
 
@@ -284,6 +326,7 @@ pub struct ObjectReader {
     rel: String,
     location: String,
     size: u64,
+    info: ObjectInfo,
     pos: u64,
     buf: bytes::Bytes,
     buf_start: u64,
@@ -364,12 +407,13 @@ impl ObjectReader {
             Ok(h) => h,
             Err(_) => fallback_runtime()?,
         };
-        let size = block_on(&rt, storage.size(&rel)).map_err(to_io)?;
+        let info = block_on(&rt, storage.head(&rel)).map_err(to_io)?;
         Ok(ObjectReader {
             storage,
             rel,
             location: location.to_string(),
-            size,
+            size: info.size,
+            info,
             pos: 0,
             buf: bytes::Bytes::new(),
             buf_start: 0,
@@ -379,6 +423,11 @@ impl ObjectReader {
 
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// The object's size, ETag and modification time when it was opened.
+    pub fn info(&self) -> &ObjectInfo {
+        &self.info
     }
 }
 

@@ -1,0 +1,307 @@
+//! A job's life across runs: what it refuses to resume, what it refuses to
+//! write over, and that it never calls itself successful when it is not.
+//! Coordinator and workers in process over loopback gRPC, on real sample
+//! pairs with the bundled test model.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use paraforge_coordinator::run::{finalize, start, RunError, Running};
+use paraforge_core::config::JobConfig;
+use paraforge_core::storage::Storage;
+use paraforge_tests::{job_toml, output_rows, paraforge_bin, sample_lines};
+use paraforge_worker::node::{run as run_worker, WorkerOptions};
+
+/// `lines` sample pairs in `dir/input.tsv`, shards of `per`, output in
+/// `dir/out`; `extra` more `[job]` lines.
+fn job(dir: &Path, name: &str, lines: usize, per: usize, extra: &str) -> (JobConfig, Vec<String>) {
+    let (rows, ids) = sample_lines(lines);
+    let input = dir.join("input.tsv");
+    if !input.exists() {
+        std::fs::write(&input, rows.join("\n") + "\n").unwrap();
+    }
+    (config(dir, name, per, extra, "beam = 2"), ids)
+}
+
+fn config(dir: &Path, name: &str, per: usize, extra: &str, model: &str) -> JobConfig {
+    let text = job_toml(
+        name,
+        &dir.join("input.tsv").display().to_string(),
+        &dir.join("out").display().to_string(),
+        &format!("shard_pairs = {per}\nlease_seconds = 30\n{extra}"),
+        &format!("{model}\nbatch_size = 8\nmax_new_tokens = 16"),
+        "",
+    );
+    JobConfig::parse(&text, Path::new("jobs.toml")).unwrap()
+}
+
+async fn coordinator(cfg: &JobConfig) -> Result<Running, RunError> {
+    start(
+        cfg,
+        Some("127.0.0.1:0".parse().unwrap()),
+        Some("127.0.0.1:0".parse().unwrap()),
+    )
+    .await
+}
+
+/// One worker until the coordinator says done.
+async fn work(c: &Running) {
+    let o = WorkerOptions {
+        coordinator: format!("http://{}", c.grpc_addr),
+        name: "w".into(),
+        connect_attempts: 5,
+        access: Default::default(),
+    };
+    tokio::time::timeout(
+        Duration::from_secs(300),
+        run_worker(o, Arc::new(AtomicBool::new(false))),
+    )
+    .await
+    .expect("the worker finished in time")
+    .expect("the worker succeeded");
+}
+
+/// Every file under `dir`, relative, with its bytes.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if !p.ends_with("_coordinator.redb") {
+                out.push((
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    std::fs::read(&p).unwrap(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+/// The reproduction: a job stopped part-way, 37 lines added at the
+/// top of its input, run again. Shards are byte ranges of the planned
+/// file, so resuming would lose and duplicate pairs: it must refuse, naming
+/// the file. A changed output-deciding key is refused the same way; what
+/// only decides speed may change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_job_refuses_a_changed_input_or_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _) = job(dir.path(), "resume", 60, 10, "");
+    coordinator(&cfg).await.unwrap().stop().await;
+    // Unchanged: resumes.
+    coordinator(&cfg).await.unwrap().stop().await;
+
+    let input = dir.path().join("input.tsv");
+    let original = std::fs::read(&input).unwrap();
+    let (extra, _) = sample_lines(97);
+    let mut changed = extra[60..].join("\n").into_bytes();
+    changed.push(b'\n');
+    changed.extend_from_slice(&original);
+    std::fs::write(&input, &changed).unwrap();
+    let e = coordinator(&cfg)
+        .await
+        .err()
+        .expect("a changed input is refused");
+    let msg = e.to_string();
+    assert!(
+        matches!(e, RunError::InputChanged { .. }) && msg.contains(&input.display().to_string()),
+        "{msg}"
+    );
+    assert!(msg.contains("size changed"), "{msg}");
+
+    // Same size, one byte different.
+    let mut same_size = original.clone();
+    let at = same_size.iter().rposition(|&b| b == b'a').unwrap();
+    same_size[at] = b'e';
+    std::fs::write(&input, &same_size).unwrap();
+    let msg = coordinator(&cfg).await.err().unwrap().to_string();
+    assert!(msg.contains("content changed"), "{msg}");
+
+    std::fs::write(&input, &original).unwrap();
+    let beam4 = config(dir.path(), "resume", 10, "", "beam = 4");
+    let e = coordinator(&beam4)
+        .await
+        .err()
+        .expect("a changed beam is refused");
+    assert!(
+        matches!(&e, RunError::ConfigChanged { key, .. } if key == "model.beam"),
+        "{e}"
+    );
+    // Threads and batch size do not change the output: a resume may change them.
+    let mut faster = cfg.clone();
+    faster.model.threads = 2;
+    faster.model.batch_size = 32;
+    coordinator(&faster).await.unwrap().stop().await;
+}
+
+/// A shard that fails for good (here: its only attempt was lost) leaves the
+/// job incomplete: no `_SUCCESS`, no manifest, an error naming the shard.
+/// Running the job again retries the failed shard and then completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_shard_leaves_no_success_and_a_rerun_retries_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, ids) = job(dir.path(), "failing", 60, 20, "max_attempts = 1");
+    let out = dir.path().join("out");
+    let c = coordinator(&cfg).await.unwrap();
+    {
+        // A worker leased shard 0 and was killed: with one attempt allowed,
+        // the shard fails.
+        let mut st = c.shared.state.lock().unwrap();
+        let l = st.lease("killed-worker", 0, 1).unwrap().unwrap();
+        assert_eq!(l.spec.shard_id, 0);
+        assert_eq!(st.expire(10).unwrap(), 1);
+    }
+    work(&c).await;
+    let storage = Storage::open(&cfg.job.output).unwrap();
+    let e = finalize(&c.shared, &storage)
+        .await
+        .err()
+        .expect("incomplete");
+    c.stop().await;
+    let msg = e.to_string();
+    assert!(
+        msg.contains("shard 0 failed") && msg.contains("no _SUCCESS"),
+        "{msg}"
+    );
+    assert!(!out.join("_SUCCESS").exists());
+    assert!(!out.join("_manifest.json").exists());
+    let e = paraforge_core::schema::dataset_files(&out).unwrap_err();
+    assert!(
+        e.to_string().contains("incomplete"),
+        "bins and training refuse it: {e}"
+    );
+
+    let c = coordinator(&cfg).await.unwrap();
+    assert_eq!(c.shared.state.lock().unwrap().retried_failed(), 1);
+    work(&c).await;
+    let m = finalize(&c.shared, &storage).await.unwrap();
+    c.stop().await;
+    assert_eq!((m.shards_committed, m.shards_total), (3, 3));
+    assert!(out.join("_SUCCESS").is_file());
+    let got: Vec<String> = output_rows(&out).into_iter().map(|r| r.0).collect();
+    assert_eq!(sorted(got), sorted(ids), "every pair exactly once");
+    assert!(!out.join("_tmp").exists(), "no empty _tmp directories left");
+}
+
+/// A second job on the same output refuses to start and leaves the first
+/// job's files as they were; so does the same job restarted without its
+/// state. A committed file deleted from the output is written again on the
+/// next run, never listed in a manifest while missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_job_cannot_take_an_output_and_lost_files_are_redone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, ids) = job(dir.path(), "first", 40, 20, "");
+    let out = dir.path().join("out");
+    let storage = Storage::open(&cfg.job.output).unwrap();
+    let c = coordinator(&cfg).await.unwrap();
+    work(&c).await;
+    finalize(&c.shared, &storage).await.unwrap();
+    c.stop().await;
+    let before = snapshot(&out);
+
+    let mut other = config(dir.path(), "second", 20, "", "beam = 2");
+    other.coordinator.state = Some(dir.path().join("second.redb").display().to_string());
+    let e = coordinator(&other)
+        .await
+        .err()
+        .expect("the output is taken");
+    assert!(
+        matches!(e, RunError::OutputClaimed { .. }) && e.to_string().contains("\"first\""),
+        "{e}"
+    );
+    let mut again = cfg.clone();
+    again.coordinator.state = Some(dir.path().join("fresh.redb").display().to_string());
+    assert!(matches!(
+        coordinator(&again).await.err(),
+        Some(RunError::OutputClaimed { .. })
+    ));
+    assert_eq!(
+        snapshot(&out),
+        before,
+        "the first job's output is untouched"
+    );
+    assert!(!dir.path().join("second.redb").exists());
+
+    // Delete a committed part; the same job run again writes it anew.
+    let part = before
+        .iter()
+        .map(|(p, _)| p)
+        .find(|p| p.starts_with("shard=000001"))
+        .unwrap()
+        .clone();
+    std::fs::remove_file(out.join(&part)).unwrap();
+    let c = coordinator(&cfg).await.unwrap();
+    assert_eq!(c.shared.state.lock().unwrap().counts().pending, 1);
+    work(&c).await;
+    let m = finalize(&c.shared, &storage).await.unwrap();
+    c.stop().await;
+    for f in &m.files {
+        assert!(
+            out.join(&f.path).is_file(),
+            "{} is listed and present",
+            f.path
+        );
+    }
+    let got: Vec<String> = output_rows(&out).into_iter().map(|r| r.0).collect();
+    assert_eq!(sorted(got), sorted(ids));
+}
+
+/// An output path that is a regular file gets an error that says so (it
+/// was a redb error about the state file).
+#[tokio::test]
+async fn an_output_that_is_a_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cfg, _) = job(dir.path(), "file-out", 10, 10, "");
+    let f = dir.path().join("plain-file");
+    std::fs::write(&f, "x").unwrap();
+    cfg.job.output = f.display().to_string();
+    let e = coordinator(&cfg).await.err().unwrap();
+    assert!(matches!(e, RunError::OutputNotDirectory(_)), "{e}");
+}
+
+/// Input in the wrong format rejects every line: the job must fail (exit
+/// non-zero, no `_SUCCESS`), not end "successfully" with no pairs.
+#[test]
+fn a_job_that_rejects_too_much_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _) = job(dir.path(), "rejects", 30, 10, "");
+    // The same pairs as two-column lines: not CzEng 1.6.
+    let (rows, _) = sample_lines(30);
+    let two: Vec<String> = rows
+        .iter()
+        .map(|r| r.split('\t').skip(2).collect::<Vec<_>>().join("\t"))
+        .collect();
+    std::fs::write(dir.path().join("input.tsv"), two.join("\n") + "\n").unwrap();
+    let toml = dir.path().join("job.toml");
+    let mut cfg = cfg;
+    cfg.coordinator.listen = "127.0.0.1:0".into();
+    cfg.coordinator.metrics = "127.0.0.1:0".into();
+    let text = cfg.to_toml();
+    std::fs::write(&toml, text).unwrap();
+    let o = std::process::Command::new(paraforge_bin())
+        .args(["run", "--config"])
+        .arg(&toml)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "a job that rejected every line succeeded: {err}"
+    );
+    assert!(
+        err.contains("job.max_reject_rate") || err.contains("no pairs"),
+        "{err}"
+    );
+    assert!(!dir.path().join("out/_SUCCESS").exists());
+}
