@@ -132,7 +132,7 @@ async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
 
     // The doomed worker leases shard 0 and vanishes.
     let mut c = CoordinatorClient::connect(url.clone()).await.unwrap();
-    let id = c
+    let reg = c
         .register_worker(RegisterWorkerRequest {
             name: "doomed".into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -140,10 +140,12 @@ async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
         })
         .await
         .unwrap()
-        .into_inner()
-        .worker_id;
+        .into_inner();
     let r = c
-        .lease_shard(LeaseShardRequest { worker_id: id })
+        .lease_shard(LeaseShardRequest {
+            worker_id: reg.worker_id,
+            worker_secret: reg.worker_secret,
+        })
         .await
         .unwrap()
         .into_inner();

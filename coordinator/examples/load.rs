@@ -1,8 +1,9 @@
 //! Load benchmark: W simulated workers (each its own gRPC connection over
 //! loopback) register, lease, heartbeat and complete S shards against a real
 //! coordinator (`run::start`, redb state, one line per shard so the planner
-//! cuts S shards). Prints RPCs/s and p50/p99 latency per RPC, then checks
-//! the store: every shard committed exactly once, none lost.
+//! cuts S shards). Each completion names real files (one row, checked by the
+//! coordinator like any worker's). Prints RPCs/s and p50/p99 latency per
+//! RPC, then checks the store: every shard committed exactly once, none lost.
 //!
 //! usage: load [WORKERS=1000] [SHARDS=100000]
 
@@ -29,6 +30,68 @@ fn pct(v: &mut [u32], p: f64) -> f64 {
     }
     v.sort_unstable();
     v[((v.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0
+}
+
+/// A valid output file with one row.
+fn one_row_parquet() -> bytes::Bytes {
+    use paraforge_core::{PairRow, RowsBuilder, Scorer};
+    let mut b = RowsBuilder::default();
+    b.push(&PairRow {
+        id: "id".into(),
+        source: "cs".into(),
+        reference: "en".into(),
+        translation: "en".into(),
+        translation_score: -1.0,
+        source_len: 1,
+        truncated: false,
+        scores: Scorer::new(None).score("en", "en"),
+    });
+    let mut out = Vec::new();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(&mut out, paraforge_core::schema::schema(), None)
+            .unwrap();
+    w.write(&b.finish()).unwrap();
+    w.close().unwrap();
+    out.into()
+}
+
+/// Stores an attempt's two files as a worker would and describes them.
+async fn put_files(
+    storage: &paraforge_core::storage::Storage,
+    shard: u64,
+    token: u64,
+    row: &bytes::Bytes,
+) -> Vec<pb::OutputFile> {
+    use paraforge_core::schema::{temp_part_path, temp_rejects_path};
+    use sha2::Digest;
+    let hex = |b: &[u8]| -> String {
+        sha2::Sha256::digest(b)
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect()
+    };
+    let (pq, rj) = (
+        temp_part_path(shard, token),
+        temp_rejects_path(shard, token),
+    );
+    storage.put(&pq, row.clone()).await.unwrap();
+    storage.put(&rj, bytes::Bytes::new()).await.unwrap();
+    vec![
+        pb::OutputFile {
+            path: pq,
+            rows: 1,
+            bytes: row.len() as u64,
+            sha256: hex(row),
+            kind: "pairs".into(),
+        },
+        pb::OutputFile {
+            path: rj,
+            rows: 0,
+            bytes: 0,
+            sha256: hex(b""),
+            kind: "rejects".into(),
+        },
+    ]
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -62,18 +125,21 @@ async fn main() {
     .unwrap();
     eprintln!("planned and stored {shards} shards in {:.1?}", t.elapsed());
     let url = format!("http://{}", c.grpc_addr);
+    let storage = paraforge_core::storage::Storage::open(&cfg.job.output).unwrap();
+    let row = one_row_parquet();
     let accepted = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let tasks: Vec<_> = (0..workers)
         .map(|i| {
             let (url, accepted, refused) = (url.clone(), accepted.clone(), refused.clone());
+            let (storage, row) = (storage.clone(), row.clone());
             tokio::spawn(async move {
                 let mut lat = Lat::default();
                 // A burst of 1,000 connects can overflow the listen backlog;
                 // like real workers, retry with backoff.
                 let mut delay = Duration::from_millis(20);
-                let (mut cl, id) = loop {
+                let (mut cl, (id, secret)) = loop {
                     let r = async {
                         let mut cl = ClientAccess::default()
                             .connect(&url)
@@ -88,9 +154,8 @@ async fn main() {
                             })
                             .await
                             .map_err(|e| e.to_string())?
-                            .into_inner()
-                            .worker_id;
-                        Ok::<_, String>((cl, id))
+                            .into_inner();
+                        Ok::<_, String>((cl, (id.worker_id, id.worker_secret)))
                     }
                     .await;
                     match r {
@@ -106,6 +171,7 @@ async fn main() {
                     let r = cl
                         .lease_shard(pb::LeaseShardRequest {
                             worker_id: id.clone(),
+                            worker_secret: secret.clone(),
                         })
                         .await
                         .unwrap()
@@ -123,6 +189,7 @@ async fn main() {
                     let t = Instant::now();
                     cl.heartbeat(pb::HeartbeatRequest {
                         worker_id: id.clone(),
+                        worker_secret: secret.clone(),
                         leases: vec![pb::LeaseProgress {
                             shard_id,
                             lease_token: lease.lease_token,
@@ -136,13 +203,15 @@ async fn main() {
                     .await
                     .unwrap();
                     lat.heartbeat.push(t.elapsed().as_micros() as u32);
+                    let files = put_files(&storage, shard_id, lease.lease_token, &row).await;
                     let t = Instant::now();
                     let done = cl
                         .complete_shard(pb::CompleteShardRequest {
                             worker_id: id.clone(),
+                            worker_secret: secret.clone(),
                             shard_id,
                             lease_token: lease.lease_token,
-                            files: vec![],
+                            files,
                             totals: Some(pb::Progress {
                                 records_read: 1,
                                 pairs_written: 1,

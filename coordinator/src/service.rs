@@ -1,25 +1,59 @@
 //! The gRPC face of the coordinator (`paraforge.v1.Coordinator`): a thin
 //! layer that turns requests into [`JobState`] transitions. Errors are one
 //! type, mapped to gRPC status codes in one place.
+//!
+//! Nothing a worker says is taken on trust: every call after registration
+//! carries the secret the worker got then, and a completion counts only the
+//! rows its files hold (read back and checked before they are published).
 
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use paraforge_core::proto::coordinator_server::Coordinator;
 use paraforge_core::proto::{self as pb, lease_shard_response};
+use paraforge_core::schema::{part_path, rejects_path, temp_part_path, temp_rejects_path};
 use tonic::{Request, Response, Status};
 
 use crate::state::{JobState, OutputFile, StateError};
+
+/// Longest worker name accepted at registration, in bytes.
+pub const MAX_NAME_BYTES: usize = 128;
+/// Longest device string accepted at registration, in bytes.
+pub const MAX_DEVICE_BYTES: usize = 64;
+/// Longest failure reason kept (longer ones are cut): reasons are shown by
+/// every status answer.
+pub const MAX_REASON_BYTES: usize = 1024;
+/// Workers, and failed shards, that one status answer lists at most; the
+/// totals count them all.
+pub const STATUS_LIST_MAX: usize = 100;
+/// A worker not heard from for this many leases is forgotten: it holds no
+/// lease any more (a lease expires after one) and would otherwise stay in
+/// every status answer for good.
+pub const EXPIRE_AFTER_LEASES: u32 = 3;
 
 /// Everything that can go wrong serving a request.
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
     #[error("unknown worker {0:?}: register first")]
     UnknownWorker(String),
+    #[error("worker {0:?}: wrong or missing worker secret (the one RegisterWorker returned)")]
+    WrongSecret(String),
     #[error("worker version {worker} does not match the coordinator's {coordinator}")]
     VersionMismatch { worker: String, coordinator: String },
     #[error("invalid request: {0}")]
     Invalid(String),
+    #[error("invalid request: {field} is {len} bytes; the limit is {max}")]
+    TooLong {
+        field: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("no randomness for a worker secret: {0}")]
+    Entropy(String),
+    #[error("output storage {path}: {message}")]
+    Storage { path: String, message: String },
     #[error(transparent)]
     State(#[from] StateError),
 }
@@ -28,12 +62,45 @@ impl From<ServiceError> for Status {
     fn from(e: ServiceError) -> Status {
         let msg = e.to_string();
         match e {
+            // NOT_FOUND means this and nothing else: workers register again
+            // on it, so an unknown shard must not share the code.
             ServiceError::UnknownWorker(_) => Status::not_found(msg),
+            ServiceError::WrongSecret(_) => Status::permission_denied(msg),
             ServiceError::VersionMismatch { .. } => Status::failed_precondition(msg),
-            ServiceError::Invalid(_) => Status::invalid_argument(msg),
-            ServiceError::State(StateError::UnknownShard(_)) => Status::not_found(msg),
-            ServiceError::State(_) => Status::internal(msg),
+            ServiceError::Invalid(_) | ServiceError::TooLong { .. } => {
+                Status::invalid_argument(msg)
+            }
+            ServiceError::State(StateError::UnknownShard(_)) => Status::invalid_argument(msg),
+            // Transient: the worker retries the call.
+            ServiceError::Storage { .. } => Status::unavailable(msg),
+            ServiceError::Entropy(_) | ServiceError::State(_) => Status::internal(msg),
         }
+    }
+}
+
+/// A worker's secret; its `Debug` never shows it.
+#[derive(Clone)]
+struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl Secret {
+    /// 128 bits from the operating system's CSPRNG, as hex.
+    fn generate() -> Result<Secret, ServiceError> {
+        use rand::TryRngCore;
+        let mut b = [0u8; 16];
+        rand::rngs::OsRng
+            .try_fill_bytes(&mut b)
+            .map_err(|e| ServiceError::Entropy(e.to_string()))?;
+        Ok(Secret(to_hex(&b)))
+    }
+
+    fn matches(&self, given: &str) -> bool {
+        paraforge_core::access::ct_eq(given.as_bytes(), self.0.as_bytes())
     }
 }
 
@@ -45,12 +112,14 @@ pub struct WorkerInfo {
     pub last_seen_ms: u64,
     /// This worker has been answered `done` (it will stop on its own).
     pub told_done: bool,
+    secret: Secret,
 }
 
 /// Shared coordinator state behind the service and the status page.
 pub struct Shared {
     pub state: Mutex<JobState>,
-    pub workers: Mutex<Vec<WorkerInfo>>,
+    /// Registered workers by id.
+    pub workers: Mutex<BTreeMap<String, WorkerInfo>>,
     pub config_toml: String,
     pub output: String,
     /// The job's `model.device`, shown for workers that do not name theirs.
@@ -61,12 +130,13 @@ pub struct Shared {
     pub heartbeat: Duration,
     pub started: std::time::Instant,
     storage: std::sync::OnceLock<paraforge_core::storage::Storage>,
+    registered: AtomicU64,
 }
 
 impl Shared {
     fn mark_told_done(&self, worker: &str) {
         let mut ws = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(w) = ws.iter_mut().find(|w| w.id == worker) {
+        if let Some(w) = ws.get_mut(worker) {
             w.told_done = true;
         }
     }
@@ -77,9 +147,26 @@ impl Shared {
     pub fn awaiting_done(&self) -> usize {
         let cutoff = now_ms().saturating_sub(self.lease.as_millis() as u64);
         let ws = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        ws.iter()
+        ws.values()
             .filter(|w| !w.told_done && w.last_seen_ms >= cutoff)
             .count()
+    }
+
+    /// Last contact before which a worker is forgotten.
+    fn expiry_cutoff(&self, now: u64) -> u64 {
+        now.saturating_sub(self.lease.as_millis() as u64 * EXPIRE_AFTER_LEASES as u64)
+    }
+
+    /// Forgets the workers not heard from for [`EXPIRE_AFTER_LEASES`] leases.
+    fn expire_workers(&self, ws: &mut BTreeMap<String, WorkerInfo>, now: u64) {
+        let cutoff = self.expiry_cutoff(now);
+        ws.retain(|id, w| {
+            let keep = w.last_seen_ms >= cutoff;
+            if !keep {
+                tracing::info!(worker = %id, name = %w.name, "worker not heard from for {EXPIRE_AFTER_LEASES} leases; forgotten");
+            }
+            keep
+        });
     }
 
     /// Heartbeats come four times per lease, so one lost heartbeat never
@@ -93,7 +180,7 @@ impl Shared {
     ) -> Shared {
         Shared {
             state: Mutex::new(state),
-            workers: Mutex::new(Vec::new()),
+            workers: Mutex::new(BTreeMap::new()),
             config_toml,
             output,
             device,
@@ -102,6 +189,7 @@ impl Shared {
             heartbeat: (lease / 4).max(Duration::from_millis(100)),
             started: std::time::Instant::now(),
             storage: std::sync::OnceLock::new(),
+            registered: AtomicU64::new(0),
         }
     }
 
@@ -126,6 +214,205 @@ pub fn now_ms() -> u64 {
 /// How long an idle worker waits before asking for a shard again.
 pub const RETRY_AFTER_MS: u32 = 1000;
 
+/// A registration's name or device: bounded, and printable (it ends up in
+/// logs and on terminals).
+fn check_label(field: &'static str, value: &str, max: usize) -> Result<(), ServiceError> {
+    if value.len() > max {
+        return Err(ServiceError::TooLong {
+            field,
+            len: value.len(),
+            max,
+        });
+    }
+    if value.chars().any(char::is_control) {
+        return Err(ServiceError::Invalid(format!(
+            "{field} {value:?} has control characters"
+        )));
+    }
+    Ok(())
+}
+
+fn to_hex(b: &[u8]) -> String {
+    use std::fmt::Write;
+    b.iter()
+        .fold(String::with_capacity(b.len() * 2), |mut s, x| {
+            let _ = write!(s, "{x:02x}");
+            s
+        })
+}
+
+/// `s` cut to at most `max` bytes on a character boundary.
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes cut)", &s[..end], s.len() - end)
+}
+
+/// Why a completion's files do not back what it claims.
+#[derive(Debug, thiserror::Error)]
+enum Mismatch {
+    #[error("the completion names no {kind} file (expected {path})")]
+    Missing { kind: &'static str, path: String },
+    #[error("the completion names {path} twice")]
+    Twice { path: String },
+    #[error("{kind} file {path} is not in the output storage: {message}")]
+    Absent {
+        kind: &'static str,
+        path: String,
+        message: String,
+    },
+    #[error("{kind} file {path} has {actual} bytes, the completion claims {claimed}")]
+    Bytes {
+        kind: &'static str,
+        path: String,
+        actual: u64,
+        claimed: u64,
+    },
+    #[error("{kind} file {path} has SHA-256 {actual}, the completion claims {claimed:?}")]
+    Sha {
+        kind: &'static str,
+        path: String,
+        actual: String,
+        claimed: String,
+    },
+    #[error("pairs file {path} is not a readable Parquet file: {message}")]
+    Parquet { path: String, message: String },
+    #[error("pairs file {path} has columns {found:?}, a paraforge output file has {expected:?}")]
+    Columns {
+        path: String,
+        found: Vec<String>,
+        expected: Vec<String>,
+    },
+    #[error("pairs file {path} has {actual} rows in its Parquet footer, the completion claims {claimed}")]
+    Rows {
+        path: String,
+        actual: u64,
+        claimed: u64,
+    },
+    #[error("rejects file {path} has {actual} lines, the completion claims {claimed}")]
+    Rejects {
+        path: String,
+        actual: u64,
+        claimed: u64,
+    },
+    #[error("the completion's totals claim {pairs} pairs and {rejects} rejects, its files hold {rows} pairs and {lines} rejects")]
+    Totals {
+        pairs: u64,
+        rejects: u64,
+        rows: u64,
+        lines: u64,
+    },
+}
+
+/// One output file of a completion, read back from the temporary prefix.
+struct Checked {
+    temp: String,
+    publish: String,
+    kind: &'static str,
+    bytes: bytes::Bytes,
+    rows: u64,
+    sha256: String,
+}
+
+/// Rows of a pairs file by its Parquet footer, which must describe a
+/// paraforge output file.
+fn parquet_rows(path: &str, bytes: &bytes::Bytes) -> Result<u64, Mismatch> {
+    let md = parquet::file::metadata::ParquetMetaDataReader::new()
+        .parse_and_finish(bytes)
+        .map_err(|e| Mismatch::Parquet {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+    let found: Vec<String> = md
+        .file_metadata()
+        .schema_descr()
+        .root_schema()
+        .get_fields()
+        .iter()
+        .map(|f| f.name().to_string())
+        .collect();
+    let expected: Vec<String> = paraforge_core::schema::schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    if found != expected {
+        return Err(Mismatch::Columns {
+            path: path.into(),
+            found,
+            expected,
+        });
+    }
+    let total = md.file_metadata().num_rows();
+    let in_groups: i64 = md.row_groups().iter().map(|g| g.num_rows()).sum();
+    if total < 0 || total != in_groups {
+        return Err(Mismatch::Parquet {
+            path: path.into(),
+            message: format!("the footer says {total} rows, its row groups {in_groups}"),
+        });
+    }
+    Ok(total as u64)
+}
+
+/// Lines of a JSON-lines file (a last line without its newline counts).
+fn line_count(b: &[u8]) -> u64 {
+    let n = b.iter().filter(|&&c| c == b'\n').count() as u64;
+    n + u64::from(b.last().is_some_and(|&c| c != b'\n'))
+}
+
+/// Checks one file's bytes against what the worker claims for it.
+fn check_file(
+    claimed: &pb::OutputFile,
+    kind: &'static str,
+    bytes: &bytes::Bytes,
+) -> Result<(u64, String), Mismatch> {
+    use sha2::Digest;
+    let path = claimed.path.clone();
+    if bytes.len() as u64 != claimed.bytes {
+        return Err(Mismatch::Bytes {
+            kind,
+            path,
+            actual: bytes.len() as u64,
+            claimed: claimed.bytes,
+        });
+    }
+    let sha = to_hex(&sha2::Sha256::digest(bytes));
+    if !sha.eq_ignore_ascii_case(&claimed.sha256) {
+        return Err(Mismatch::Sha {
+            kind,
+            path,
+            actual: sha,
+            claimed: truncate(&claimed.sha256, 80),
+        });
+    }
+    let rows = if kind == "pairs" {
+        parquet_rows(&path, bytes)?
+    } else {
+        line_count(bytes)
+    };
+    if rows != claimed.rows {
+        return Err(if kind == "pairs" {
+            Mismatch::Rows {
+                path,
+                actual: rows,
+                claimed: claimed.rows,
+            }
+        } else {
+            Mismatch::Rejects {
+                path,
+                actual: rows,
+                claimed: claimed.rows,
+            }
+        });
+    }
+    Ok((rows, sha))
+}
+
 /// The tonic service.
 #[derive(Clone)]
 pub struct CoordinatorService {
@@ -137,16 +424,32 @@ impl CoordinatorService {
         CoordinatorService { shared }
     }
 
-    fn touch(&self, worker: &str) -> Result<(), ServiceError> {
+    /// The caller is `worker` only with its secret; a worker silent for too
+    /// long is forgotten here too, not only when the status is asked.
+    fn authenticate(&self, worker: &str, secret: &str) -> Result<(), ServiceError> {
+        let now = now_ms();
+        let cutoff = self.shared.expiry_cutoff(now);
         let mut ws = self
             .shared
             .workers
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        match ws.iter_mut().find(|w| w.id == worker) {
-            Some(w) => {
-                w.last_seen_ms = now_ms();
+        match ws.get_mut(worker) {
+            Some(w) if w.last_seen_ms < cutoff => {
+                ws.remove(worker);
+                tracing::info!(
+                    worker,
+                    "worker not heard from for {EXPIRE_AFTER_LEASES} leases; forgotten"
+                );
+                Err(ServiceError::UnknownWorker(worker.to_string()))
+            }
+            Some(w) if w.secret.matches(secret) => {
+                w.last_seen_ms = now;
                 Ok(())
+            }
+            Some(_) => {
+                tracing::warn!(worker, "request refused: wrong worker secret");
+                Err(ServiceError::WrongSecret(worker.to_string()))
             }
             None => Err(ServiceError::UnknownWorker(worker.to_string())),
         }
@@ -155,6 +458,90 @@ impl CoordinatorService {
     fn state(&self) -> std::sync::MutexGuard<'_, JobState> {
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Reads a completion's two files back and checks them against its
+    /// claims. `Ok(Err(_))` is a completion its files do not back;
+    /// `Err(_)` a storage failure the worker should retry.
+    async fn check_completion(
+        &self,
+        r: &pb::CompleteShardRequest,
+    ) -> Result<Result<Vec<Checked>, Mismatch>, ServiceError> {
+        let storage = self.shared.storage().map_err(|e| ServiceError::Storage {
+            path: self.shared.output.clone(),
+            message: e.to_string(),
+        })?;
+        let wanted = [
+            (
+                "pairs",
+                temp_part_path(r.shard_id, r.lease_token),
+                part_path(r.shard_id, r.lease_token),
+            ),
+            (
+                "rejects",
+                temp_rejects_path(r.shard_id, r.lease_token),
+                rejects_path(r.shard_id, r.lease_token),
+            ),
+        ];
+        let mut checked = Vec::with_capacity(2);
+        for (kind, temp, publish) in wanted {
+            let mut named = r.files.iter().filter(|f| f.path == temp);
+            let Some(claimed) = named.next() else {
+                return Ok(Err(Mismatch::Missing { kind, path: temp }));
+            };
+            if named.next().is_some() {
+                return Ok(Err(Mismatch::Twice { path: temp }));
+            }
+            let bytes = match storage.get(&temp).await {
+                Ok(b) => b,
+                Err(e) if storage_not_found(&e) => {
+                    return Ok(Err(Mismatch::Absent {
+                        kind,
+                        path: temp,
+                        message: e.to_string(),
+                    }))
+                }
+                Err(e) => {
+                    return Err(ServiceError::Storage {
+                        path: temp,
+                        message: e.to_string(),
+                    })
+                }
+            };
+            // Hashing and parsing a shard's file is CPU work.
+            let (claimed, b) = (claimed.clone(), bytes.clone());
+            let verdict = tokio::task::spawn_blocking(move || check_file(&claimed, kind, &b))
+                .await
+                .map_err(|e| ServiceError::Invalid(format!("checking {temp}: {e}")))?;
+            let (rows, sha256) = match verdict {
+                Ok(v) => v,
+                Err(m) => return Ok(Err(m)),
+            };
+            checked.push(Checked {
+                temp,
+                publish,
+                kind,
+                bytes,
+                rows,
+                sha256,
+            });
+        }
+        let totals = r.totals.unwrap_or_default();
+        let (rows, lines) = (checked[0].rows, checked[1].rows);
+        if totals.pairs_written != rows || totals.rejects != lines {
+            return Ok(Err(Mismatch::Totals {
+                pairs: totals.pairs_written,
+                rejects: totals.rejects,
+                rows,
+                lines,
+            }));
+        }
+        Ok(Ok(checked))
+    }
+}
+
+fn storage_not_found(e: &paraforge_core::storage::StorageError) -> bool {
+    matches!(e, paraforge_core::storage::StorageError::Op { source, .. }
+        if matches!(**source, object_store::Error::NotFound { .. }))
 }
 
 #[tonic::async_trait]
@@ -167,38 +554,57 @@ impl Coordinator for CoordinatorService {
         let mine = env!("CARGO_PKG_VERSION");
         if r.version != mine {
             return Err(ServiceError::VersionMismatch {
-                worker: r.version,
+                worker: truncate(&r.version, 64),
                 coordinator: mine.into(),
             }
             .into());
         }
-        let id = {
+        check_label("worker name", &r.name, MAX_NAME_BYTES)?;
+        check_label("device", &r.device, MAX_DEVICE_BYTES)?;
+        let secret = Secret::generate()?;
+        // The random part keeps ids apart across coordinator restarts, so a
+        // worker registered before one never holds an id that a later
+        // registration reuses.
+        let salt = {
+            use rand::TryRngCore;
+            rand::rngs::OsRng
+                .try_next_u32()
+                .map_err(|e| ServiceError::Entropy(e.to_string()))?
+        };
+        let n = self.shared.registered.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = format!("w{n}-{salt:08x}");
+        let now = now_ms();
+        {
             let mut ws = self
                 .shared
                 .workers
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            let id = format!("w{}-{}", ws.len() + 1, now_ms() % 100_000);
-            ws.push(WorkerInfo {
-                id: id.clone(),
-                name: r.name,
-                device: if r.device.is_empty() {
-                    self.shared.device.clone()
-                } else {
-                    r.device
+            self.shared.expire_workers(&mut ws, now);
+            ws.insert(
+                id.clone(),
+                WorkerInfo {
+                    id: id.clone(),
+                    name: r.name.clone(),
+                    device: if r.device.is_empty() {
+                        self.shared.device.clone()
+                    } else {
+                        r.device
+                    },
+                    last_seen_ms: now,
+                    told_done: false,
+                    secret: secret.clone(),
                 },
-                last_seen_ms: now_ms(),
-                told_done: false,
-            });
-            id
-        };
-        tracing::info!(worker = %id, "worker registered");
+            );
+        }
+        tracing::info!(worker = %id, name = %r.name, "worker registered");
         Ok(Response::new(pb::RegisterWorkerResponse {
             worker_id: id,
             job_id: self.state().job_id().to_string(),
             config_toml: self.shared.config_toml.clone(),
             heartbeat_interval_ms: self.shared.heartbeat.as_millis() as u32,
             lease_ms: self.shared.lease.as_millis() as u32,
+            worker_secret: secret.0,
         }))
     }
 
@@ -207,7 +613,7 @@ impl Coordinator for CoordinatorService {
         req: Request<pb::LeaseShardRequest>,
     ) -> Result<Response<pb::LeaseShardResponse>, Status> {
         let r = req.into_inner();
-        self.touch(&r.worker_id)?;
+        self.authenticate(&r.worker_id, &r.worker_secret)?;
         let mut st = self.state();
         let lease = st
             .lease(&r.worker_id, now_ms(), self.shared.lease.as_millis() as u64)
@@ -256,7 +662,7 @@ impl Coordinator for CoordinatorService {
         req: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
         let r = req.into_inner();
-        self.touch(&r.worker_id)?;
+        self.authenticate(&r.worker_id, &r.worker_secret)?;
         let leases: Vec<(u64, u64, u64)> = r
             .leases
             .iter()
@@ -287,60 +693,85 @@ impl Coordinator for CoordinatorService {
         req: Request<pb::CompleteShardRequest>,
     ) -> Result<Response<pb::CompleteShardResponse>, Status> {
         let r = req.into_inner();
-        self.touch(&r.worker_id)?;
+        self.authenticate(&r.worker_id, &r.worker_secret)?;
         let totals = r.totals.unwrap_or_default();
         // A worker may only name this lease's own two temporary files:
         // nothing can point the manifest (or the clean-up) elsewhere.
-        use paraforge_core::schema::{part_path, rejects_path, temp_part_path, temp_rejects_path};
         let allowed = [
             temp_part_path(r.shard_id, r.lease_token),
             temp_rejects_path(r.shard_id, r.lease_token),
         ];
         if let Some(f) = r.files.iter().find(|f| !allowed.contains(&f.path)) {
-            tracing::warn!(worker = %r.worker_id, shard = r.shard_id, path = %f.path, "completion names a foreign output path");
+            tracing::warn!(worker = %r.worker_id, shard = r.shard_id, path = %truncate(&f.path, 200), "completion names a foreign output path");
             return Err(ServiceError::Invalid(format!(
                 "output path {:?} is not this lease's (expected {} or {})",
-                f.path, allowed[0], allowed[1]
+                truncate(&f.path, 200),
+                allowed[0],
+                allowed[1]
             ))
             .into());
         }
-        // Publish before recording the commit: the final names appear only
-        // for a lease that holds now. Should the commit then be refused (the
-        // lease expired during the copy) or the coordinator die first, the
-        // copies are files of an uncommitted attempt, which the job's end
-        // deletes.
+        let refused = |reason: String| {
+            Ok(Response::new(pb::CompleteShardResponse {
+                accepted: false,
+                reason,
+            }))
+        };
         if let Err(refusal) = self
             .state()
             .check_holder(r.shard_id, &r.worker_id, r.lease_token)
         {
             tracing::warn!(worker = %r.worker_id, shard = r.shard_id, token = r.lease_token, %refusal, "completion refused");
-            return Ok(Response::new(pb::CompleteShardResponse {
-                accepted: false,
-                reason: refusal.to_string(),
-            }));
+            return refused(refusal.to_string());
         }
-        let storage = self
-            .shared
-            .storage()
-            .map_err(|e| Status::unavailable(e.to_string()))?;
-        let mut files = Vec::with_capacity(r.files.len());
-        for f in r.files {
-            let fin = if f.path == allowed[0] {
-                part_path(r.shard_id, r.lease_token)
-            } else {
-                rejects_path(r.shard_id, r.lease_token)
-            };
-            // A store error is transient for the worker, which retries.
+        // The files must hold what the completion claims, or the manifest
+        // would count pairs that do not exist. A mismatch fails this
+        // attempt (the shard is leased again) and commits nothing.
+        let files = match self.check_completion(&r).await? {
+            Ok(files) => files,
+            Err(mismatch) => {
+                let reason = format!("output does not match the completion: {mismatch}");
+                let will_retry = self
+                    .state()
+                    .fail(r.shard_id, &r.worker_id, r.lease_token, &reason, true)
+                    .map_err(ServiceError::from)?;
+                tracing::warn!(worker = %r.worker_id, shard = r.shard_id, token = r.lease_token, %reason, will_retry, "completion refused; attempt failed");
+                return refused(format!(
+                    "{reason}; attempt failed{}",
+                    if will_retry {
+                        ", shard will be retried"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        };
+        // Publish before recording the commit: the final names appear only
+        // for a lease that holds now. Should the commit then be refused (the
+        // lease expired during the copy) or the coordinator die first, the
+        // copies are files of an uncommitted attempt, which the job's end
+        // deletes. The bytes published are the ones just checked, not a
+        // server-side copy of a temporary file that may have changed since.
+        let storage = self.shared.storage().map_err(|e| ServiceError::Storage {
+            path: self.shared.output.clone(),
+            message: e.to_string(),
+        })?;
+        let mut committed = Vec::with_capacity(files.len());
+        for f in files {
+            let len = f.bytes.len() as u64;
             storage
-                .copy(&f.path, &fin)
+                .put(&f.publish, f.bytes)
                 .await
-                .map_err(|e| Status::unavailable(format!("publishing {}: {e}", f.path)))?;
-            files.push(OutputFile {
-                path: fin,
+                .map_err(|e| ServiceError::Storage {
+                    path: f.publish.clone(),
+                    message: format!("publishing {}: {e}", f.temp),
+                })?;
+            committed.push(OutputFile {
+                path: f.publish,
                 rows: f.rows,
-                bytes: f.bytes,
+                bytes: len,
                 sha256: f.sha256,
-                kind: f.kind,
+                kind: f.kind.into(),
             });
         }
         let outcome = self
@@ -349,7 +780,7 @@ impl Coordinator for CoordinatorService {
                 r.shard_id,
                 &r.worker_id,
                 r.lease_token,
-                files,
+                committed,
                 totals.pairs_written,
                 totals.rejects,
             )
@@ -384,21 +815,22 @@ impl Coordinator for CoordinatorService {
         req: Request<pb::FailShardRequest>,
     ) -> Result<Response<pb::FailShardResponse>, Status> {
         let r = req.into_inner();
-        self.touch(&r.worker_id)?;
+        self.authenticate(&r.worker_id, &r.worker_secret)?;
         if r.reason.trim().is_empty() {
             return Err(ServiceError::Invalid("a failure needs a reason".into()).into());
         }
+        let reason = truncate(&r.reason, MAX_REASON_BYTES);
         let will_retry = self
             .state()
             .fail(
                 r.shard_id,
                 &r.worker_id,
                 r.lease_token,
-                &r.reason,
+                &reason,
                 r.retryable,
             )
             .map_err(ServiceError::from)?;
-        tracing::warn!(worker = %r.worker_id, shard = r.shard_id, reason = %r.reason, will_retry, "shard failed");
+        tracing::warn!(worker = %r.worker_id, shard = r.shard_id, %reason, will_retry, "shard failed");
         Ok(Response::new(pb::FailShardResponse { will_retry }))
     }
 
@@ -410,7 +842,9 @@ impl Coordinator for CoordinatorService {
     }
 }
 
-/// The job's status, for the RPC, the CLI and the HTTP status page.
+/// The job's status, for the RPC, the CLI and the HTTP status page. Its
+/// lists are capped at [`STATUS_LIST_MAX`] so the answer fits a message
+/// however many workers and failed shards there are.
 pub fn status(shared: &Shared) -> pb::JobStatusResponse {
     let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
     let c = st.counts();
@@ -428,27 +862,31 @@ pub fn status(shared: &Shared) -> pb::JobStatusResponse {
         .filter_map(|s| match &s.status {
             crate::state::Status::Failed { reason } => Some(pb::FailedShard {
                 shard_id: s.spec.shard_id,
-                reason: reason.clone(),
+                reason: truncate(reason, MAX_REASON_BYTES),
                 attempts: s.attempts,
             }),
             _ => None,
         })
+        .take(STATUS_LIST_MAX)
         .collect();
-    let leases_of = |id: &str| {
-        st.shards()
-            .filter(|s| matches!(&s.status, crate::state::Status::Leased { worker, .. } if worker == id))
-            .count() as u32
-    };
-    let workers = shared
-        .workers
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
+    let mut leases: HashMap<&str, u32> = HashMap::new();
+    for s in st.shards() {
+        if let crate::state::Status::Leased { worker, .. } = &s.status {
+            *leases.entry(worker.as_str()).or_default() += 1;
+        }
+    }
+    let mut ws = shared.workers.lock().unwrap_or_else(|p| p.into_inner());
+    shared.expire_workers(&mut ws, now_ms());
+    let mut recent: Vec<&WorkerInfo> = ws.values().collect();
+    recent.sort_by(|a, b| b.last_seen_ms.cmp(&a.last_seen_ms).then(a.id.cmp(&b.id)));
+    let workers = recent
+        .into_iter()
+        .take(STATUS_LIST_MAX)
         .map(|w| pb::WorkerStatus {
             worker_id: w.id.clone(),
             name: w.name.clone(),
             device: w.device.clone(),
-            leases: leases_of(&w.id),
+            leases: leases.get(w.id.as_str()).copied().unwrap_or(0),
             last_heartbeat_unix_ms: w.last_seen_ms,
         })
         .collect();
@@ -467,6 +905,7 @@ pub fn status(shared: &Shared) -> pb::JobStatusResponse {
         workers,
         failed,
         output_url: shared.output.clone(),
+        workers_total: ws.len() as u64,
     }
 }
 
@@ -495,7 +934,7 @@ mod tests {
         let shared = Arc::new(Shared::new(
             state,
             "[job]".into(),
-            "out".into(),
+            dir.join("out").display().to_string(),
             "cpu".into(),
             Duration::from_secs(30),
         ));
@@ -515,15 +954,64 @@ mod tests {
     /// One LeaseShard call's answer for `worker`.
     async fn lease(
         c: &mut CoordinatorClient<tonic::transport::Channel>,
-        worker: &str,
+        worker: &pb::RegisterWorkerResponse,
     ) -> Option<lease_shard_response::Result> {
         c.lease_shard(pb::LeaseShardRequest {
-            worker_id: worker.into(),
+            worker_id: worker.worker_id.clone(),
+            worker_secret: worker.worker_secret.clone(),
         })
         .await
         .unwrap()
         .into_inner()
         .result
+    }
+
+    /// Writes an attempt's two files (`pairs` rows, no rejects) where a
+    /// worker would, and describes them truthfully.
+    async fn attempt_files(
+        shared: &Shared,
+        shard: u64,
+        token: u64,
+        pairs: usize,
+    ) -> Vec<pb::OutputFile> {
+        use paraforge_core::{PairRow, RowsBuilder, Scorer};
+        use sha2::Digest;
+        let mut b = RowsBuilder::default();
+        let mut scorer = Scorer::new(None);
+        for i in 0..pairs {
+            b.push(&PairRow {
+                id: format!("p{i}"),
+                source: "s".into(),
+                reference: "a b".into(),
+                translation: "a c".into(),
+                translation_score: -1.0,
+                source_len: 1,
+                truncated: false,
+                scores: scorer.score("a b", "a c"),
+            });
+        }
+        let mut pq = Vec::new();
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(&mut pq, paraforge_core::schema::schema(), None)
+                .unwrap();
+        w.write(&b.finish()).unwrap();
+        w.close().unwrap();
+        let storage = shared.storage().unwrap();
+        let mut files = Vec::new();
+        for (path, bytes, rows, kind) in [
+            (temp_part_path(shard, token), pq, pairs as u64, "pairs"),
+            (temp_rejects_path(shard, token), Vec::new(), 0, "rejects"),
+        ] {
+            files.push(pb::OutputFile {
+                path: path.clone(),
+                rows,
+                bytes: bytes.len() as u64,
+                sha256: to_hex(&sha2::Sha256::digest(&bytes)),
+                kind: kind.into(),
+            });
+            storage.put(&path, bytes.into()).await.unwrap();
+        }
+        files
     }
 
     #[tokio::test]
@@ -535,10 +1023,22 @@ mod tests {
         let e = c
             .lease_shard(pb::LeaseShardRequest {
                 worker_id: "nobody".into(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::NotFound);
+        // A name past the limit is INVALID_ARGUMENT naming it.
+        let e = c
+            .register_worker(pb::RegisterWorkerRequest {
+                name: "n".repeat(MAX_NAME_BYTES + 1),
+                version: env!("CARGO_PKG_VERSION").into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.message().contains("128"), "{}", e.message());
         // A version mismatch is FAILED_PRECONDITION.
         let e = c
             .register_worker(pb::RegisterWorkerRequest {
@@ -558,17 +1058,17 @@ mod tests {
             .await
             .unwrap()
             .into_inner();
-        let w = reg.worker_id;
+        let w = reg.worker_id.clone();
         let mut tokens = Vec::new();
         for _ in 0..2 {
-            let r = lease(&mut c, &w).await;
+            let r = lease(&mut c, &reg).await;
             let Some(lease_shard_response::Result::Lease(l)) = r else {
                 panic!("{r:?}")
             };
             tokens.push((l.shard.unwrap().shard_id, l.lease_token));
         }
         // Both shards are out: the third request waits.
-        let r = lease(&mut c, &w).await;
+        let r = lease(&mut c, &reg).await;
         assert!(matches!(
             r,
             Some(lease_shard_response::Result::RetryAfterMs(_))
@@ -597,13 +1097,14 @@ mod tests {
             let e = c
                 .complete_shard(pb::CompleteShardRequest {
                     worker_id: w.clone(),
+                    worker_secret: reg.worker_secret.clone(),
                     shard_id: s0,
                     lease_token: t0,
                     files: vec![pb::OutputFile {
                         path: bad.into(),
                         ..Default::default()
                     }],
-                    totals: None,
+                    ..Default::default()
                 })
                 .await
                 .unwrap_err();
@@ -612,7 +1113,7 @@ mod tests {
         }
         // Another worker, even with the right token, cannot complete or
         // heartbeat a shard it does not hold.
-        let other = c
+        let other_reg = c
             .register_worker(pb::RegisterWorkerRequest {
                 name: "u".into(),
                 version: env!("CARGO_PKG_VERSION").into(),
@@ -620,11 +1121,12 @@ mod tests {
             })
             .await
             .unwrap()
-            .into_inner()
-            .worker_id;
+            .into_inner();
+        let other = other_reg.worker_id.clone();
         let r = c
             .complete_shard(pb::CompleteShardRequest {
                 worker_id: other.clone(),
+                worker_secret: other_reg.worker_secret.clone(),
                 shard_id: s0,
                 lease_token: t0,
                 ..Default::default()
@@ -640,6 +1142,7 @@ mod tests {
         let hb = c
             .heartbeat(pb::HeartbeatRequest {
                 worker_id: other.clone(),
+                worker_secret: other_reg.worker_secret.clone(),
                 leases: vec![pb::LeaseProgress {
                     shard_id: s0,
                     lease_token: t0,
@@ -654,9 +1157,10 @@ mod tests {
             let ok = c
                 .complete_shard(pb::CompleteShardRequest {
                     worker_id: w.clone(),
+                    worker_secret: reg.worker_secret.clone(),
                     shard_id: *shard,
                     lease_token: *token,
-                    files: vec![],
+                    files: attempt_files(&shared, *shard, *token, 5).await,
                     totals: Some(pb::Progress {
                         records_read: 5,
                         pairs_written: 5,
@@ -672,6 +1176,7 @@ mod tests {
         let again = c
             .complete_shard(pb::CompleteShardRequest {
                 worker_id: w.clone(),
+                worker_secret: reg.worker_secret.clone(),
                 shard_id: tokens[0].0,
                 lease_token: tokens[0].1,
                 ..Default::default()
@@ -680,12 +1185,12 @@ mod tests {
             .unwrap()
             .into_inner();
         assert!(!again.accepted && again.reason.contains("already committed"));
-        let r = lease(&mut c, &w).await;
+        let r = lease(&mut c, &reg).await;
         assert!(matches!(r, Some(lease_shard_response::Result::Done(true))));
         // The other worker has not asked since: a coordinator must keep
         // serving until it has been told, too.
         assert_eq!(shared.awaiting_done(), 1);
-        let r = lease(&mut c, &other).await;
+        let r = lease(&mut c, &other_reg).await;
         assert!(matches!(r, Some(lease_shard_response::Result::Done(true))));
         assert_eq!(shared.awaiting_done(), 0);
         let s = c
@@ -697,6 +1202,32 @@ mod tests {
             (s.shards_committed, s.pairs_written, s.finished),
             (2, 10, true)
         );
+        // Published under final names, with the checked bytes.
+        let storage = shared.storage().unwrap();
+        for (shard, token) in &tokens {
+            assert!(storage.exists(&part_path(*shard, *token)).await.unwrap());
+            assert!(!storage
+                .exists(&temp_part_path(*shard, *token))
+                .await
+                .unwrap());
+        }
         server.abort();
+    }
+
+    #[test]
+    fn reasons_are_cut_on_a_character_boundary_and_lines_counted() {
+        let long = "é".repeat(1000);
+        let cut = truncate(&long, 101);
+        assert!(
+            cut.starts_with(&"é".repeat(50)) && cut.ends_with("(1900 bytes cut)"),
+            "{cut}"
+        );
+        assert_eq!(truncate("short", 10), "short");
+        assert_eq!(
+            (line_count(b""), line_count(b"a\n"), line_count(b"a\nb")),
+            (0, 1, 2)
+        );
+        assert!(check_label("device", "cuda:0", MAX_DEVICE_BYTES).is_ok());
+        assert!(check_label("device", "cuda\n0", MAX_DEVICE_BYTES).is_err());
     }
 }

@@ -74,8 +74,9 @@ pub fn load_token(file: Option<&Path>) -> Result<Option<String>, AccessError> {
     Ok(Some(token))
 }
 
-fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    // Length leaks; the contents do not.
+/// Compares secrets in time that does not depend on where they differ
+/// (the length leaks; the contents do not).
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -101,7 +101,10 @@ macro_rules! call {
                 Err(s) if s.code() == tonic::Code::Unauthenticated => {
                     break Err(WorkerError::Refused(format!("{} (check the access token)", s.message())))
                 }
-                Err(s) if s.code() == tonic::Code::NotFound && s.message().contains("unknown worker") => {
+                // The service answers NOT_FOUND for an unknown worker only
+                // (an unknown shard is INVALID_ARGUMENT), so the code alone
+                // says "register again".
+                Err(s) if s.code() == tonic::Code::NotFound => {
                     break Err(WorkerError::UnknownWorker(s.message().to_string()))
                 }
                 Err(s) => break Err(WorkerError::Refused(s.message().to_string())),
@@ -116,6 +119,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
     let reg = call!(client, &o, register_worker, register_request(&o))?;
     let cfg = JobConfig::parse(&reg.config_toml, std::path::Path::new("<from coordinator>"))
         .map_err(|e| WorkerError::Config(e.to_string()))?;
+    let mut secret = reg.worker_secret.clone();
     let mut worker_id = reg.worker_id.clone();
     tracing::info!(worker = %worker_id, job = %reg.job_id, "registered");
 
@@ -175,14 +179,17 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             &o,
             lease_shard,
             pb::LeaseShardRequest {
-                worker_id: worker_id.clone()
+                secret = again.worker_secret;
+                worker_id: worker_id.clone(),
+                worker_secret: secret.clone(),
             }
         ) {
             Ok(r) => r,
             Err(WorkerError::UnknownWorker(_)) => {
-                // A restarted coordinator: register again, same job.
+                // A restarted coordinator, or one that forgot this worker
+                // after a long silence: register again, same job.
                 let again = call!(client, &o, register_worker, register_request(&o))?;
-                tracing::warn!(old = %worker_id, new = %again.worker_id, "coordinator restarted; registered again");
+                tracing::warn!(old = %worker_id, new = %again.worker_id, "the coordinator does not know this worker; registered again");
                 worker_id = again.worker_id;
                 continue;
             }
@@ -221,15 +228,17 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                 0
             },
             max_chars: cfg.input.max_chars,
+                secret.clone(),
         };
-        tracing::info!(worker = %worker_id, shard = spec.shard_id, token = lease.lease_token, "processing shard");
+        tracing::info!(worker = %worker_id, shard = spec.shard_id, token = lease.lease_token, attempt = lease.attempt, "processing shard");
 
         // Heartbeats run beside the shard; a revoked lease cancels it.
         let progress = Arc::new(Progress::default());
         let revoked = Arc::new(AtomicBool::new(false));
         let hb = {
-            let (mut c, o2, wid, progress, revoked) = (
+            let (mut c, o2, wid, wsecret, progress, revoked) = (
                 client.clone(),
+                        worker_secret: wsecret.clone(),
                 o.clone(),
                 worker_id.clone(),
                 progress.clone(),
@@ -251,6 +260,13 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                             }),
                         }],
                     };
+                        // Forgotten by the coordinator: the lease went with
+                        // this worker, so the shard's work would be refused.
+                        Err(WorkerError::UnknownWorker(m)) => {
+                            tracing::warn!(shard = shard_id, token, reason = %m, "the coordinator no longer knows this worker; abandoning the shard");
+                            revoked.store(true, Ordering::Relaxed);
+                            return;
+                        }
                     match call!(c, &o2, heartbeat, req) {
                         Ok(r) if r.revoked_tokens.contains(&token) => {
                             tracing::warn!(
@@ -296,6 +312,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             Ok(Err(e)) => Err((e.to_string(), e.retryable())),
             Err(join) => Err((format!("worker task failed: {join}"), true)),
         };
+                        worker_secret: secret.clone(),
         let (files, out) = match stored {
             Ok(stored) => stored,
             Err((reason, retryable)) => {
@@ -312,6 +329,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                         reason,
                         retryable,
                     }
+                worker_secret: secret.clone(),
                 );
                 continue;
             }
