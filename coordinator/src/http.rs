@@ -1,22 +1,233 @@
 //! The coordinator's HTTP side: Prometheus metrics at `/metrics` and the
-//! job status as JSON at `/status` (what `paraforge status` prints).
+//! job status as JSON at `/status` (what `paraforge status` prints), plus
+//! `/healthz` for probes, which says nothing about the job.
+//!
+//! The pages show the job, its output URL and failure reasons, so they are
+//! guarded like gRPC: with the job's token they need `Authorization: Bearer
+//! TOKEN` (checked in constant time), and with its certificate they are
+//! served over TLS only. A job without a token keeps them open.
 
 use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::service::{status, Shared};
 
-pub fn router(shared: Arc<Shared>) -> Router {
+/// What can go wrong setting up the pages' TLS.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("TLS ({cert}, {key}): {message}")]
+    Tls {
+        cert: PathBuf,
+        key: PathBuf,
+        message: String,
+    },
+}
+
+impl From<HttpError> for crate::run::RunError {
+    fn from(e: HttpError) -> Self {
+        match e {
+            HttpError::File { path, message } => {
+                paraforge_core::access::AccessError::File { path, message }.into()
+            }
+            HttpError::Tls { cert, key, message } => crate::run::RunError::Tls {
+                cert: cert.display().to_string(),
+                key: key.display().to_string(),
+                message,
+            },
+        }
+    }
+}
+
+/// Who may read the pages.
+#[derive(Clone, Default)]
+pub struct HttpAccess {
+    /// The job's access token; `None` leaves the pages open.
+    pub token: Option<Arc<str>>,
+    /// The job's certificate; `None` serves plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+/// A rustls server configuration from PEM files (the certificate chain and
+/// its private key), the same files the gRPC side uses.
+pub fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, HttpError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    paraforge_core::access::init_tls();
+    let read = |p: &Path| {
+        std::fs::read(p).map_err(|e| HttpError::File {
+            path: p.to_path_buf(),
+            message: e.to_string(),
+        })
+    };
+    let tls_err = |message: String| HttpError::Tls {
+        cert: cert.to_path_buf(),
+        key: key.to_path_buf(),
+        message,
+    };
+    let chain = CertificateDer::pem_slice_iter(&read(cert)?)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| tls_err(format!("reading the certificate chain: {e}")))?;
+    if chain.is_empty() {
+        return Err(tls_err("no certificate in the certificate file".into()));
+    }
+    let key_der = PrivateKeyDer::from_pem_slice(&read(key)?)
+        .map_err(|e| tls_err(format!("reading the private key: {e}")))?;
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, key_der)
+        .map_err(|e| tls_err(e.to_string()))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+pub fn router(shared: Arc<Shared>, token: Option<Arc<str>>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/status", get(status_json))
+        // Guards the routes above, not /healthz below.
+        .route_layer(middleware::from_fn_with_state(token, require_token))
+        .route("/healthz", get(|| async { "ok\n" }))
         .with_state(shared)
+}
+
+/// Refuses a request without the right bearer token (401), when the job
+/// has one.
+async fn require_token(
+    State(token): State<Option<Arc<str>>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Some(want) = token else {
+        return next.run(req).await;
+    };
+    let got = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if got.is_some_and(|g| paraforge_core::access::ct_eq(g.as_bytes(), want.as_bytes())) {
+        return next.run(req).await;
+    }
+    tracing::warn!(
+        path = %req.uri().path(),
+        had_token = got.is_some(),
+        "HTTP request refused: missing or wrong access token"
+    );
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        "missing or wrong access token\n",
+    )
+        .into_response()
+}
+
+/// Serves the pages on `listener` until `shutdown` resolves, over TLS when
+/// `access.tls` is set.
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    access: HttpAccess,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(shared, access.token);
+    match access.tls {
+        Some(tls) => {
+            axum::serve(TlsListener::new(listener, tls)?, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
+}
+
+/// How long a client has to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// TCP connections after their TLS handshake. Handshakes run in their own
+/// tasks, so a client that connects and says nothing holds up no one else.
+struct TlsListener {
+    ready: tokio::sync::mpsc::Receiver<(tokio_rustls::server::TlsStream<TcpStream>, SocketAddr)>,
+    local: SocketAddr,
+    acceptor: tokio::task::JoinHandle<()>,
+}
+
+impl TlsListener {
+    fn new(listener: TcpListener, config: Arc<rustls::ServerConfig>) -> std::io::Result<Self> {
+        let local = listener.local_addr()?;
+        let tls = tokio_rustls::TlsAcceptor::from(config);
+        let (tx, ready) = tokio::sync::mpsc::channel(64);
+        let acceptor = tokio::spawn(async move {
+            loop {
+                let (tcp, peer) = match listener.accept().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of file descriptors and the like: pass.
+                        tracing::warn!(error = %e, "metrics port: accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let (tls, tx) = (tls.clone(), tx.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await {
+                        Ok(Ok(stream)) => {
+                            let _ = tx.send((stream, peer)).await;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "metrics port: TLS handshake failed")
+                        }
+                        Err(_) => tracing::debug!(%peer, "metrics port: TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        Ok(TlsListener {
+            ready,
+            local,
+            acceptor,
+        })
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self.acceptor.abort();
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(c) => c,
+            // The accepting task ended (it never does on its own): no more
+            // connections.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
 }
 
 /// Metrics in the Prometheus text exposition format.
@@ -74,7 +285,11 @@ pub fn render_metrics(shared: &Shared) -> String {
         "Estimated seconds to finish (-1 before the first commit).",
         s.eta_seconds,
     );
-    gauge("workers", "Registered workers.", s.workers.len() as f64);
+    gauge(
+        "workers",
+        "Registered workers (not yet forgotten).",
+        s.workers_total as f64,
+    );
     gauge(
         "job_finished",
         "1 when every shard is committed or failed.",
@@ -106,6 +321,7 @@ async fn status_json(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         "pairs_per_second": s.pairs_per_second,
         "eta_seconds": s.eta_seconds,
         "finished": s.finished,
+        "workers": s.workers_total,
         "output": s.output_url,
         "failed": s.failed.iter().map(|f| serde_json::json!({"shard": f.shard_id, "reason": f.reason, "attempts": f.attempts})).collect::<Vec<_>>(),
     });
@@ -164,7 +380,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server =
-            tokio::spawn(async move { axum::serve(listener, router(shared)).await.unwrap() });
+            tokio::spawn(async move { axum::serve(listener, router(shared, None)).await.unwrap() });
         let m = get(addr, "/metrics").await;
         assert!(m.contains("paraforge_shards_committed 1"), "{m}");
         assert!(
