@@ -394,3 +394,33 @@ async fn the_corpus_does_not_depend_on_shards_batches_or_workers() {
         .count();
     assert_eq!(differ, 0, "rows that differ: {differ} of {n}");
 }
+
+/// Two different pairs under one id pass (the pairs may be fine) but are
+/// reported with the id and both lines.
+#[test]
+fn a_repeated_pair_id_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rows, _) = sample_lines(12);
+    let mut rows = rows;
+    // Line 9 takes line 3's id.
+    let id3 = rows[2].split('\t').next().unwrap().to_string();
+    let rest: Vec<&str> = rows[8].splitn(2, '\t').collect();
+    rows[8] = format!("{id3}\t{}", rest[1]);
+    std::fs::write(dir.path().join("input.tsv"), rows.join("\n") + "\n").unwrap();
+    let mut cfg = config(dir.path(), "dup-ids", 20, "", "beam = 1");
+    cfg.coordinator.listen = "127.0.0.1:0".into();
+    cfg.coordinator.metrics = "127.0.0.1:0".into();
+    let toml = dir.path().join("job.toml");
+    std::fs::write(&toml, cfg.to_toml()).unwrap();
+    let o = std::process::Command::new(paraforge_bin())
+        .args(["run", "--config"])
+        .arg(&toml)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("a pair id appears twice") && err.contains(&id3) && err.contains("line=9"),
+        "{err}"
+    );
+}

@@ -90,6 +90,8 @@ fn init_logging(filter: &str, json: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colour codes only for a person at a terminal, not in log files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if json {
         b.json().init();

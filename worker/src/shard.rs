@@ -118,9 +118,25 @@ pub fn process(
         let read = scope.spawn(move || {
             let mut pairs = Vec::with_capacity(CHUNK);
             let mut rejects = Vec::new();
+            // Ids should name one pair each; a repeated id usually means an
+            // input concatenated twice or ids cut by a wrong column. Kept
+            // (the pair itself may be fine) but said, once per id. Only
+            // within a shard: a whole-job check would hold every id.
+            let mut seen: std::collections::HashMap<String, u64> = Default::default();
+            let mut repeated = 0u64;
             for rec in reader {
                 match rec {
-                    Ok(Record::Pair(p)) => pairs.push(p),
+                    Ok(Record::Pair(p)) => {
+                        if !p.id.is_empty() {
+                            if let Some(first) = seen.insert(p.id.clone(), p.line) {
+                                repeated += 1;
+                                if repeated <= 10 {
+                                    tracing::warn!(path = %path, id = %p.id, line = p.line, first_line = first, "a pair id appears twice in one shard");
+                                }
+                            }
+                        }
+                        pairs.push(p)
+                    }
                     Ok(Record::Reject(r)) => rejects.push(r),
                     Err(e) => {
                         let _ = to_translate.send(Err(ShardError::Read {
@@ -139,6 +155,9 @@ pub fn process(
                         return;
                     }
                 }
+            }
+            if repeated > 10 {
+                tracing::warn!(path = %path, repeated, "pair ids repeated in this shard (first 10 shown)");
             }
             let _ = to_translate.send(Ok((pairs, rejects)));
         });
