@@ -253,6 +253,34 @@ fn default_local() -> usize {
     1
 }
 
+/// Widest beam accepted (`model.beam`, `translate --beam`). Memory grows
+/// with beam x batch size x vocabulary per decoding step; beams past a few
+/// dozen do not improve translations, and 256 already needs gigabytes with
+/// a full-size model. The engine also refuses a beam wider than the
+/// model's vocabulary, which only it knows.
+pub const MAX_BEAM: usize = 256;
+
+/// Most sentences per batch (`model.batch_size`, `translate --batch-size`);
+/// larger batches only add padding and memory.
+pub const MAX_BATCH_SIZE: usize = 1024;
+
+/// ONNX Runtime threads are bounded by this many times the cores of the
+/// machine that checks the config: more threads than cores never helps
+/// (one per core is what 0 means), and a typo like 100000 would spend
+/// minutes and gigabytes starting threads. The multiple leaves room for a
+/// coordinator with fewer cores than its workers.
+pub const THREADS_PER_CORE: usize = 4;
+
+/// The cores of this machine (1 when they cannot be told).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// Most threads accepted on this machine: [`THREADS_PER_CORE`] x [`cores`].
+pub fn max_threads() -> usize {
+    THREADS_PER_CORE * cores()
+}
+
 const SCORES: [&str; 5] = [
     "para_score",
     "trigram_overlap",
@@ -384,11 +412,27 @@ impl JobConfig {
                 ),
             );
         }
-        if self.model.beam == 0 {
-            return bad("model.beam", "must be at least 1".into());
+        for (key, value, max) in [
+            ("model.beam", self.model.beam, MAX_BEAM),
+            ("model.batch_size", self.model.batch_size, MAX_BATCH_SIZE),
+        ] {
+            if value == 0 {
+                return bad(key, "must be at least 1".into());
+            }
+            if value > max {
+                return bad(key, format!("{value} is more than the limit of {max}"));
+            }
         }
-        if self.model.batch_size == 0 {
-            return bad("model.batch_size", "must be at least 1".into());
+        if self.model.threads > max_threads() {
+            return bad(
+                "model.threads",
+                format!(
+                    "{} is more than the limit of {} ({THREADS_PER_CORE} x the {} cores of this machine; 0 = one per core)",
+                    self.model.threads,
+                    max_threads(),
+                    cores()
+                ),
+            );
         }
         if self.model.max_new_tokens == Some(0) {
             return bad("model.max_new_tokens", "must be at least 1".into());
@@ -578,6 +622,47 @@ dir = "models/tiny-cs-en"
         for (text, key) in cases {
             let e = parse(&text).expect_err(key).to_string();
             assert!(e.contains(key) && e.starts_with("job.toml"), "{key}: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod bounds {
+    use super::*;
+
+    fn model_with(line: &str) -> Result<JobConfig, ConfigError> {
+        let text = format!(
+            "[job]\nname = \"t\"\noutput = \"o\"\n[input]\npaths = [\"a\"]\nformat = \"czeng16\"\n[model]\ndir = \"m\"\n{line}\n"
+        );
+        JobConfig::parse(&text, Path::new("job.toml"))
+    }
+
+    #[test]
+    fn beam_batch_size_and_threads_have_upper_bounds_naming_key_and_limit() {
+        let t = max_threads();
+        for (line, key, limit) in [
+            ("beam = 10000".to_string(), "model.beam", MAX_BEAM),
+            (
+                "batch_size = 1000000".to_string(),
+                "model.batch_size",
+                MAX_BATCH_SIZE,
+            ),
+            ("threads = 100000".to_string(), "model.threads", t),
+            (format!("threads = {}", t + 1), "model.threads", t),
+        ] {
+            let e = model_with(&line).expect_err(&line).to_string();
+            assert!(
+                e.starts_with("job.toml: `") && e.contains(key) && e.contains(&limit.to_string()),
+                "{line}: {e}"
+            );
+        }
+        for line in [
+            format!("beam = {MAX_BEAM}"),
+            format!("batch_size = {MAX_BATCH_SIZE}"),
+            format!("threads = {t}"),
+            "threads = 0".to_string(),
+        ] {
+            model_with(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
         }
     }
 }
