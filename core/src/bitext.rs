@@ -51,6 +51,8 @@ pub enum RejectReason {
         expected: usize,
     },
     InvalidUtf8,
+    /// Not UTF-8, and the bytes look like a single-byte legacy encoding.
+    LegacyEncoding,
     EmptySource,
     EmptyReference,
     TooLong {
@@ -74,6 +76,7 @@ impl std::fmt::Display for RejectReason {
                 write!(f, "{found} tab-separated columns, expected {expected}")
             }
             RejectReason::InvalidUtf8 => write!(f, "invalid UTF-8"),
+            RejectReason::LegacyEncoding => write!(f, "invalid UTF-8 ({LEGACY_HINT})"),
             RejectReason::EmptySource => write!(f, "empty source side"),
             RejectReason::EmptyReference => write!(f, "empty reference side"),
             RejectReason::TooLong { side, chars, max } => {
@@ -89,6 +92,53 @@ impl std::fmt::Display for RejectReason {
                 write!(f, "{side} side contains control character U+{code:04X}")
             }
         }
+    }
+}
+
+/// What to tell a user whose text is in a legacy 8-bit encoding; Czech is
+/// this project's first source language, hence the code page named.
+pub const LEGACY_HINT: &str = "looks like a legacy 8-bit encoding such as Windows-1250/ISO-8859-2; convert with iconv -f cp1250 -t utf-8";
+
+/// Whether `bytes`, which are not valid UTF-8, look like text in a
+/// single-byte legacy encoding rather than UTF-8 with a damaged character:
+/// there are more stray bytes (0x80-0xFF outside any UTF-8 sequence) than
+/// well-formed multi-byte characters, and no control bytes, which text in
+/// any 8-bit encoding lacks and UTF-16 or binary data has.
+pub fn looks_legacy_8bit(bytes: &[u8]) -> bool {
+    if bytes
+        .iter()
+        .any(|&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r'))
+    {
+        return false;
+    }
+    let (mut stray, mut multibyte) = (0usize, 0usize);
+    let mut rest = bytes;
+    loop {
+        let (valid, bad) = match std::str::from_utf8(rest) {
+            Ok(s) => (s, 0),
+            Err(e) => {
+                let (ok, tail) = rest.split_at(e.valid_up_to());
+                let ok = std::str::from_utf8(ok).unwrap_or_default();
+                // No error length: an incomplete sequence ends the line.
+                (ok, e.error_len().unwrap_or(tail.len()))
+            }
+        };
+        multibyte += valid.chars().filter(|c| !c.is_ascii()).count();
+        stray += bad;
+        if bad == 0 {
+            break;
+        }
+        rest = &rest[valid.len() + bad..];
+    }
+    stray > multibyte
+}
+
+/// The reason for a line that is not UTF-8.
+fn not_utf8(bytes: &[u8]) -> RejectReason {
+    if looks_legacy_8bit(bytes) {
+        RejectReason::LegacyEncoding
+    } else {
+        RejectReason::InvalidUtf8
     }
 }
 
@@ -360,7 +410,7 @@ impl BitextReader {
     fn parse(&self, line: &[u8]) -> Option<Record> {
         let text = match std::str::from_utf8(line) {
             Ok(t) => t,
-            Err(_) => return Some(self.reject(RejectReason::InvalidUtf8, line)),
+            Err(_) => return Some(self.reject(not_utf8(line), line)),
         };
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let cols: Vec<&str> = text.split('\t').collect();
@@ -479,7 +529,11 @@ impl Iterator for BitextReader {
                                 let r = r.strip_prefix('\u{feff}').unwrap_or(r);
                                 self.check(format!("{}:{}", self.name, self.line), s, r)
                             }
-                            _ => self.reject(RejectReason::InvalidUtf8, &line),
+                            (Err(_), _) => self.reject(not_utf8(&line), &line),
+                            (_, Err(_)) => {
+                                let reason = not_utf8(&self.rbuf);
+                                self.reject(reason, &line)
+                            }
                         }
                     }
                 };
@@ -546,7 +600,7 @@ mod tests {
             [
                 (2, "3 tab-separated columns, expected 4".to_string()),
                 (3, "empty source side".into()),
-                (5, "invalid UTF-8".into()),
+                (5, format!("invalid UTF-8 ({LEGACY_HINT})")),
                 (
                     7,
                     "reference side has 22 characters, more than the limit of 20".into()
@@ -555,6 +609,40 @@ mod tests {
             ]
         );
         assert!(rejects.iter().all(|r| r.file.ends_with("c.tsv")));
+    }
+
+    #[test]
+    fn text_in_a_legacy_encoding_is_named_with_how_to_convert_it() {
+        let dir = tempfile::tempdir().unwrap();
+        // "Příliš žluťoučký kůň" in Windows-1250; a UTF-8 line with one
+        // damaged character; UTF-16LE "ab".
+        let p = write(
+            dir.path(),
+            "c.tsv",
+            b"a-1\t1\tP\xf8\xedli\x9a \x9elu\x9dou\xe8k\xfd k\xf9\xf2\tHorse.\n\
+              a-2\t1\tP\xc5\x99\xc3\xadli\xc5\xa1 \xc5\xbelu\xc5\xa5ou\xc4\x8dk\xc3\xbd k\xc5\xaf\xc5\tHorse.\n\
+              a-3\t1\ta\x00b\x00\xff\tab\n",
+        );
+        let (_, rejects) = read_all(&p, Format::Czeng16, ReadOptions::default());
+        let why: Vec<String> = rejects.iter().map(|r| r.reason.to_string()).collect();
+        assert_eq!(why.len(), 3, "{why:?}");
+        assert!(
+            why[0].starts_with("invalid UTF-8 (")
+                && why[0].contains("Windows-1250")
+                && why[0].contains("iconv -f cp1250 -t utf-8"),
+            "{}",
+            why[0]
+        );
+        assert_eq!(why[1], "invalid UTF-8");
+        assert_eq!(why[2], "invalid UTF-8");
+        let en = write(dir.path(), "c.en", b"Dobr\xfd den.\n");
+        let cs = write(dir.path(), "c.cs", b"Hi.\n");
+        let (_, rejects) = read_all(
+            &cs,
+            Format::Aligned { reference: en },
+            ReadOptions::default(),
+        );
+        assert_eq!(rejects[0].reason, RejectReason::LegacyEncoding);
     }
 
     #[test]
