@@ -56,6 +56,13 @@ pub enum NmtError {
         reason: String,
     },
 
+    #[error("num_beams {beam} is more than the {vocab} tokens of the vocabulary of model {dir}")]
+    BeamExceedsVocabulary {
+        dir: PathBuf,
+        beam: usize,
+        vocab: usize,
+    },
+
     #[error("inference failed in {stage}: {message}")]
     Inference {
         stage: &'static str,

@@ -209,6 +209,15 @@ impl Translator {
                 reason: "must be at least 1".into(),
             });
         }
+        // Past the vocabulary the first step has fewer tokens than beams to fill.
+        let vocab = self.config.target_vocab_size();
+        if o.num_beams > vocab {
+            return Err(NmtError::BeamExceedsVocabulary {
+                dir: self.dir.clone(),
+                beam: o.num_beams,
+                vocab,
+            });
+        }
         if o.nbest == 0 || o.nbest > o.num_beams {
             return Err(NmtError::BadOption {
                 option: "nbest",
