@@ -73,10 +73,25 @@ fn main() {
     }
 }
 
+/// Refuses `--threads` past [`paraforge_core::config::max_threads`] (a
+/// small multiple of the cores), which only costs memory and start-up time.
+fn check_threads(n: usize) -> Result<()> {
+    use paraforge_core::config::{cores, max_threads, THREADS_PER_CORE};
+    if n > max_threads() {
+        anyhow::bail!(
+            "--threads {n}: more than the limit of {} ({THREADS_PER_CORE} x the {} cores of this machine)",
+            max_threads(),
+            cores()
+        );
+    }
+    Ok(())
+}
+
 /// Sizes rayon's global pool (training, rescoring); default: all cores.
 fn threads(n: Option<usize>) -> Result<()> {
     use anyhow::Context;
     if let Some(n) = n {
+        check_threads(n)?;
         rayon::ThreadPoolBuilder::new()
             .num_threads(n.max(1))
             .build_global()

@@ -1,10 +1,12 @@
 //! `paraforge translate`: sentences in, translations out, one line each.
 
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use paraforge_core::bitext::{looks_legacy_8bit, open_text, LEGACY_HINT};
+use paraforge_core::config::{MAX_BATCH_SIZE, MAX_BEAM};
 use paraforge_nmt::{Device, Flag, GenerateOptions, LoadOptions, Translator};
 
 #[derive(clap::Args)]
@@ -12,21 +14,24 @@ pub struct Args {
     /// Model directory in Optimum's ONNX export layout.
     #[arg(long)]
     model: PathBuf,
-    /// Input file, one sentence per line (default: standard input).
+    /// Input file, one sentence per line, plain, `.gz` or `.zst` (default:
+    /// standard input).
     input: Option<PathBuf>,
-    /// Output file (default: standard output).
+    /// Output file (default: standard output); replaced only when the run
+    /// succeeds, and never the input.
     #[arg(long, short)]
     output: Option<PathBuf>,
-    /// Beam size (1 = greedy).
+    /// Beam size (1 = greedy; at most 256 and the model's vocabulary).
     #[arg(long, default_value_t = 12)]
     beam: usize,
-    /// Sentences per batch.
+    /// Sentences per batch (at most 1024).
     #[arg(long, default_value_t = 16)]
     batch_size: usize,
     /// Print the translation score before each translation (tab-separated).
     #[arg(long)]
     scores: bool,
-    /// Print the K best hypotheses per sentence as `line<TAB>rank<TAB>score<TAB>text`.
+    /// Print the K best hypotheses per sentence as `line<TAB>rank<TAB>score<TAB>text`
+    /// (K at most --beam).
     #[arg(long)]
     nbest: Option<usize>,
     #[arg(long)]
@@ -42,7 +47,7 @@ pub struct Args {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: Device,
-    /// ONNX Runtime intra-op threads (0 = one per core).
+    /// ONNX Runtime intra-op threads (0 = one per core; at most 4 per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
     /// Use the int8 model (`*_quantized.onnx`).
@@ -62,7 +67,22 @@ pub struct Args {
 /// bounded on inputs of any size.
 const BLOCK: usize = 4096;
 
+/// Lines that are not UTF-8 are reported one by one up to this many; the
+/// rest only in the count at the end, so a wrongly encoded file does not
+/// bury the one message that says what is wrong.
+const SHOWN: usize = 10;
+
 pub fn run(a: Args) -> Result<()> {
+    check_options(&a)?;
+    if let (Some(input), Some(output)) = (&a.input, &a.output) {
+        if same_file(input, output) {
+            bail!(
+                "--output {} is the input {} (the same file): write the translations to another file",
+                output.display(),
+                input.display()
+            );
+        }
+    }
     let opts = GenerateOptions {
         num_beams: a.beam,
         max_length: a.max_length,
@@ -81,28 +101,18 @@ pub fn run(a: Args) -> Result<()> {
         decoder: Default::default(),
         io_binding: a.io_binding,
     };
+    // The same reader as `run`'s, so .gz and .zst inputs are decompressed.
+    let (mut reader, total): (Box<dyn BufRead>, Option<u64>) = match &a.input {
+        Some(p) => (open_text(p)?, Some(count_lines(p)?)),
+        None => (Box::new(BufReader::new(std::io::stdin().lock())), None),
+    };
     let mut model = Translator::load(&a.model, &load)
         .with_context(|| format!("loading model {}", a.model.display()))?;
-
-    let (reader, total): (Box<dyn Read>, Option<u64>) = match &a.input {
-        Some(p) => {
-            let f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
-            let lines = count_lines(p)?;
-            (Box::new(f), Some(lines))
-        }
-        None => (Box::new(std::io::stdin().lock()), None),
-    };
     let name = a
         .input
         .as_ref()
         .map_or("<stdin>".to_string(), |p| p.display().to_string());
-    let mut reader = BufReader::new(reader);
-    let mut out: Box<dyn Write> = match &a.output {
-        Some(p) => Box::new(BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
-        None => Box::new(BufWriter::new(std::io::stdout().lock())),
-    };
+    let mut out = Output::create(a.output.as_deref())?;
     let bar = match total {
         Some(n) => {
             let b = ProgressBar::new(n);
@@ -117,6 +127,7 @@ pub fn run(a: Args) -> Result<()> {
 
     let mut line_no = 0usize;
     let mut flagged = 0usize;
+    let (mut not_utf8, mut legacy, mut translatable) = (0usize, 0usize, 0usize);
     let mut busy = std::time::Duration::ZERO;
     let mut buf = Vec::new();
     loop {
@@ -135,13 +146,20 @@ pub fn run(a: Args) -> Result<()> {
                 buf.pop();
             }
             match std::str::from_utf8(&buf) {
-                Ok(s) => texts.push(s.to_string()),
+                Ok(s) => {
+                    translatable += usize::from(!s.trim().is_empty());
+                    texts.push(s.to_string());
+                }
                 Err(e) => {
+                    not_utf8 += 1;
+                    legacy += usize::from(looks_legacy_8bit(&buf));
+                    if not_utf8 <= SHOWN {
+                        eprintln!(
+                            "{name}:{}: invalid UTF-8 ({e}); empty output line",
+                            line_no + texts.len() + 1
+                        );
+                    }
                     bad.push(texts.len());
-                    eprintln!(
-                        "{name}:{}: invalid UTF-8 ({e}); empty output line",
-                        line_no + texts.len() + 1
-                    );
                     texts.push(String::new());
                 }
             }
@@ -178,8 +196,25 @@ pub fn run(a: Args) -> Result<()> {
         flagged += bad.len();
         line_no += texts.len();
     }
-    out.flush()?;
     bar.finish_and_clear();
+    if not_utf8 > 0 {
+        let hint = if 2 * legacy > not_utf8 {
+            format!(" ({LEGACY_HINT})")
+        } else {
+            String::new()
+        };
+        // Nothing but empty lines would be a wrong output reported as a success.
+        if translatable == 0 {
+            bail!(
+                "{name}: none of its {line_no} lines is UTF-8 text, nothing was translated{hint}"
+            );
+        }
+        eprintln!(
+            "paraforge translate: {not_utf8} of the {line_no} lines of {name} are not UTF-8{hint} (the first {} are listed above)",
+            not_utf8.min(SHOWN)
+        );
+    }
+    out.commit()?;
     if flagged > 0 {
         eprintln!("paraforge translate: {line_no} lines, {flagged} flagged (see above)");
     }
@@ -199,12 +234,140 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
-fn count_lines(p: &PathBuf) -> Result<u64> {
-    let mut f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
+/// Upper bounds, checked before the model loads: an unbounded beam, batch
+/// or thread count runs the machine out of memory instead of failing.
+fn check_options(a: &Args) -> Result<()> {
+    for (flag, value, max) in [
+        ("--beam", a.beam, MAX_BEAM),
+        ("--batch-size", a.batch_size, MAX_BATCH_SIZE),
+    ] {
+        if value == 0 {
+            bail!("{flag} {value}: must be at least 1");
+        }
+        if value > max {
+            bail!("{flag} {value}: more than the limit of {max}");
+        }
+    }
+    if let Some(k) = a.nbest {
+        if k == 0 || k > a.beam {
+            bail!("--nbest {k}: must be between 1 and --beam ({})", a.beam);
+        }
+    }
+    crate::check_threads(a.threads)
+}
+
+/// Whether `a` and `b` are one file, also through a symbolic or hard link.
+fn same_file(a: &Path, b: &Path) -> bool {
+    let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) else {
+        return false;
+    };
+    use std::os::unix::fs::MetadataExt;
+    x.dev() == y.dev() && x.ino() == y.ino()
+}
+
+/// Where the translations go. A file is written under a temporary name in
+/// its directory and renamed into place by [`Output::commit`], so a failed
+/// run leaves an earlier output as it was and no partial file (the
+/// temporary file is removed when it is dropped).
+enum Output {
+    Stdout(BufWriter<std::io::StdoutLock<'static>>),
+    File {
+        tmp: BufWriter<tempfile::NamedTempFile>,
+        target: PathBuf,
+    },
+}
+
+impl Output {
+    fn create(path: Option<&Path>) -> Result<Output> {
+        let Some(p) = path else {
+            return Ok(Output::Stdout(BufWriter::new(std::io::stdout().lock())));
+        };
+        // Through a symbolic link to the file it names, which stays a link.
+        let target = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let existing = std::fs::metadata(&target).ok();
+        if existing.as_ref().is_some_and(|m| m.is_dir()) {
+            bail!("--output {}: is a directory", p.display());
+        }
+        let dir = match target.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let name = target
+            .file_name()
+            .with_context(|| format!("--output {}: names no file", p.display()))?;
+        let prefix = format!(".{}.", name.to_string_lossy());
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix).suffix(".partial");
+        if existing.is_none() {
+            // What File::create gives a new file: 0666 less the umask.
+            builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        }
+        let tmp = builder.tempfile_in(dir).with_context(|| {
+            format!(
+                "creating a temporary file in {} for {}",
+                dir.display(),
+                p.display()
+            )
+        })?;
+        if let Some(m) = existing {
+            // A replaced output keeps its mode.
+            tmp.as_file()
+                .set_permissions(m.permissions())
+                .with_context(|| format!("setting the mode of {}", tmp.path().display()))?;
+        }
+        Ok(Output::File {
+            tmp: BufWriter::new(tmp),
+            target,
+        })
+    }
+
+    /// Flushes and, for a file, moves it to its name.
+    fn commit(self) -> Result<()> {
+        match self {
+            Output::Stdout(mut w) => Ok(w.flush()?),
+            Output::File { tmp, target } => {
+                let tmp = tmp
+                    .into_inner()
+                    .map_err(|e| e.into_error())
+                    .with_context(|| format!("writing {}", target.display()))?;
+                tmp.as_file()
+                    .sync_all()
+                    .with_context(|| format!("writing {}", target.display()))?;
+                tmp.persist(&target).map_err(|e| e.error).with_context(|| {
+                    format!("renaming the output into place at {}", target.display())
+                })?;
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Write for Output {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Output::Stdout(w) => w.write(buf),
+            Output::File { tmp, .. } => tmp.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Output::Stdout(w) => w.flush(),
+            Output::File { tmp, .. } => tmp.flush(),
+        }
+    }
+}
+
+/// Lines of `p` after decompression, for the progress bar; a last line
+/// without a newline counts.
+fn count_lines(p: &Path) -> Result<u64> {
+    let mut r = open_text(p)?;
     let mut buf = vec![0u8; 1 << 16];
     let (mut lines, mut last) = (0u64, b'\n');
     loop {
-        let n = f.read(&mut buf)?;
+        let n = r
+            .read(&mut buf)
+            .with_context(|| format!("reading {}", p.display()))?;
         if n == 0 {
             break;
         }

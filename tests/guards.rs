@@ -1,0 +1,275 @@
+//! Issue 13, "never report success on incomplete or wrong output", through
+//! the `paraforge` binary and the engine's public API: the input is never
+//! the output, a failed run leaves no partial output, compressed input is
+//! decompressed, options have upper bounds, and a legacy 8-bit encoding is
+//! named once instead of failing every line silently.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use paraforge_nmt::{GenerateOptions, LoadOptions, NmtError, Translator};
+use paraforge_tests::{model, paraforge_bin, paraforge_ok};
+
+const CZECH: &str = "Dobrý den.\nMuž jede na kole.\nKočka spí na stole.\n";
+
+/// Runs `paraforge` and kills it after `secs`: a guard that is missing
+/// shows up as a failed assertion instead of a test that eats the machine.
+fn paraforge(args: &[&str], secs: u64) -> Output {
+    let mut child = Command::new(paraforge_bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting paraforge");
+    let t = Instant::now();
+    while child.try_wait().expect("waiting for paraforge").is_none() {
+        if t.elapsed() > Duration::from_secs(secs) {
+            child.kill().expect("killing paraforge");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = child
+        .wait_with_output()
+        .expect("reading paraforge's output");
+    assert!(
+        t.elapsed() <= Duration::from_secs(secs),
+        "paraforge {args:?} still ran after {secs} s (killed)"
+    );
+    o
+}
+
+/// `paraforge translate` with the tiny model, quick settings and `rest`.
+fn translate(rest: &[&str], secs: u64) -> Output {
+    let m = model("tiny-cs-en");
+    let mut args = vec![
+        "translate",
+        "--model",
+        m.to_str().unwrap(),
+        "--max-new-tokens",
+        "8",
+    ];
+    if !rest.contains(&"--threads") {
+        args.extend_from_slice(&["--threads", "1"]);
+    }
+    args.extend_from_slice(rest);
+    paraforge(&args, secs)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Names in `dir` other than `keep`: a leftover temporary file shows here.
+fn strays(dir: &Path, keep: &[&str]) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !keep.contains(&n.as_str()))
+        .collect()
+}
+
+#[test]
+fn translate_refuses_to_write_over_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, CZECH).unwrap();
+    let link = dir.path().join("link.txt");
+    std::os::unix::fs::symlink(&input, &link).unwrap();
+    let hard = dir.path().join("hard.txt");
+    std::fs::hard_link(&input, &hard).unwrap();
+    let i = input.to_str().unwrap();
+    for out in [&input, &link, &hard] {
+        let o = translate(&["--beam", "1", "-o", out.to_str().unwrap(), i], 60);
+        assert!(!o.status.success(), "-o {} succeeded", out.display());
+        let e = stderr(&o);
+        assert!(e.contains("is the input"), "{e}");
+        assert_eq!(std::fs::read_to_string(&input).unwrap(), CZECH);
+    }
+    // The other way round: the input named through the link.
+    let o = translate(&["--beam", "1", "-o", i, link.to_str().unwrap()], 60);
+    assert!(!o.status.success());
+    assert_eq!(std::fs::read_to_string(&input).unwrap(), CZECH);
+}
+
+#[test]
+fn translate_replaces_its_output_only_when_it_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.txt");
+    std::fs::write(&out, "earlier output\n").unwrap();
+    // Every line fails (Windows-1250 Czech), so nothing was translated:
+    // an error, after the output was written, and the earlier output stays.
+    let input = dir.path().join("cp1250.txt");
+    std::fs::write(
+        &input,
+        b"Dobr\xfd den.\nP\xf8\xedli\x9a \x9elu\x9ctou\xe8k\xfd k\xf9\xf2.\n",
+    )
+    .unwrap();
+    let o = translate(
+        &[
+            "--beam",
+            "1",
+            "-o",
+            out.to_str().unwrap(),
+            input.to_str().unwrap(),
+        ],
+        60,
+    );
+    assert!(!o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "earlier output\n");
+    assert_eq!(
+        strays(dir.path(), &["out.txt", "cp1250.txt"]),
+        Vec::<String>::new()
+    );
+
+    // A good run replaces it.
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, CZECH).unwrap();
+    paraforge_ok(&[
+        "translate",
+        "--model",
+        model("tiny-cs-en").to_str().unwrap(),
+        "--beam",
+        "1",
+        "--threads",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "-o",
+        out.to_str().unwrap(),
+        input.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert_eq!(
+        strays(dir.path(), &["out.txt", "cp1250.txt", "in.txt"]),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn translate_decompresses_gz_and_zst_input() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("in.txt");
+    std::fs::write(&plain, CZECH).unwrap();
+    let gz = dir.path().join("in.txt.gz");
+    let mut e = flate2::write::GzEncoder::new(
+        std::fs::File::create(&gz).unwrap(),
+        flate2::Compression::default(),
+    );
+    e.write_all(CZECH.as_bytes()).unwrap();
+    e.finish().unwrap();
+    let zst = dir.path().join("in.txt.zst");
+    std::fs::write(&zst, zstd::encode_all(CZECH.as_bytes(), 3).unwrap()).unwrap();
+    let run = |p: &Path| {
+        let o = translate(&["--beam", "1", p.to_str().unwrap()], 60);
+        assert!(o.status.success(), "{}: {}", p.display(), stderr(&o));
+        let err = stderr(&o);
+        (String::from_utf8(o.stdout).unwrap(), err)
+    };
+    let (want, _) = run(&plain);
+    assert_eq!(want.lines().count(), 3, "{want}");
+    for p in [&gz, &zst] {
+        let (got, err) = run(p);
+        assert_eq!(got, want, "{}", p.display());
+        assert!(!err.contains("UTF-8"), "{}: {err}", p.display());
+    }
+}
+
+#[test]
+fn translate_bounds_beam_threads_batch_size_and_nbest() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "Dobrý den.\n").unwrap();
+    let i = input.to_str().unwrap();
+    for (args, names) in [
+        (&["--beam", "10000"][..], ["--beam", "10000", "256"]),
+        (&["--beam", "0"][..], ["--beam", "0", "at least 1"]),
+        (
+            &["--threads", "100000"][..],
+            ["--threads", "100000", "cores"],
+        ),
+        (
+            &["--batch-size", "1000000"][..],
+            ["--batch-size", "1000000", "1024"],
+        ),
+        (
+            &["--batch-size", "0"][..],
+            ["--batch-size", "0", "at least 1"],
+        ),
+        (
+            &["--beam", "2", "--nbest", "5"][..],
+            ["--nbest", "5", "--beam (2)"],
+        ),
+    ] {
+        let mut a = args.to_vec();
+        a.push(i);
+        let o = translate(&a, 20);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{args:?} succeeded: {e}");
+        for n in names {
+            assert!(e.contains(n), "{args:?}: {n:?} not in {e}");
+        }
+    }
+    // The largest allowed values still work.
+    let o = translate(
+        &["--beam", "256", "--nbest", "256", "--batch-size", "1024", i],
+        120,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 256);
+}
+
+#[test]
+fn the_engine_refuses_a_beam_wider_than_the_vocabulary() {
+    let mut t = Translator::load(
+        &model("tiny-cs-en"),
+        &LoadOptions {
+            threads: 1,
+            ..LoadOptions::default()
+        },
+    )
+    .expect("test model");
+    let vocab = t.config().target_vocab_size();
+    let o = GenerateOptions {
+        num_beams: vocab + 1,
+        max_new_tokens: Some(2),
+        ..GenerateOptions::default()
+    };
+    let e = t
+        .translate(&["Dobrý den."], &o)
+        .expect_err("a beam wider than the vocabulary");
+    assert!(
+        matches!(e, NmtError::BeamExceedsVocabulary { beam, vocab: v, .. } if beam == vocab + 1 && v == vocab),
+        "{e}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&(vocab + 1).to_string()) && msg.contains(&vocab.to_string()),
+        "{msg}"
+    );
+}
+
+#[test]
+fn translate_names_a_legacy_encoding_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("mixed.txt");
+    // 15 Windows-1250 lines and one ASCII line that translates.
+    let mut bytes = Vec::new();
+    for _ in 0..15 {
+        bytes.extend_from_slice(b"Dobr\xfd den, \xe8lov\xecku.\n");
+    }
+    bytes.extend_from_slice(b"Ahoj.\n");
+    std::fs::write(&input, bytes).unwrap();
+    let o = translate(&["--beam", "1", input.to_str().unwrap()], 60);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 16);
+    assert_eq!(e.matches("iconv -f cp1250 -t utf-8").count(), 1, "{e}");
+    assert!(e.contains("Windows-1250"), "{e}");
+    // Per-line reports stop after the first ten, then one count.
+    assert_eq!(e.matches("mixed.txt:").count(), 10, "{e}");
+    assert!(e.contains("15 of the 16 lines"), "{e}");
+}
