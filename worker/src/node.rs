@@ -119,8 +119,8 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
     let reg = call!(client, &o, register_worker, register_request(&o))?;
     let cfg = JobConfig::parse(&reg.config_toml, std::path::Path::new("<from coordinator>"))
         .map_err(|e| WorkerError::Config(e.to_string()))?;
-    let mut secret = reg.worker_secret.clone();
     let mut worker_id = reg.worker_id.clone();
+    let mut secret = reg.worker_secret.clone();
     tracing::info!(worker = %worker_id, job = %reg.job_id, "registered");
 
     let device: Device = cfg.model.device.parse().map_err(WorkerError::Config)?;
@@ -179,7 +179,6 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             &o,
             lease_shard,
             pb::LeaseShardRequest {
-                secret = again.worker_secret;
                 worker_id: worker_id.clone(),
                 worker_secret: secret.clone(),
             }
@@ -191,6 +190,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                 let again = call!(client, &o, register_worker, register_request(&o))?;
                 tracing::warn!(old = %worker_id, new = %again.worker_id, "the coordinator does not know this worker; registered again");
                 worker_id = again.worker_id;
+                secret = again.worker_secret;
                 continue;
             }
             Err(e) => return Err(e),
@@ -228,7 +228,6 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                 0
             },
             max_chars: cfg.input.max_chars,
-                secret.clone(),
         };
         tracing::info!(worker = %worker_id, shard = spec.shard_id, token = lease.lease_token, attempt = lease.attempt, "processing shard");
 
@@ -238,9 +237,9 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
         let hb = {
             let (mut c, o2, wid, wsecret, progress, revoked) = (
                 client.clone(),
-                        worker_secret: wsecret.clone(),
                 o.clone(),
                 worker_id.clone(),
+                secret.clone(),
                 progress.clone(),
                 revoked.clone(),
             );
@@ -250,6 +249,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                     tokio::time::sleep(heartbeat_every).await;
                     let req = pb::HeartbeatRequest {
                         worker_id: wid.clone(),
+                        worker_secret: wsecret.clone(),
                         leases: vec![pb::LeaseProgress {
                             shard_id,
                             lease_token: token,
@@ -260,13 +260,6 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                             }),
                         }],
                     };
-                        // Forgotten by the coordinator: the lease went with
-                        // this worker, so the shard's work would be refused.
-                        Err(WorkerError::UnknownWorker(m)) => {
-                            tracing::warn!(shard = shard_id, token, reason = %m, "the coordinator no longer knows this worker; abandoning the shard");
-                            revoked.store(true, Ordering::Relaxed);
-                            return;
-                        }
                     match call!(c, &o2, heartbeat, req) {
                         Ok(r) if r.revoked_tokens.contains(&token) => {
                             tracing::warn!(
@@ -278,6 +271,13 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                             return;
                         }
                         Ok(_) => {}
+                        // Forgotten by the coordinator: the lease went with
+                        // this worker, so the shard's work would be refused.
+                        Err(WorkerError::UnknownWorker(m)) => {
+                            tracing::warn!(shard = shard_id, token, reason = %m, "the coordinator no longer knows this worker; abandoning the shard");
+                            revoked.store(true, Ordering::Relaxed);
+                            return;
+                        }
                         Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
                     }
                 }
@@ -312,7 +312,6 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             Ok(Err(e)) => Err((e.to_string(), e.retryable())),
             Err(join) => Err((format!("worker task failed: {join}"), true)),
         };
-                        worker_secret: secret.clone(),
         let (files, out) = match stored {
             Ok(stored) => stored,
             Err((reason, retryable)) => {
@@ -324,12 +323,12 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                     fail_shard,
                     pb::FailShardRequest {
                         worker_id: worker_id.clone(),
+                        worker_secret: secret.clone(),
                         shard_id: spec.shard_id,
                         lease_token: lease.lease_token,
                         reason,
                         retryable,
                     }
-                worker_secret: secret.clone(),
                 );
                 continue;
             }
@@ -341,6 +340,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             complete_shard,
             pb::CompleteShardRequest {
                 worker_id: worker_id.clone(),
+                worker_secret: secret.clone(),
                 shard_id: spec.shard_id,
                 lease_token: lease.lease_token,
                 files,
