@@ -182,7 +182,6 @@ async fn a_tls_coordinator_refuses_plain_text_and_unknown_authorities() {
             garbage.display()
         ),
     );
-    std::fs::remove_file(dir.path().join("out/_coordinator.redb")).ok();
     let e = start_err(&bad).await;
     assert!(e.contains("garbage.pem"), "{e}");
 }

@@ -38,9 +38,11 @@ enum Fault {
     BlockStorage,
     ChangeInput,
     SecondJob,
+    ForgeCompletion,
 }
 
-const ALL: [Fault; 6] = [
+const ALL: [Fault; 7] = [
+    Fault::ForgeCompletion,
     Fault::KillWorker,
     Fault::KillCoordinator,
     Fault::PauseWorker,
@@ -48,6 +50,95 @@ const ALL: [Fault; 6] = [
     Fault::ChangeInput,
     Fault::SecondJob,
 ];
+
+/// A client with the job's access (this job has no token) forges
+/// completions: under a listed worker's id without its secret, for every
+/// shard and many tokens; and under its own registration, for shards it
+/// does not hold and for one it holds but claiming 100 pairs and no files.
+/// Every one must be refused; the round's output check then shows that
+/// none of them counted.
+fn forge_completions(url: &str, shards: usize) -> usize {
+    use paraforge_core::proto::coordinator_client::CoordinatorClient;
+    use paraforge_core::proto::{self as pb, lease_shard_response};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let Ok(mut c) = CoordinatorClient::connect(url.to_string()).await else {
+            return 0;
+        };
+        let Ok(s) = c.job_status(pb::JobStatusRequest {}).await else {
+            return 0;
+        };
+        let victim = s.into_inner().workers.first().map(|w| w.worker_id.clone());
+        let Ok(me) = c
+            .register_worker(pb::RegisterWorkerRequest {
+                name: "forger".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                ..Default::default()
+            })
+            .await
+        else {
+            return 0;
+        };
+        let me = me.into_inner();
+        let mut tried = 0;
+        let mut complete = |id: String, secret: String, shard: u64, token: u64| {
+            tried += 1;
+            pb::CompleteShardRequest {
+                worker_id: id,
+                worker_secret: secret,
+                shard_id: shard,
+                lease_token: token,
+                files: vec![],
+                totals: Some(pb::Progress {
+                    records_read: 100,
+                    pairs_written: 100,
+                    rejects: 0,
+                }),
+            }
+        };
+        let mut forged = Vec::new();
+        for shard in 0..shards as u64 {
+            for token in 1..8 {
+                if let Some(v) = &victim {
+                    forged.push(complete(v.clone(), "0".repeat(32), shard, token));
+                    forged.push(complete(v.clone(), me.worker_secret.clone(), shard, token));
+                }
+                forged.push(complete(
+                    me.worker_id.clone(),
+                    me.worker_secret.clone(),
+                    shard,
+                    token,
+                ));
+            }
+        }
+        if let Ok(r) = c
+            .lease_shard(pb::LeaseShardRequest {
+                worker_id: me.worker_id.clone(),
+                worker_secret: me.worker_secret.clone(),
+            })
+            .await
+        {
+            if let Some(lease_shard_response::Result::Lease(l)) = r.into_inner().result {
+                let id = l.shard.map_or(0, |s| s.shard_id);
+                forged.push(complete(
+                    me.worker_id.clone(),
+                    me.worker_secret.clone(),
+                    id,
+                    l.lease_token,
+                ));
+            }
+        }
+        for req in forged {
+            if let Ok(r) = c.complete_shard(req).await {
+                assert!(!r.into_inner().accepted, "a forged completion was accepted");
+            }
+        }
+        tried
+    })
+}
 
 /// Starts `paraforge coordinator` on a config expected to be refused at
 /// start; returns what it said on standard error.
@@ -255,6 +346,11 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usi
                 );
                 assert!(!state.exists(), "seed {seed}: the refused job left a state");
             }
+            Fault::ForgeCompletion => {
+                if forge_completions(&url, shards) == 0 {
+                    continue;
+                }
+            }
             _ => continue,
         }
         *injected.entry(fault).or_default() += 1;
@@ -338,6 +434,7 @@ fn faults_short() {
             Fault::BlockStorage,
             Fault::ChangeInput,
             Fault::SecondJob,
+            Fault::ForgeCompletion,
             Fault::PauseWorker,
         ],
         3000,

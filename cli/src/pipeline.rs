@@ -438,6 +438,7 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
         stop_on_signal(stop.clone());
         wait_finished(&c, None, &stop).await;
         if stop.load(Ordering::Relaxed) {
+            let s = paraforge_coordinator::service::status(&c.shared);
             c.stop().await;
             anyhow::bail!(
                 "stopped before the job finished: {} of {} shards committed; the state is kept: start again to resume",
@@ -535,7 +536,7 @@ pub fn status(a: StatusArgs) -> Result<()> {
             "unknown".into()
         };
         println!("throughput: {:.1} pairs/s, eta {eta}", s.pairs_per_second);
-        println!("workers: {}", s.workers.len());
+        println!("workers: {}", s.workers_total);
         for f in &s.failed {
             println!(
                 "  shard {} failed after {} attempts: {}",
