@@ -19,7 +19,7 @@ VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build ort testenv test demo lint fmt venv fixtures bench-nmt bench-score bench-bins bench-train bench-load bench-pipeline soak clean-ort
+.PHONY: all build ort testenv test demo scorer lint fmt venv fixtures bench-nmt bench-score bench-bins bench-train bench-load bench-pipeline soak clean-ort
 
 all: build
 
@@ -41,6 +41,12 @@ build:
 demo: $(ORT_LIB) build
 	rm -rf out/demo
 	target/release/paraforge run --config pipeline-configs/demo.toml
+
+# The default para_score model, models/scorer-trigram: back-translate the
+# shared bitext minus the held-out sample, train TRIGRAM candidates, keep the
+# best on STS Benchmark dev (tools/train_scorer.sh; logs in bench-out/scorer).
+scorer: $(ORT_LIB) build
+	tools/train_scorer.sh $(BITEXT)
 
 # A small Python environment for the interop tests (pyarrow and DuckDB read
 # our Parquet; moto serves S3 locally). Tests skip, saying why, without it.
@@ -94,11 +100,13 @@ bench-bins: $(ORT_LIB) build
 	$(CARGO) build --release -p paraforge-dataset --examples
 	tools/bench_bins.sh 10000000
 
-# Fault injection on real processes: 50 randomized rounds of SIGKILLed
-# workers and coordinator, paused workers and a failing output store.
+# Fault injection on real processes: 200 randomized rounds of SIGKILLed
+# workers and coordinator, paused workers, a failing output store, inputs
+# changed between runs, a second job on the same output and forged
+# completions (LINES sample pairs per round).
 soak: $(ORT_LIB)
 	$(CARGO) build --bin paraforge
-	PARAFORGE_SOAK_ROUNDS=$${ROUNDS:-50} $(CARGO) test -p paraforge-tests --test faults soak -- --ignored --nocapture
+	PARAFORGE_SOAK_ROUNDS=$${ROUNDS:-200} PARAFORGE_SOAK_LINES=$${LINES:-1000} $(CARGO) test -p paraforge-tests --test faults soak -- --ignored --nocapture
 
 # 1,000 simulated workers against one coordinator over loopback, 100,000 shards.
 bench-load:
