@@ -17,7 +17,9 @@
 # usage: tools/replicate.sh BITEXT.tsv [BITEXT.tsv ...]
 #   env: MODEL (models/demo-cs-en), BEAM (4), VECTORS (the bundled GloVe),
 #        EPOCHS (5), SEEDS ("1 2 3"), FOLD_EPOCHS (20), TRIGRAM_DIM (300),
-#        OUT (bench-out/replication)
+#        OUT (bench-out/replication), TRANSLATE_ONLY (stop after step 1:
+#        tools/train_scorer.sh reuses it for the corpus the default scorer
+#        is trained on)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 BITEXT.tsv [...]" >&2; exit 2; }
@@ -68,6 +70,7 @@ TOML
   $BIN run --config "$OUT/job.toml" | tee "$OUT/run.log"
 fi
 [ -f "$OUT/report/report.md" ] || $BIN report --data "$OUT/corpus" --out "$OUT/report" > /dev/null
+[ -z "${TRANSLATE_ONLY:-}" ] || exit 0
 
 train() { # name data model M seed epochs
   [ -f "$OUT/models/$1.pfe" ] && return 0

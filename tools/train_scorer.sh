@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Trains the default para_score model (models/scorer-trigram) with the
+# project's own loop, and writes its evaluation:
+#
+#   1. the shared bitext minus the held-out evaluation pairs (the ids of
+#      data/sample/czeng16-heldout.cs-en.tsv, HELD_OUT_PREFIXES in
+#      tools/marian_model.py), so that the demo never scores pairs its
+#      scorer was trained on;
+#   2. back-translated with models/demo-cs-en (beam 4), scored and binned by
+#      tools/replicate.sh's first step (TRANSLATE_ONLY=1);
+#   3. TRIGRAM models (seed 000's charagram averaging) trained on every pair
+#      with mega-batches of M = 20, one per candidate setting (CANDIDATES:
+#      "trigram-dim:epochs" ...);
+#   4. each evaluated by `paraforge eval-sts` next to GloVe averaging; the
+#      candidate with the best STS Benchmark *dev* Pearson is kept (test
+#      stays unseen; within 0.2 points the smaller, faster one) and copied
+#      to DEST, then evaluated in detail.
+# Resumes: every step is skipped when its output exists.
+#
+# usage: tools/train_scorer.sh [BITEXT.tsv ...]   (default: ../shared/data/bitext/*.tsv)
+#   env: OUT (bench-out/scorer), DEST (models/scorer-trigram),
+#        CANDIDATES ("300:5 300:10 200:10 100:10"), MIN_TRIGRAM_COUNT (2),
+#        SEED (1), PARAFORGE_BIN (target/release/paraforge)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench-out/scorer}
+DEST=${DEST:-models/scorer-trigram}
+CANDIDATES=${CANDIDATES:-300:5 300:10 200:10 100:10}
+MIN_TRIGRAM_COUNT=${MIN_TRIGRAM_COUNT:-2}
+SEED=${SEED:-1}
+BIN=${PARAFORGE_BIN:-target/release/paraforge}
+GLOVE=data/vectors/glove.6B.50d.top25k.txt.gz
+[ $# -ge 1 ] || set -- ../shared/data/bitext/*.tsv
+mkdir -p "$OUT/models"
+log() { echo "== $(date +%H:%M:%S) $*"; }
+
+# 1. Held out: the evaluation sets named in the demo models' cards.
+if [ ! -f "$OUT/bitext-train.tsv" ]; then
+  cat "$@" | grep -v -E '^(multi30k-test-2016-flickr-|multi30k-test-2018-flickr-|wmt19-newstest2019encs-)' \
+    > "$OUT/bitext-train.tsv.tmp"
+  mv "$OUT/bitext-train.tsv.tmp" "$OUT/bitext-train.tsv"
+fi
+log "$(wc -l < "$OUT/bitext-train.tsv") training pairs (held-out sets excluded)"
+
+# 2. Back-translate, score (GloVe), bin.
+OUT=$OUT TRANSLATE_ONLY=1 PARAFORGE_BIN=$BIN tools/replicate.sh "$OUT/bitext-train.tsv"
+
+# 3. Candidates.
+for c in $CANDIDATES; do
+  dim=${c%%:*}
+  epochs=${c#*:}
+  name="trigram-d$dim-e$epochs"
+  [ -f "$OUT/models/$name.pfe" ] && continue
+  log "train $name"
+  $BIN train --data "$OUT/corpus" --model trigram --megabatch 20 --seed "$SEED" \
+    --epochs "$epochs" --trigram-dim "$dim" --min-trigram-count "$MIN_TRIGRAM_COUNT" \
+    --out "$OUT/models/$name.pfe" 2>&1 | tee "$OUT/models/$name.log" | tail -1
+done
+
+# 4. Evaluate, select on STSB dev, install.
+log "evaluating"
+$BIN eval-sts --vectors "$GLOVE" $(ls "$OUT"/models/*.pfe | sed 's/^/--model /') \
+  --json "$OUT/sts.json" > "$OUT/sts.md"
+best=$(python3 - "$OUT/sts.json" <<'PY'
+import json, sys
+cols = json.load(open(sys.argv[1]))
+dev = {c["model"].split(" ")[0]: g["pearson"] for c in cols for g in c["groups"] if g["group"] == "STSB-dev"}
+dev = {m: p for m, p in dev.items() if m.endswith(".pfe")}
+# Best dev Pearson; within 0.2 points, the smaller model (faster scoring).
+top = max(dev.values())
+dim = lambda m: int(m.split("-d")[1].split("-")[0])
+print(min((m for m, p in dev.items() if p >= top - 0.2), key=lambda m: (dim(m), -dev[m])))
+PY
+)
+log "selected $best (best STS Benchmark dev Pearson)"
+mkdir -p "$DEST"
+cp "$OUT/models/$best" "$DEST/model.pfe"
+$BIN eval-sts --vectors "$GLOVE" --model "$DEST/model.pfe" --detail --json "$OUT/scorer-sts.json" \
+  > "$OUT/scorer-sts.md"
+log "done: $DEST/model.pfe ($(du -h "$DEST/model.pfe" | cut -f1)); STS in $OUT/scorer-sts.md"
