@@ -251,4 +251,75 @@ async fn the_pipeline_writes_to_s3_through_object_store() {
             && listed.contains(&"_bins/_manifest.json".to_string()),
         "{listed:?}"
     );
+
+    // `paraforge rescore` with the default scorer, S3 to S3: a complete new
+    // dataset, the original untouched.
+    let snapshot = |url: &'static str| async move {
+        let s = Storage::open(url).unwrap();
+        let mut all = Vec::new();
+        for (p, _) in s.list("").await.unwrap() {
+            use sha2::Digest;
+            let sha = hex::encode(sha2::Sha256::digest(s.get(&p).await.unwrap()));
+            all.push((p, sha));
+        }
+        all.sort();
+        all
+    };
+    let before = snapshot("s3://paraforge-test/jobs/interop").await;
+    let args = |out: &str| -> Vec<String> {
+        [
+            "rescore",
+            "--data",
+            "s3://paraforge-test/jobs/interop",
+            "--model",
+            &repo_root()
+                .join("models/scorer-trigram")
+                .display()
+                .to_string(),
+            "--out",
+            out,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let stdout = paraforge_tests::paraforge_ok(&args("s3://paraforge-test/jobs/interop-rescored"));
+    assert!(stdout.contains("600 pairs in 3 files"), "{stdout}");
+    assert_eq!(snapshot("s3://paraforge-test/jobs/interop").await, before);
+    let new = Storage::open("s3://paraforge-test/jobs/interop-rescored").unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&new.get("_manifest.json").await.unwrap()).unwrap();
+    assert_eq!(manifest["rows"], 600);
+    assert_eq!(manifest["input"], "s3://paraforge-test/jobs/interop");
+    let files = manifest["files"].as_array().unwrap();
+    assert_eq!(files.len(), m.files.len());
+    let mut rows = 0;
+    for f in files {
+        let bytes = new.get(f["path"].as_str().unwrap()).await.unwrap();
+        use sha2::Digest;
+        assert_eq!(hex::encode(sha2::Sha256::digest(&bytes)), f["sha256"]);
+        let r =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
+        let kind = r
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .unwrap()
+            .iter()
+            .find(|kv| kv.key == paraforge_core::schema::meta::PARA_SCORER_KIND)
+            .and_then(|kv| kv.value.clone());
+        assert!(kind.unwrap().starts_with("trigram model"));
+        rows += r
+            .build()
+            .unwrap()
+            .map(|b| b.unwrap().num_rows())
+            .sum::<usize>();
+    }
+    assert_eq!(rows, 600);
+    // A second run into the same prefix is refused, and changes nothing.
+    let o = std::process::Command::new(paraforge_tests::paraforge_bin())
+        .args(args("s3://paraforge-test/jobs/interop-rescored"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not empty"));
 }

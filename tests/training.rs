@@ -51,7 +51,7 @@ fn training_learns_from_real_pairs_and_exports_vectors() {
     assert!(tris.len() > 1000, "{}", tris.len());
 
     for kind in [Kind::Word, Kind::WordTrigram] {
-        let mut m = Model::new(kind, Some(&v), tris.clone(), 50, 1).unwrap();
+        let mut m = paraforge_trainer::model::init(kind, Some(&v), tris.clone(), 50, 1).unwrap();
         let before = retrieval(&m, &pairs);
         let o = TrainOptions {
             megabatch: 4,
@@ -74,34 +74,49 @@ fn training_learns_from_real_pairs_and_exports_vectors() {
         );
 
         // Same seed, same model.
-        let mut again = Model::new(kind, Some(&v), tris.clone(), 50, 1).unwrap();
+        let mut again =
+            paraforge_trainer::model::init(kind, Some(&v), tris.clone(), 50, 1).unwrap();
         train(&mut again, &source, &o, &mut |_| {}).unwrap();
         assert_eq!(again.w, m.w, "{kind:?}: training is deterministic");
 
         if kind == Kind::Word {
             let p = dir.path().join("trained.txt");
-            assert_eq!(m.export_vectors(&p).unwrap(), v.len());
+            assert_eq!(
+                paraforge_trainer::model::export_vectors(&m, &p).unwrap(),
+                v.len()
+            );
             let (back, rep) = Vectors::load(&p).unwrap();
             assert_eq!(rep.loaded, v.len());
             let i = m.words().iter().position(|w| w == "man").unwrap();
             assert_eq!(back.get("man").unwrap(), &m.w[i * 50..(i + 1) * 50]);
-            rescore_with(dir.path(), &p, &back, &rows);
+            rescore_with(dir.path(), "--vectors", &p, &back, &rows);
+        } else {
+            // The model itself, trigrams included, as the scorer.
+            let p = dir.path().join("trained.pfe");
+            m.save(&p).unwrap();
+            rescore_with(dir.path(), "--model", &p, &m, &rows);
         }
     }
 }
 
-/// The loop through the binary: `paraforge rescore` with the exported
-/// vectors gives every row the para_score those vectors give it, keeps the
-/// other columns, and `paraforge bin` reads the result.
-fn rescore_with(data: &Path, vectors_file: &Path, vectors: &Vectors, rows: &[PairRow]) {
+/// The loop through the binary: `paraforge rescore` with exported vectors
+/// or a model gives every row the para_score they give it, keeps the other
+/// columns, and `paraforge bin` reads the result.
+fn rescore_with(
+    data: &Path,
+    flag: &str,
+    file: &Path,
+    encoder: &dyn paraforge_core::SentenceEncoder,
+    rows: &[PairRow],
+) {
     let out = tempfile::tempdir().unwrap();
     let rescored = out.path().join("rescored");
     let stdout = paraforge_ok(&[
         "rescore".as_ref(),
         "--data".as_ref(),
         data.as_os_str(),
-        "--vectors".as_ref(),
-        vectors_file.as_os_str(),
+        flag.as_ref(),
+        file.as_os_str(),
         "--out".as_ref(),
         rescored.as_os_str(),
     ]);
@@ -111,7 +126,7 @@ fn rescore_with(data: &Path, vectors_file: &Path, vectors: &Vectors, rows: &[Pai
     );
 
     let want: HashMap<&str, &PairRow> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
-    let mut scorer = Scorer::new(Some(vectors));
+    let mut scorer = Scorer::new(Some(encoder));
     let (mut seen, mut changed) = (0, 0);
     for f in dataset_files(&rescored).unwrap() {
         for b in PairReader::open(&f, &[]).unwrap() {
@@ -180,7 +195,7 @@ fn bad_training_input_is_an_error_or_a_counted_skip() {
         ],
     );
     let v = glove();
-    let mut m = Model::new(Kind::Word, Some(&v), vec![], 0, 1).unwrap();
+    let mut m = paraforge_trainer::model::init(Kind::Word, Some(&v), vec![], 0, 1).unwrap();
     let rep = train(
         &mut m,
         &PairSource::open(&d).unwrap(),

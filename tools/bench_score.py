@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Scoring benchmark: paraforge's scorer against a plain Python
 implementation of the same definitions (tools/score_reference.py), on the
-same real pairs in the same run; also checks that both give the same scores.
+same real pairs in the same run; also checks that both give the same scores
+(with GloVe averaging, the para_score the Python peer implements), then
+measures the default scorer (models/scorer-trigram, a trained TRIGRAM
+model) on the same pairs.
 
 Pairs: the English references of the bundled sample
 (data/sample/czeng16-heldout.cs-en.tsv) with back-translations of their Czech
@@ -29,6 +32,7 @@ def main() -> None:
     ap.add_argument("--paraforge", required=True)
     ap.add_argument("--bench", required=True)
     ap.add_argument("--vectors", default=str(ROOT / "data/vectors/glove.6B.50d.top25k.txt.gz"))
+    ap.add_argument("--scorer", default=str(ROOT / "models/scorer-trigram"))
     ap.add_argument("--python-pairs", type=int, default=20000)
     args = ap.parse_args()
     out = ROOT / "bench-out"
@@ -48,6 +52,9 @@ def main() -> None:
     r = subprocess.run([args.bench, str(pairs_file), args.vectors, "2000000"], check=True, capture_output=True,
                        text=True, env={**os.environ, "BENCH_DUMP": str(dump)})
     rust = json.loads(r.stdout.strip().splitlines()[-1])
+    r = subprocess.run([args.bench, str(pairs_file), args.scorer, "2000000"], check=True, capture_output=True,
+                       text=True)
+    default = json.loads(r.stdout.strip().splitlines()[-1])
 
     t = time.perf_counter()
     vecs = ref.load_vectors(args.vectors)
@@ -77,17 +84,20 @@ def main() -> None:
         elif pr["para_score"] is not None:
             worst = max(worst, abs(pr["para_score"] - rr["para_score"]))
 
-    res = {"rust": rust, "python_pairs_per_second": py, "python_vectors_load_seconds": py_load,
+    res = {"rust": rust, "default_scorer": default, "python_pairs_per_second": py, "python_vectors_load_seconds": py_load,
            "ratio": rust["pairs_per_second"] / py, "pairs_compared": len(rust_rows),
            "pairs_disagreeing": mismatched, "worst_para_score_difference": worst}
     (out / "score.json").write_text(json.dumps(res, indent=1))
-    print(f"{len(pairs)} real pairs (reference, back-translation), GloVe {rust['dim']}d ({rust['vectors']} words)")
-    print(f"paraforge: {rust['pairs_per_second']:,.0f} pairs/s on {rust['threads']} threads ({rust['pairs']:,} pairs)")
+    print(f"{len(pairs)} real pairs (reference, back-translation)")
+    print(f"paraforge, default scorer ({default['scorer']}): "
+          f"{default['pairs_per_second']:,.0f} pairs/s on {default['threads']} threads ({default['pairs']:,} pairs)")
+    print(f"paraforge, {rust['scorer']}: {rust['pairs_per_second']:,.0f} pairs/s on {rust['threads']} threads ({rust['pairs']:,} pairs)")
     print(f"python:    {py:,.0f} pairs/s (1 thread, {n:,} pairs)")
     print(f"ratio:     {res['ratio']:.0f}x")
     print(f"agreement: {len(rust_rows) - mismatched}/{len(rust_rows)} pairs identical, "
           f"worst para_score difference {worst:.2e}")
-    print(f"vectors load: paraforge {rust['vectors_load_seconds']:.2f} s, python {py_load:.2f} s")
+    print(f"load: GloVe paraforge {rust['load_seconds']:.2f} s, python {py_load:.2f} s; "
+          f"default scorer {default['load_seconds']:.2f} s")
 
 
 if __name__ == "__main__":

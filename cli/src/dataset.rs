@@ -107,28 +107,105 @@ pub fn report(a: ReportArgs) -> Result<()> {
         r.trigram_overlap.mean,
         a.out.join("report.md").display()
     );
+    for l in r.range_tally().lines() {
+        println!("  {l}");
+    }
     Ok(())
 }
 
 #[derive(clap::Args)]
 pub struct RescoreArgs {
-    /// A dataset directory or Parquet file.
+    /// A dataset: a local directory or Parquet file, or an object-store URL
+    /// (`s3://`, `gs://`) of a job's output or an earlier rescore.
     #[arg(long)]
-    data: PathBuf,
-    /// GloVe-format vectors, e.g. from `paraforge export-vectors`.
+    data: String,
+    /// A model from `paraforge train` (`.pfe`, or a directory holding
+    /// `model.pfe`, such as models/scorer-trigram): para_score becomes the
+    /// cosine of its two sentence embeddings.
+    #[arg(long, required_unless_present = "vectors", conflicts_with = "vectors")]
+    model: Option<PathBuf>,
+    /// GloVe-format word vectors instead (averaged).
     #[arg(long)]
-    vectors: PathBuf,
-    /// A new directory for the rescored dataset (same layout, own `_manifest.json`).
+    vectors: Option<PathBuf>,
+    /// A new, empty directory or object-store prefix for the rescored
+    /// dataset (same layout, own `_manifest.json`); the input is only read.
     #[arg(long)]
-    out: PathBuf,
+    out: String,
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
 }
 
+fn is_remote(url: &str) -> bool {
+    url.contains("://") && !url.starts_with("file://")
+}
+
+fn local_path(url: &str) -> PathBuf {
+    PathBuf::from(url.strip_prefix("file://").unwrap_or(url))
+}
+
 pub fn rescore(a: RescoreArgs) -> Result<()> {
-    let files = paraforge_core::schema::dataset_files(&a.data)
-        .with_context(|| format!("listing {}", a.data.display()))?;
+    use paraforge_dataset::rescore::{self, ScorerPath};
+    let scorer = match (&a.model, &a.vectors) {
+        (Some(m), None) => ScorerPath::Model(m),
+        (None, Some(v)) => ScorerPath::Vectors(v),
+        _ => anyhow::bail!("give --model or --vectors"),
+    };
+    let (remote_in, remote_out) = (is_remote(&a.data), is_remote(&a.out));
+    if remote_in && remote_out {
+        let (d, o) = (a.data.trim_end_matches('/'), a.out.trim_end_matches('/'));
+        anyhow::ensure!(
+            o != d && !o.starts_with(&format!("{d}/")),
+            "{}: the output must not be the input or lie inside it ({})",
+            a.out,
+            a.data
+        );
+    }
+    // Object stores are staged through a local directory: the input is
+    // downloaded (checksums checked against its manifest), rescored
+    // locally, and the new dataset uploaded with its manifest last.
+    let staging = (remote_in || remote_out)
+        .then(tempfile::tempdir)
+        .transpose()
+        .context("creating a staging directory")?;
+    let rt = (remote_in || remote_out)
+        .then(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+        })
+        .transpose()
+        .context("starting the async runtime")?;
+    let input = match (&staging, &rt) {
+        (Some(dir), Some(rt)) if remote_in => {
+            let local = dir.path().join("input");
+            let n = rt.block_on(stage_dataset(&a.data, &local))?;
+            eprintln!("staged {n} files of {}", a.data);
+            local
+        }
+        _ => local_path(&a.data),
+    };
+    let out = match (&staging, &rt) {
+        (Some(dir), Some(rt)) if remote_out => {
+            let listed = rt.block_on(async {
+                paraforge_core::storage::Storage::open(&a.out)?
+                    .list("")
+                    .await
+            });
+            let listed = listed.with_context(|| format!("listing {}", a.out))?;
+            anyhow::ensure!(
+                listed.is_empty(),
+                "{}: output is not empty ({} objects; rescore writes a new dataset, pick a new prefix)",
+                a.out,
+                listed.len()
+            );
+            dir.path().join("output")
+        }
+        _ => local_path(&a.out),
+    };
+
+    let files = paraforge_core::schema::dataset_files(&input)
+        .with_context(|| format!("listing {}", a.data))?;
     let total: u64 = files
         .iter()
         .filter_map(|f| paraforge_core::PairReader::open(f, &[]).ok())
@@ -141,20 +218,25 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
         .expect("valid template"),
     );
     crate::threads(a.threads)?;
-    let m = paraforge_dataset::rescore::run(&a.data, &a.vectors, &a.out, &|n| bar.inc(n))
-        .with_context(|| {
-            format!(
-                "rescoring {} with {}",
-                a.data.display(),
-                a.vectors.display()
-            )
-        })?;
+    let name = scorer.file().display().to_string();
+    let m = rescore::run(
+        &input,
+        scorer,
+        &out,
+        remote_in.then_some(a.data.as_str()),
+        &|n| bar.inc(n),
+    )
+    .with_context(|| format!("rescoring {} with {name}", a.data))?;
     bar.finish_and_clear();
+    if let (true, Some(rt)) = (remote_out, &rt) {
+        let n = rt.block_on(upload_dataset(&out, &a.out))?;
+        eprintln!("uploaded {n} files to {}", a.out);
+    }
     println!(
-        "{} pairs in {} files rescored with {}; mean para_score {:.3} -> {:.3}",
+        "{} pairs in {} files rescored with {name} ({}); mean para_score {:.3} -> {:.3}",
         m.rows,
         m.files.len(),
-        a.vectors.display(),
+        m.scorer_kind,
         m.mean_before,
         m.mean_after
     );
@@ -165,6 +247,90 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
         let after = m.ranges_after.get(label).copied().unwrap_or(0);
         println!("  {label:<12} {before:>11} {after:>10}");
     }
-    println!("written to {} (see _manifest.json)", a.out.display());
+    println!("written to {} (see _manifest.json)", a.out);
     Ok(())
+}
+
+/// Downloads a dataset on an object store to `local`: the files its
+/// `_manifest.json` lists (each checked against the manifest's SHA-256) and
+/// the manifest, or without a manifest every `.parquet` outside `_` folders.
+/// A job output without `_SUCCESS` is refused, as `dataset_files` refuses it.
+async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
+    use paraforge_core::schema::{CLAIM_FILE, SUCCESS_FILE};
+    use sha2::Digest;
+    let store = paraforge_core::storage::Storage::open(url)?;
+    let listed: Vec<String> = store
+        .list("")
+        .await
+        .with_context(|| format!("listing {url}"))?
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    anyhow::ensure!(!listed.is_empty(), "{url}: no objects (not a dataset)");
+    anyhow::ensure!(
+        !listed.iter().any(|p| p == CLAIM_FILE) || listed.iter().any(|p| p == SUCCESS_FILE),
+        "{url}: a paraforge job output without {SUCCESS_FILE}: the job is incomplete"
+    );
+    let mut want: Vec<(String, Option<String>)> = Vec::new();
+    if listed.iter().any(|p| p == "_manifest.json") {
+        let bytes = store.get("_manifest.json").await?;
+        let v: serde_json::Value = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{url}/_manifest.json: invalid JSON"))?;
+        for f in v["files"].as_array().into_iter().flatten() {
+            let path = f["path"]
+                .as_str()
+                .with_context(|| format!("{url}/_manifest.json: a files entry has no \"path\""))?;
+            want.push((path.to_string(), f["sha256"].as_str().map(String::from)));
+        }
+        want.push(("_manifest.json".into(), None));
+    } else {
+        want.extend(
+            listed
+                .into_iter()
+                .filter(|p| p.ends_with(".parquet") && !p.split('/').any(|c| c.starts_with('_')))
+                .map(|p| (p, None)),
+        );
+    }
+    for (rel, sha) in &want {
+        let bytes = store.get(rel).await?;
+        if let Some(sha) = sha {
+            let got = hex::encode(sha2::Sha256::digest(&bytes));
+            anyhow::ensure!(
+                &got == sha,
+                "{url}/{rel}: checksum {got} differs from the manifest's {sha}"
+            );
+        }
+        let p = local.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap_or(local))?;
+        std::fs::write(&p, &bytes).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(want.len())
+}
+
+/// Uploads a rescored dataset, `_manifest.json` last: a reader that finds
+/// the manifest finds every file it lists.
+async fn upload_dataset(dir: &std::path::Path, url: &str) -> Result<usize> {
+    let store = paraforge_core::storage::Storage::open(url)?;
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+            let p = e?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p.strip_prefix(dir)?.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    files.sort_by_key(|f| f == "_manifest.json");
+    for rel in &files {
+        let bytes = std::fs::read(dir.join(rel))
+            .with_context(|| format!("reading {}", dir.join(rel).display()))?;
+        store
+            .put(rel, bytes::Bytes::from(bytes))
+            .await
+            .with_context(|| format!("uploading {url}/{rel}"))?;
+    }
+    Ok(files.len())
 }

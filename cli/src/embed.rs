@@ -57,6 +57,10 @@ pub struct TrainArgs {
     /// Where to write the model (.pfe).
     #[arg(long)]
     out: PathBuf,
+    /// How the file stores the tables: f32, or bf16 (half the size; read
+    /// back as f32).
+    #[arg(long, default_value = "f32")]
+    precision: paraforge_core::encoder::Precision,
     /// Evaluate on the STS sets under this directory after training.
     #[arg(long)]
     sts: Option<PathBuf>,
@@ -122,7 +126,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
     } else {
         Vec::new()
     };
-    let mut model = Model::new(a.model, init.as_ref(), trigrams, tdim, a.seed)?;
+    let mut model = paraforge_trainer::model::init(a.model, init.as_ref(), trigrams, tdim, a.seed)?;
     drop(init);
     let o = TrainOptions {
         megabatch: a.megabatch,
@@ -164,7 +168,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
         "lr": a.lr, "epochs": a.epochs, "seed": a.seed,
         "report": report,
     });
-    model.save(&a.out)?;
+    model.save_as(&a.out, a.precision)?;
     for e in &report.epochs {
         println!(
             "epoch {}: {} pairs, mean loss {:.4}, {:.0} pairs/s",
@@ -200,7 +204,7 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
     let mut columns: Vec<(String, Vec<sts::SetResult>)> = Vec::new();
     for p in &a.vectors {
         let (v, _) = paraforge_core::Vectors::load(p)?;
-        let m = Model::new(Kind::Word, Some(&v), Vec::new(), 0, 0)?;
+        let m = paraforge_trainer::model::init(Kind::Word, Some(&v), Vec::new(), 0, 0)?;
         let name = format!(
             "{} (averaged)",
             p.file_name().map_or_else(
@@ -283,7 +287,7 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
 
 pub fn export_vectors(a: ExportArgs) -> Result<()> {
     let m = Model::load(&a.model)?;
-    let n = m.export_vectors(&a.out)?;
+    let n = paraforge_trainer::model::export_vectors(&m, &a.out)?;
     println!(
         "{n} word vectors ({} dimensions) written to {}",
         m.word_dim,

@@ -264,12 +264,14 @@ async fn upload_dir(storage: &Storage, dir: &std::path::Path) -> Result<usize> {
     Ok(n)
 }
 
-/// Mean scores over the output and a few example rows.
+/// Mean scores over the output, how the pairs fall into the five
+/// para_score ranges (seed 000, Table 3) and a few example rows.
 fn summarize(out: &std::path::Path) -> Result<()> {
     use arrow_array::{Array, Float32Array, StringArray};
     use paraforge_core::schema::{col, column, dataset_files, PairReader};
     let (mut n, mut para, mut para_n, mut tri, mut ts) = (0u64, 0f64, 0u64, 0f64, 0f64);
     let mut examples = Vec::new();
+    let mut ranges = paraforge_dataset::report::RangeTally::default();
     for f in dataset_files(out)? {
         for b in PairReader::open(
             &f,
@@ -294,6 +296,7 @@ fn summarize(out: &std::path::Path) -> Result<()> {
                 }
                 tri += g.value(i) as f64;
                 ts += s.value(i) as f64;
+                ranges.add((!p.is_null(i)).then(|| p.value(i)), g.value(i));
                 if examples.len() < 5 && i % 97 == 3 {
                     let ps = if p.is_null(i) {
                         "null".to_string()
@@ -318,6 +321,9 @@ fn summarize(out: &std::path::Path) -> Result<()> {
         tri / n_f,
         ts / n_f
     );
+    for l in ranges.lines() {
+        println!("  {l}");
+    }
     println!("  examples (reference -> back-translation):");
     for e in examples {
         println!("{e}");

@@ -2,19 +2,22 @@
 //! and para_score for every pair, on all cores. Used by `make bench-score`
 //! (tools/bench_score.py), which runs the Python peer on the same pairs.
 //!
-//! usage: bench_score PAIRS.tsv VECTORS [MIN_PAIRS]
+//! usage: bench_score PAIRS.tsv SCORER [MIN_PAIRS]
 //! PAIRS.tsv holds `reference<TAB>translation` per line; the pairs are
 //! repeated until at least MIN_PAIRS (default 2,000,000) are scored.
+//! SCORER is a `.pfe` model (or a directory holding `model.pfe`, such as
+//! models/scorer-trigram) or GloVe-format word vectors.
 
+use std::path::Path;
 use std::time::Instant;
 
-use paraforge_core::{Scorer, Vectors};
+use paraforge_core::{Model, Scorer, SentenceEncoder, Vectors};
 use rayon::prelude::*;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 {
-        eprintln!("usage: bench_score PAIRS.tsv VECTORS [MIN_PAIRS]");
+        eprintln!("usage: bench_score PAIRS.tsv SCORER [MIN_PAIRS]");
         std::process::exit(2);
     }
     let text = std::fs::read_to_string(&args[1]).unwrap_or_else(|e| {
@@ -27,15 +30,28 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(2_000_000);
     let t = Instant::now();
-    let (vectors, report) = Vectors::load(args[2].as_ref()).unwrap_or_else(|e| {
-        eprintln!("{e}");
-        std::process::exit(1)
-    });
+    let path = Path::new(&args[2]);
+    let encoder: Box<dyn SentenceEncoder> = if path.is_dir() || args[2].ends_with(".pfe") {
+        Box::new(Model::load(path).unwrap_or_else(|e| {
+            eprintln!("{e}");
+            std::process::exit(1)
+        }))
+    } else {
+        Box::new(
+            Vectors::load(path)
+                .unwrap_or_else(|e| {
+                    eprintln!("{e}");
+                    std::process::exit(1)
+                })
+                .0,
+        )
+    };
+    let vectors = &*encoder;
     let load_s = t.elapsed().as_secs_f64();
     // With BENCH_DUMP=FILE, also write every pair's scores once (for the
     // agreement check against the Python definitions).
     if let Some(dump) = std::env::var_os("BENCH_DUMP") {
-        let mut scorer = Scorer::new(Some(&vectors));
+        let mut scorer = Scorer::new(Some(vectors));
         let mut out = String::new();
         for (r, t) in &pairs {
             let s = scorer.score(r, t);
@@ -55,7 +71,7 @@ fn main() {
     let checksum: f64 = (0..rounds)
         .into_par_iter()
         .map_init(
-            || Scorer::new(Some(&vectors)),
+            || Scorer::new(Some(vectors)),
             |scorer, _| {
                 pairs
                     .iter()
@@ -70,10 +86,10 @@ fn main() {
     let secs = t.elapsed().as_secs_f64();
     let n = rounds * pairs.len();
     println!(
-        "{{\"pairs\":{n},\"seconds\":{secs:.4},\"pairs_per_second\":{:.0},\"threads\":{},\"vectors\":{},\"dim\":{},\"vectors_load_seconds\":{load_s:.3},\"checksum\":{checksum:.3}}}",
+        "{{\"pairs\":{n},\"seconds\":{secs:.4},\"pairs_per_second\":{:.0},\"threads\":{},\"scorer\":{:?},\"dim\":{},\"load_seconds\":{load_s:.3},\"checksum\":{checksum:.3}}}",
         n as f64 / secs,
         rayon::current_num_threads(),
-        report.loaded,
+        vectors.describe(),
         vectors.dim()
     );
 }

@@ -150,7 +150,14 @@ fn default_batch_size() -> usize {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scoring {
-    /// GloVe-format vectors for para_score (none: para_score is null).
+    /// A trained embedding model for para_score (a `.pfe` file from
+    /// `paraforge train`, or a directory holding `model.pfe`, such as
+    /// `models/scorer-trigram`): para_score is the cosine of its two
+    /// sentence embeddings.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// GloVe-format word vectors for para_score instead (averaged; unknown
+    /// words left out). Neither key: para_score is null.
     #[serde(default)]
     pub vectors: Option<String>,
 }
@@ -341,6 +348,20 @@ impl JobConfig {
         }
         if self.input.paths.is_empty() {
             return bad("input.paths", "needs at least one file".into());
+        }
+        if self.scoring.model.is_some() && self.scoring.vectors.is_some() {
+            return bad(
+                "scoring.model",
+                "give scoring.model or scoring.vectors for para_score, not both".into(),
+            );
+        }
+        for (key, v) in [
+            ("scoring.model", &self.scoring.model),
+            ("scoring.vectors", &self.scoring.vectors),
+        ] {
+            if v.as_deref().is_some_and(|p| p.trim().is_empty()) {
+                return bad(key, "must not be empty (leave the key out instead)".into());
+            }
         }
         for (key, list) in [
             ("input.paths", &self.input.paths),
@@ -618,6 +639,14 @@ dir = "models/tiny-cs-en"
             ),
             (MINIMAL.replace("name = \"t\"", "name = 3"), "name"),
             (MINIMAL.replace("[input]", "[inptu]"), "inptu"),
+            (
+                MINIMAL.to_string() + "\n[scoring]\nmodel = \"m.pfe\"\nvectors = \"v.txt\"\n",
+                "scoring.model",
+            ),
+            (
+                MINIMAL.to_string() + "\n[scoring]\nvectors = \" \"\n",
+                "scoring.vectors",
+            ),
         ];
         for (text, key) in cases {
             let e = parse(&text).expect_err(key).to_string();

@@ -1,15 +1,17 @@
-//! Parts every paraforge service shares: the pair scores and word vectors
-//! (METHOD.md section 3).
+//! Parts every paraforge service shares: the pair scores, word vectors and
+//! sentence encoders (METHOD.md section 3).
 
 pub mod access;
 pub mod bitext;
 pub mod config;
+pub mod encoder;
 pub mod proto;
 pub mod schema;
 pub mod score;
 pub mod storage;
 pub mod vectors;
 
+pub use encoder::{load_encoder, EncoderError, Model, SentenceEncoder};
 pub use schema::{DataError, PairReader, PairRow, RowsBuilder};
 pub use score::{tokenize, PairScores, Scorer, Tokens};
 pub use vectors::{LoadReport, Vectors, VectorsError};

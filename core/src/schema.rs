@@ -111,7 +111,12 @@ pub mod meta {
     pub const MODEL: &str = "paraforge.model";
     pub const MODEL_SHA256: &str = "paraforge.model_sha256";
     pub const CONFIG: &str = "paraforge.config";
-    /// Set by `paraforge rescore`: the vectors the para_score column now comes from.
+    /// Set by `paraforge rescore`: the model or vectors file the para_score
+    /// column now comes from, what it is, and its SHA-256.
+    pub const PARA_SCORER: &str = "paraforge.para_scorer";
+    pub const PARA_SCORER_KIND: &str = "paraforge.para_scorer_kind";
+    pub const PARA_SCORER_SHA256: &str = "paraforge.para_scorer_sha256";
+    /// What rescore wrote before it took trained models (dropped on rescoring).
     pub const PARA_VECTORS: &str = "paraforge.para_vectors";
     pub const PARA_VECTORS_SHA256: &str = "paraforge.para_vectors_sha256";
 }

@@ -1,15 +1,23 @@
 //! The scores of a (reference, translation) pair, as METHOD.md section 3
 //! defines them: n-gram overlap (seed 000, footnote 6), the paraphrase score
-//! (cosine of averaged word vectors), and token lengths. Every score reads
-//! the same tokens, from [`tokenize`].
+//! (cosine of the two sentence embeddings of a [`SentenceEncoder`]: a
+//! trained model or averaged word vectors), and token lengths. Every score
+//! reads the same tokens, from [`tokenize`].
 
-use crate::vectors::Vectors;
+use crate::encoder::{Scratch, SentenceEncoder};
 
 /// One token of a lowercased sentence, with a hash for fast comparison.
 #[derive(Debug, Clone, Copy)]
 pub struct Token<'a> {
     pub text: &'a str,
     hash: u64,
+}
+
+impl Token<'_> {
+    /// [`word_hash`] of the text, computed once by the tokenizer.
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
 }
 
 impl PartialEq for Token<'_> {
@@ -291,45 +299,46 @@ fn ngrams(len: usize, n: usize) -> usize {
 /// Everything the pipeline stores about a pair.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PairScores {
-    /// Cosine of the averaged word vectors; `None` when a side has no known token.
+    /// Cosine of the two sentence embeddings; `None` when a side has none
+    /// (no known word or trigram).
     pub para_score: Option<f32>,
     pub unigram_overlap: f32,
     pub bigram_overlap: f32,
     pub trigram_overlap: f32,
     pub reference_len: u32,
     pub translation_len: u32,
-    /// Tokens without a vector, per side.
+    /// Tokens without a row of their own in the encoder, per side.
     pub reference_oov: u32,
     pub translation_oov: u32,
 }
 
-/// Scores pairs; holds the vectors and reusable buffers.
+/// Scores pairs; holds the para_score encoder and reusable buffers.
 pub struct Scorer<'v> {
-    vectors: Option<&'v Vectors>,
+    encoder: Option<&'v dyn SentenceEncoder>,
     r: Tokens,
     t: Tokens,
     ids_r: Vec<u32>,
     ids_t: Vec<u32>,
     table: Vec<(u64, Span)>,
-    counts: Vec<(u32, u32)>,
-    sum_r: Vec<f32>,
-    sum_t: Vec<f32>,
+    scratch: Scratch,
+    emb_r: Vec<f32>,
+    emb_t: Vec<f32>,
 }
 
 impl<'v> Scorer<'v> {
-    /// A scorer; without vectors, `para_score` is always `None`.
-    pub fn new(vectors: Option<&'v Vectors>) -> Scorer<'v> {
-        let d = vectors.map_or(0, Vectors::dim);
+    /// A scorer; without an encoder, `para_score` is always `None`.
+    pub fn new(encoder: Option<&'v dyn SentenceEncoder>) -> Scorer<'v> {
+        let d = encoder.map_or(0, |e| e.dim());
         Scorer {
-            vectors,
+            encoder,
             r: Tokens::default(),
             t: Tokens::default(),
             ids_r: Vec::new(),
             ids_t: Vec::new(),
             table: Vec::new(),
-            counts: Vec::new(),
-            sum_r: vec![0.0; d],
-            sum_t: vec![0.0; d],
+            scratch: Scratch::default(),
+            emb_r: vec![0.0; d],
+            emb_t: vec![0.0; d],
         }
     }
 
@@ -344,53 +353,17 @@ impl<'v> Scorer<'v> {
             &mut self.ids_t,
             &mut table,
         );
+        self.table = table;
         let (mut oov_r, mut oov_t, mut para) = (0, 0, None);
-        if let Some(v) = self.vectors {
-            // One lookup per distinct token, weighted by its count per side.
-            self.counts.clear();
-            self.counts.resize(table.len(), (0, 0));
-            for &i in &self.ids_r {
-                self.counts[i as usize].0 += 1;
-            }
-            for &i in &self.ids_t {
-                self.counts[i as usize].1 += 1;
-            }
-            self.sum_r.fill(0.0);
-            self.sum_t.fill(0.0);
-            let (mut kr, mut kt) = (0u32, 0u32);
-            for (&(hash, span), &(cr, ct)) in table.iter().zip(&self.counts) {
-                let word = self.text(span);
-                match v.get_hashed(hash, word) {
-                    Some(row) => {
-                        if cr > 0 {
-                            let w = cr as f32;
-                            self.sum_r
-                                .iter_mut()
-                                .zip(row)
-                                .for_each(|(s, x)| *s += w * x);
-                            kr += cr;
-                        }
-                        if ct > 0 {
-                            let w = ct as f32;
-                            self.sum_t
-                                .iter_mut()
-                                .zip(row)
-                                .for_each(|(s, x)| *s += w * x);
-                            kt += ct;
-                        }
-                    }
-                    None => {
-                        oov_r += cr;
-                        oov_t += ct;
-                    }
-                }
-            }
-            if kr > 0 && kt > 0 {
-                // The cosine of the averages equals the cosine of the sums.
-                para = Some(cosine(&self.sum_r, &self.sum_t));
+        if let Some(e) = self.encoder {
+            // The encoder reads the tokens already made: one tokenization per pair.
+            let cr = e.embed_tokens(&self.r, &mut self.scratch, &mut self.emb_r);
+            let ct = e.embed_tokens(&self.t, &mut self.scratch, &mut self.emb_t);
+            (oov_r, oov_t) = (cr.unknown, ct.unknown);
+            if cr.known > 0 && ct.known > 0 {
+                para = Some(cosine(&self.emb_r, &self.emb_t));
             }
         }
-        self.table = table;
         let (a, b) = (&self.ids_r, &self.ids_t);
         PairScores {
             para_score: para,
@@ -402,11 +375,6 @@ impl<'v> Scorer<'v> {
             reference_oov: oov_r,
             translation_oov: oov_t,
         }
-    }
-
-    fn text(&self, span: Span) -> &str {
-        let toks = if span.side == 0 { &self.r } else { &self.t };
-        toks.get(span.index as usize).text
     }
 }
 
@@ -499,6 +467,8 @@ mod tests {
         assert_eq!(overlap("Ünïcödé wörds here", "ünïcödé wörds there", 2), 0.5);
     }
 
+    use crate::vectors::Vectors;
+
     fn vectors() -> Vectors {
         Vectors::from_pairs(
             2,
@@ -568,6 +538,40 @@ mod tests {
             };
             assert_eq!(overlap_ids(&ia, &ib, n), brute, "n = {n}");
         }
+    }
+
+    /// The shipped default scorer on real pairs: para_score is the model's
+    /// own cosine (what `eval-sts` and the trainer compute), and word
+    /// vectors still score as before.
+    #[test]
+    fn shipped_scorer_para_score_is_the_models_cosine() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let m = crate::encoder::Model::load(&root.join("models/scorer-trigram")).unwrap();
+        assert_eq!(m.kind, crate::encoder::Kind::Trigram);
+        let text =
+            std::fs::read_to_string(root.join("data/sample/czeng16-heldout.cs-en.tsv")).unwrap();
+        let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
+        let mut s = Scorer::new(Some(&m));
+        let (mut n, mut spread) = (0, (f32::MAX, f32::MIN));
+        // Neighbouring references (unrelated captions and news), a sentence
+        // with itself lowercased, and English against Czech (mostly unknown
+        // trigrams).
+        for w in rows.windows(2).step_by(7) {
+            for (a, b) in [
+                (w[0][3], w[1][3]),
+                (w[0][3], &*w[0][3].to_lowercase()),
+                (w[0][3], w[0][2]),
+            ] {
+                let p = s.score(a, b).para_score.unwrap();
+                let own = cosine(&m.embed(a), &m.embed(b));
+                assert!((p - own).abs() <= 1e-5, "{a:?} / {b:?}: {p} vs {own}");
+                spread = (spread.0.min(p), spread.1.max(p));
+                n += 1;
+            }
+        }
+        assert!(n > 1500);
+        assert!(spread.0 < 0.4 && spread.1 > 0.99, "{spread:?}");
+        assert_eq!(s.score("", "a cat").para_score, None);
     }
 
     #[test]

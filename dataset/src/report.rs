@@ -116,6 +116,76 @@ impl Moments {
     }
 }
 
+/// Pairs per para_score range with their mean trigram overlap (seed 000,
+/// Table 3, in brief): what `make demo` and `paraforge report` print.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RangeTally {
+    pub pairs: [u64; PARA_RANGES.len()],
+    pub trigram_sum: [f64; PARA_RANGES.len()],
+    /// Pairs without a para_score.
+    pub none: u64,
+}
+
+impl RangeTally {
+    pub fn add(&mut self, para: Option<f32>, trigram_overlap: f32) {
+        match para_range(para) {
+            Some(k) => {
+                self.pairs[k] += 1;
+                self.trigram_sum[k] += trigram_overlap as f64;
+            }
+            None => self.none += 1,
+        }
+    }
+
+    /// The range's label as the paper writes it: "(-inf, 0.2]" ... "(0.8, 1.0]".
+    pub fn label(k: usize) -> String {
+        let (lo, hi, _) = PARA_RANGES[k];
+        if lo.is_finite() {
+            format!("({lo:.1}, {:.1}]", hi.min(1.0))
+        } else {
+            format!("(-inf, {hi:.1}]")
+        }
+    }
+
+    /// One line per range: pairs, share of the scored pairs, mean trigram overlap.
+    pub fn lines(&self) -> Vec<String> {
+        let scored: u64 = self.pairs.iter().sum();
+        let mut out = vec!["para_score range   pairs   share  mean trigram overlap".to_string()];
+        for k in 0..PARA_RANGES.len() {
+            let n = self.pairs[k];
+            let mean = if n > 0 {
+                format!("{:.3}", self.trigram_sum[k] / n as f64)
+            } else {
+                "-".into()
+            };
+            out.push(format!(
+                "{:<16} {n:>7} {:>6.1}%  {mean}",
+                Self::label(k),
+                100.0 * n as f64 / scored.max(1) as f64
+            ));
+        }
+        if self.none > 0 {
+            out.push(format!("{:<16} {:>7}", "no para_score", self.none));
+        }
+        out
+    }
+}
+
+impl Report {
+    /// The report's ranges as a [`RangeTally`].
+    pub fn range_tally(&self) -> RangeTally {
+        let mut t = RangeTally {
+            none: self.no_para_score,
+            ..RangeTally::default()
+        };
+        for (k, row) in self.ranges.iter().enumerate().take(PARA_RANGES.len()) {
+            t.pairs[k] = row.pairs;
+            t.trigram_sum[k] = row.trigram_overlap.mean * row.pairs as f64;
+        }
+        t
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RangeRow {
     pub label: String,
@@ -441,12 +511,8 @@ fn tables(r: &Report) -> String {
     );
     let _ = writeln!(s, "|---|---:|---:|---|---:|---:|---:|");
     let ranked: u64 = r.ranges.iter().map(|x| x.pairs).sum();
-    for (row, &(lo, hi, _)) in r.ranges.iter().zip(PARA_RANGES.iter()) {
-        let label = if lo.is_finite() {
-            format!("({lo:.1}, {:.1}]", hi.min(1.0))
-        } else {
-            format!("(-inf, {hi:.1}]")
-        };
+    for (k, row) in r.ranges.iter().enumerate() {
+        let label = RangeTally::label(k);
         let _ = writeln!(
             s,
             "| {label} | {} | {:.1}% | {:.2} ({:.2}) | {:.1} | {:.1} | {:.2} |",

@@ -1,13 +1,15 @@
-//! `paraforge rescore`: recompute para_score of an existing dataset with other
-//! word vectors, without translating again.
+//! `paraforge rescore`: recompute para_score of an existing dataset with
+//! another encoder (a model from `paraforge train`, or word vectors),
+//! without translating again.
 //!
 //! Translation is the expensive stage (hours of GPU per million pairs);
-//! para_score is a cosine of averaged vectors (microseconds). Seed 000 scores
-//! with PARAGRAM-PHRASE vectors trained on paraphrases, and a model trained by
-//! `paraforge train` can be exported in the same format, so the natural loop
-//! is translate once, train, export, rescore, bin again. Only para_score
-//! depends on the vectors; every other column and the file layout are kept,
-//! and each file's footer records which vectors produced the new column.
+//! para_score is a cosine of two sentence embeddings (microseconds). Seed
+//! 000 scores with a model trained on paraphrases, so the natural loop is
+//! translate once, train, rescore, bin again. Only para_score depends on
+//! the encoder; every other column and the file layout are kept, each
+//! file's footer records what produced the new column, and the input is
+//! only read. (An object-store dataset is staged to and from a local
+//! directory by the caller: `paraforge rescore`.)
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -18,7 +20,7 @@ use arrow_array::{Array, ArrayRef, Float32Array, RecordBatch, StringArray};
 use paraforge_core::schema::{
     self, col, dataset_files, meta, DataError, PairFileWriter, PairReader,
 };
-use paraforge_core::{Scorer, Vectors, VectorsError};
+use paraforge_core::{EncoderError, Scorer, SentenceEncoder};
 use rayon::prelude::*;
 use serde::Serialize;
 use sha2::Digest;
@@ -30,7 +32,7 @@ pub enum RescoreError {
     #[error(transparent)]
     Data(#[from] DataError),
     #[error(transparent)]
-    Vectors(#[from] VectorsError),
+    Encoder(#[from] EncoderError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -56,8 +58,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RescoreError + '_ {
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct RescoreManifest {
     pub input: String,
-    pub vectors: String,
-    pub vectors_sha256: String,
+    /// The model or vectors file, what it is, and its SHA-256.
+    pub scorer: String,
+    pub scorer_kind: String,
+    pub scorer_sha256: String,
     pub rows: u64,
     /// Range label (and `none` for rows without a score) -> rows.
     pub ranges_before: BTreeMap<String, u64>,
@@ -117,12 +121,42 @@ fn label(i: usize) -> String {
     PARA_RANGES.get(i).map_or("none", |r| r.2).to_string()
 }
 
-/// Rescores every file of `input` with `vectors` into `out` (a new local
-/// directory), files in parallel. `progress` is called with rows done.
+/// What para_score is recomputed with.
+#[derive(Debug, Clone, Copy)]
+pub enum ScorerPath<'a> {
+    /// A `.pfe` model from `paraforge train` (or a directory holding `model.pfe`).
+    Model(&'a Path),
+    /// GloVe-format word vectors.
+    Vectors(&'a Path),
+}
+
+impl ScorerPath<'_> {
+    /// The file itself (a model directory's `model.pfe`).
+    pub fn file(&self) -> PathBuf {
+        match self {
+            ScorerPath::Model(p) if p.is_dir() => p.join("model.pfe"),
+            ScorerPath::Model(p) | ScorerPath::Vectors(p) => p.to_path_buf(),
+        }
+    }
+
+    pub fn load(&self) -> Result<Box<dyn SentenceEncoder>, EncoderError> {
+        let (m, v) = match *self {
+            ScorerPath::Model(p) => (Some(p), None),
+            ScorerPath::Vectors(p) => (None, Some(p)),
+        };
+        Ok(paraforge_core::load_encoder(m, v)?.expect("one of the two is given"))
+    }
+}
+
+/// Rescores every file of `input` (a local dataset) into `out` (a new
+/// local directory), files in parallel. `input_name` is what the manifest
+/// records as the input (default: its path; the URL of a staged dataset).
+/// `progress` is called with rows done.
 pub fn run(
     input: &Path,
-    vectors_path: &Path,
+    scorer: ScorerPath<'_>,
     out: &Path,
+    input_name: Option<&str>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<RescoreManifest, RescoreError> {
     let files = dataset_files(input)?;
@@ -146,8 +180,12 @@ pub fn run(
             out: out.to_path_buf(),
         });
     }
-    let vectors_sha256 = file_sha256(vectors_path)?;
-    let (vectors, _) = Vectors::load(vectors_path)?;
+    let encoder = scorer.load()?;
+    let stamp = Stamp {
+        file: scorer.file().display().to_string(),
+        kind: encoder.describe(),
+        sha256: file_sha256(&scorer.file())?,
+    };
     std::fs::create_dir_all(out).map_err(io(out))?;
 
     let root = if input.is_file() {
@@ -159,22 +197,15 @@ pub fn run(
         .par_iter()
         .map(|path| {
             let rel = path.strip_prefix(&root).unwrap_or(path);
-            rescore_file(
-                path,
-                rel,
-                out,
-                &vectors,
-                vectors_path,
-                &vectors_sha256,
-                progress,
-            )
+            rescore_file(path, rel, out, &*encoder, &stamp, progress)
         })
         .collect::<Result<_, _>>()?;
 
     let mut m = RescoreManifest {
-        input: input.display().to_string(),
-        vectors: vectors_path.display().to_string(),
-        vectors_sha256,
+        input: input_name.map_or_else(|| input.display().to_string(), String::from),
+        scorer: stamp.file,
+        scorer_kind: stamp.kind,
+        scorer_sha256: stamp.sha256,
         ..Default::default()
     };
     let mut total = Tally::default();
@@ -195,13 +226,19 @@ pub fn run(
     Ok(m)
 }
 
+/// What every rewritten file's footer records about the scorer.
+struct Stamp {
+    file: String,
+    kind: String,
+    sha256: String,
+}
+
 fn rescore_file(
     path: &Path,
     rel: &Path,
     out: &Path,
-    vectors: &Vectors,
-    vectors_path: &Path,
-    vectors_sha256: &str,
+    encoder: &dyn SentenceEncoder,
+    stamp: &Stamp,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(RescoredFile, Tally), RescoreError> {
     let reader = PairReader::open(path, &[col::REFERENCE, col::TRANSLATION, col::PARA_SCORE])?;
@@ -209,9 +246,12 @@ fn rescore_file(
         .metadata()
         .iter()
         .filter(|(k, _)| {
-            // The writer adds its own schema; the vectors are set below.
+            // The writer adds its own schema; the scorer is set below.
             ![
                 "ARROW:schema",
+                meta::PARA_SCORER,
+                meta::PARA_SCORER_KIND,
+                meta::PARA_SCORER_SHA256,
                 meta::PARA_VECTORS,
                 meta::PARA_VECTORS_SHA256,
             ]
@@ -220,11 +260,9 @@ fn rescore_file(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     metadata.sort();
-    metadata.push((
-        meta::PARA_VECTORS.into(),
-        vectors_path.display().to_string(),
-    ));
-    metadata.push((meta::PARA_VECTORS_SHA256.into(), vectors_sha256.to_string()));
+    metadata.push((meta::PARA_SCORER.into(), stamp.file.clone()));
+    metadata.push((meta::PARA_SCORER_KIND.into(), stamp.kind.clone()));
+    metadata.push((meta::PARA_SCORER_SHA256.into(), stamp.sha256.clone()));
     let md: Vec<(&str, String)> = metadata
         .iter()
         .map(|(k, v)| (k.as_str(), v.clone()))
@@ -234,7 +272,7 @@ fn rescore_file(
     // Written under a name no reader picks up, renamed when complete.
     let partial = target.with_extension("parquet.partial");
     let mut writer: Option<PairFileWriter> = None;
-    let mut scorer = Scorer::new(Some(vectors));
+    let mut scorer = Scorer::new(Some(encoder));
     let mut tally = Tally::default();
     for batch in reader {
         let batch = batch?;
@@ -387,7 +425,7 @@ mod tests {
         .unwrap();
         let out = dir.path().join("rescored");
         let done = std::sync::atomic::AtomicU64::new(0);
-        let m = run(&data, &vec_path, &out, &|n| {
+        let m = run(&data, ScorerPath::Vectors(&vec_path), &out, None, &|n| {
             done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         })
         .unwrap();
@@ -403,10 +441,11 @@ mod tests {
         assert_eq!(rows[1].2, 0.0625, "other columns are kept");
         assert_eq!(md.get(meta::MODEL).map(String::as_str), Some("models/x"));
         assert_eq!(
-            md.get(meta::PARA_VECTORS_SHA256),
-            Some(&m.vectors_sha256),
+            md.get(meta::PARA_SCORER_SHA256),
+            Some(&m.scorer_sha256),
             "the footer names the vectors"
         );
+        assert!(md[meta::PARA_SCORER_KIND].starts_with("word vectors"));
         // No known token on one side: no score, as in the pipeline.
         let (rows, _) = read(&out.join("shard=000001/part-t2.parquet"));
         assert_eq!(rows[0].1, None);
@@ -429,22 +468,22 @@ mod tests {
         write(&data.join("part.parquet"), &[row("a", "x", "y", None)]);
         let vec_path = dir.path().join("v.txt");
         std::fs::write(&vec_path, "x 1 0\n").unwrap();
-        let e = run(&data, &vec_path, &data.join("rescored"), &|_| {}).unwrap_err();
+        let v = ScorerPath::Vectors(&vec_path);
+        let e = run(&data, v, &data.join("rescored"), None, &|_| {}).unwrap_err();
         assert!(matches!(e, RescoreError::OutputInsideInput { .. }), "{e}");
-        let e = run(&data, &vec_path, &data, &|_| {}).unwrap_err();
+        let e = run(&data, v, &data, None, &|_| {}).unwrap_err();
         assert!(matches!(e, RescoreError::OutputInsideInput { .. }), "{e}");
         let busy = dir.path().join("busy");
         std::fs::create_dir_all(&busy).unwrap();
         std::fs::write(busy.join("x"), "").unwrap();
-        let e = run(&data, &vec_path, &busy, &|_| {}).unwrap_err();
+        let e = run(&data, v, &busy, None, &|_| {}).unwrap_err();
         assert!(e.to_string().contains("not empty"), "{e}");
-        let e = run(
-            &data,
-            &dir.path().join("missing.txt"),
-            &dir.path().join("o"),
-            &|_| {},
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("missing.txt"), "{e}");
+        for missing in [
+            ScorerPath::Vectors(&dir.path().join("missing.txt")),
+            ScorerPath::Model(&dir.path().join("missing.pfe")),
+        ] {
+            let e = run(&data, missing, &dir.path().join("o"), None, &|_| {}).unwrap_err();
+            assert!(e.to_string().contains("missing."), "{e}");
+        }
     }
 }

@@ -27,11 +27,8 @@ pub enum TrainError {
     Data(#[from] paraforge_core::DataError),
     #[error(transparent)]
     Vectors(#[from] paraforge_core::VectorsError),
-    #[error("{path}: not a paraforge embedding model: {reason}")]
-    BadModel {
-        path: std::path::PathBuf,
-        reason: String,
-    },
+    #[error(transparent)]
+    Model(#[from] paraforge_core::EncoderError),
     #[error("{0}")]
     Invalid(String),
     #[error("{path}: {reason}")]

@@ -5,7 +5,9 @@
 //!
 //! * `semeval/STS20XX-test/STS.input.<set>.txt` + `STS.gs.<set>.txt` (2016:
 //!   `STS2016.input.*`/`STS2016.gs.*`); an empty gold line is an unscored pair;
-//! * `stsbenchmark/sts-test.csv`: TSV, score in column 5, sentences in 6-7;
+//! * `stsbenchmark/sts-test.csv`: TSV, score in column 5, sentences in 6-7
+//!   (`sts-dev.csv`, the same layout, is the "STSB-dev" group: the set to
+//!   select models on, so that test stays unseen);
 //! * `sick2014/SICK_test_annotated.txt`: TSV with a header (SICK-R).
 
 use std::path::{Path, PathBuf};
@@ -169,6 +171,10 @@ pub fn load(dir: &Path) -> Result<Vec<StsSet>, TrainError> {
     let stsb = dir.join("stsbenchmark/sts-test.csv");
     if stsb.is_file() {
         sets.push(tsv_set("STSB", &stsb, false, (5, 6, 4))?);
+    }
+    let dev = dir.join("stsbenchmark/sts-dev.csv");
+    if dev.is_file() {
+        sets.push(tsv_set("STSB-dev", &dev, false, (5, 6, 4))?);
     }
     let sick = dir.join("sick2014/SICK_test_annotated.txt");
     if sick.is_file() {

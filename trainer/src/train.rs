@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::data::{PairSource, ReadStats};
-use crate::model::{cosine, for_each_trigram, Encoded, Model};
+use crate::model::{cosine, for_each_trigram, trigram_text, Encoded, Model};
 use crate::TrainError;
 
 #[derive(Debug, Clone)]
@@ -84,27 +84,21 @@ pub fn trigram_vocab(
     min_count: u64,
     max: usize,
 ) -> Result<Vec<String>, TrainError> {
-    let mut counts: FxHashMap<String, u64> = FxHashMap::default();
+    let mut counts: FxHashMap<u64, u64> = FxHashMap::default();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let mut stats = ReadStats::default();
-    let mut buf = String::new();
+    let mut toks = paraforge_core::Tokens::default();
     for p in source.epoch(1, &mut rng, &mut stats) {
         let (a, b) = p?;
         for text in [&a, &b] {
-            for tok in paraforge_core::tokenize(text).iter() {
-                for_each_trigram(tok.text, &mut buf, |g| {
-                    if let Some(c) = counts.get_mut(g) {
-                        *c += 1;
-                    } else {
-                        counts.insert(g.to_string(), 1);
-                    }
-                });
-            }
+            paraforge_core::score::tokenize_into(text, &mut toks);
+            for_each_trigram(&toks, |k| *counts.entry(k).or_insert(0) += 1);
         }
     }
     let mut v: Vec<(String, u64)> = counts
         .into_iter()
         .filter(|(_, c)| *c >= min_count)
+        .map(|(k, c)| (trigram_text(k), c))
         .collect();
     v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     v.truncate(max);
@@ -447,7 +441,7 @@ mod tests {
         let tris = ["man", " ma", "an ", " a ", "ook", "gui", "ays"]
             .map(String::from)
             .to_vec();
-        Model::new(Kind::WordTrigram, Some(&v), tris, 2, 3).unwrap()
+        crate::model::init(Kind::WordTrigram, Some(&v), tris, 2, 3).unwrap()
     }
 
     /// The analytic gradient of the mini-batch loss equals central finite

@@ -11,7 +11,6 @@ use paraforge_core::access::{AccessError, Client, ClientAccess};
 use paraforge_core::config::JobConfig;
 use paraforge_core::proto::{self as pb, lease_shard_response};
 use paraforge_core::storage::Storage;
-use paraforge_core::Vectors;
 use paraforge_nmt::{Device, GenerateOptions, LoadOptions, Translator};
 
 use crate::shard::{process, Progress, ShardInput, ShardOutput};
@@ -33,8 +32,8 @@ pub enum WorkerError {
     Config(String),
     #[error("loading the model: {0}")]
     Model(#[from] paraforge_nmt::NmtError),
-    #[error("loading word vectors: {0}")]
-    Vectors(#[from] paraforge_core::VectorsError),
+    #[error("loading the para_score model: {0}")]
+    Scorer(#[from] paraforge_core::EncoderError),
     #[error(transparent)]
     Storage(#[from] paraforge_core::storage::StorageError),
     #[error(transparent)]
@@ -135,21 +134,11 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
         .await
         .map_err(|e| WorkerError::Config(e.to_string()))??;
     let model_sha = model_checksum(&translator);
-    let vectors = match &cfg.scoring.vectors {
-        Some(p) => {
-            let p = std::path::PathBuf::from(p);
-            let (v, report) = tokio::task::spawn_blocking(move || Vectors::load(&p))
-                .await
-                .map_err(|e| WorkerError::Config(e.to_string()))??;
-            tracing::info!(
-                words = report.loaded,
-                skipped = report.wrong_dimension + report.unparsable,
-                "vectors loaded"
-            );
-            Some(Arc::new(v))
-        }
-        None => None,
-    };
+    let scoring = cfg.scoring.clone();
+    let vectors = tokio::task::spawn_blocking(move || crate::shard::load_para_encoder(&scoring))
+        .await
+        .map_err(|e| WorkerError::Config(e.to_string()))??
+        .map(Arc::from);
     let storage = Storage::open(&cfg.job.output)?;
     let gen = GenerateOptions {
         num_beams: cfg.model.beam,

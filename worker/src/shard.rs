@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use paraforge_core::bitext::{BitextReader, Format, ReadOptions, Record, Reject};
 use paraforge_core::schema::{schema, writer_properties, PairRow, RowsBuilder};
-use paraforge_core::{Scorer, Vectors};
+use paraforge_core::{EncoderError, Scorer, SentenceEncoder};
 use paraforge_nmt::{Flag, GenerateOptions, Translator};
 use parquet::arrow::ArrowWriter;
 use rayon::prelude::*;
@@ -78,12 +78,27 @@ fn reject_json(r: &Reject) -> String {
     serde_json::json!({"file": r.file, "line": r.line, "reason": r.reason.to_string(), "text": r.text}).to_string()
 }
 
+/// The para_score encoder `[scoring]` names (a trained model or word
+/// vectors), loaded once per worker; `None` when it names neither.
+pub fn load_para_encoder(
+    s: &paraforge_core::config::Scoring,
+) -> Result<Option<Box<dyn SentenceEncoder>>, EncoderError> {
+    let e = paraforge_core::load_encoder(
+        s.model.as_deref().map(Path::new),
+        s.vectors.as_deref().map(Path::new),
+    )?;
+    if let Some(e) = &e {
+        tracing::info!(scorer = %e.describe(), "para_score model loaded");
+    }
+    Ok(e)
+}
+
 /// Runs one shard. `cancel` is polled between chunks.
 pub fn process(
     input: &ShardInput,
     translator: &mut Translator,
     opts: &GenerateOptions,
-    vectors: Option<&Vectors>,
+    encoder: Option<&dyn SentenceEncoder>,
     metadata: &[(&str, String)],
     progress: &Progress,
     cancel: &(dyn Fn() -> bool + Sync),
@@ -172,7 +187,7 @@ pub fn process(
                     .par_iter()
                     .zip(translations.par_iter())
                     .map_init(
-                        || Scorer::new(vectors),
+                        || Scorer::new(encoder),
                         |scorer, (p, t)| PairRow {
                             id: p.id.clone(),
                             source: p.source.clone(),

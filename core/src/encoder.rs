@@ -1,0 +1,718 @@
+//! Sentence encoders for para_score, and the embedding models `paraforge
+//! train` writes (`.pfe`: WORD, TRIGRAM, WORD,TRIGRAM).
+//!
+//! The scorer asks a [`SentenceEncoder`] for the embeddings of the two
+//! sides of a pair and takes their cosine. The trainer trains [`Model`]
+//! through this same type (tokenization, feature lookup, unknown-word rule,
+//! averaging), so a trained model means the same thing to `para_score` as
+//! to training and `eval-sts`. Word vectors (GloVe text) are an encoder too.
+//! An encoder that is not an average (a recurrent one) implements the trait
+//! on the tokens it is given.
+//!
+//! File format (`.pfe`): the 7 bytes `PFEMB1\n`, a little-endian u64 header
+//! length, a JSON header (kind, dimensions, word and trigram lists, storage
+//! precision, notes), then the word matrix and the trigram matrix as
+//! little-endian rows of f32 (or bfloat16 when the header says so).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::score::{word_hash, Tokens};
+use crate::vectors::Vectors;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EncoderError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a paraforge embedding model: {reason}")]
+    BadModel { path: PathBuf, reason: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> EncoderError + '_ {
+    move |source| EncoderError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// How much of a sentence an encoder had rows for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Features that contributed a row (for trained models, unknown words
+    /// contribute the UNK row and count here).
+    pub known: u32,
+    /// Tokens without a row of their own.
+    pub unknown: u32,
+}
+
+/// Reusable buffers for [`SentenceEncoder::embed_tokens`].
+#[derive(Debug, Default)]
+pub struct Scratch {
+    pub encoded: Encoded,
+}
+
+/// Embeds a tokenized sentence (the tokens of [`crate::tokenize`]).
+pub trait SentenceEncoder: Send + Sync {
+    /// Embedding size.
+    fn dim(&self) -> usize;
+    /// Writes the sentence's embedding into `out` (`dim()` values). A
+    /// sentence with `known == 0` has no embedding: para_score is then null.
+    /// Averaging encoders may leave `out` as a positive multiple of the
+    /// mean; the cosine does not change.
+    fn embed_tokens(&self, tokens: &Tokens, scratch: &mut Scratch, out: &mut [f32]) -> Coverage;
+    /// One line for logs, footers and manifests.
+    fn describe(&self) -> String;
+}
+
+impl SentenceEncoder for Vectors {
+    fn dim(&self) -> usize {
+        Vectors::dim(self)
+    }
+
+    // Word vectors skip unknown words (as every GloVe-averaging baseline does).
+    fn embed_tokens(&self, tokens: &Tokens, _: &mut Scratch, out: &mut [f32]) -> Coverage {
+        out.fill(0.0);
+        let mut c = Coverage::default();
+        for t in tokens.iter() {
+            match self.get_hashed(t.hash(), t.text) {
+                Some(row) => {
+                    add_row(out, row);
+                    c.known += 1;
+                }
+                None => c.unknown += 1,
+            }
+        }
+        c
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "word vectors ({} words, {} dimensions)",
+            self.len(),
+            self.dim()
+        )
+    }
+}
+
+#[inline]
+fn add_row(out: &mut [f32], row: &[f32]) {
+    out.iter_mut().zip(row).for_each(|(o, x)| *o += x);
+}
+
+/// Which embeddings a sentence averages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Kind {
+    #[serde(rename = "word")]
+    Word,
+    #[serde(rename = "trigram")]
+    Trigram,
+    #[serde(rename = "word,trigram")]
+    WordTrigram,
+}
+
+impl Kind {
+    pub fn words(self) -> bool {
+        matches!(self, Kind::Word | Kind::WordTrigram)
+    }
+    pub fn trigrams(self) -> bool {
+        matches!(self, Kind::Trigram | Kind::WordTrigram)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Word => "word",
+            Kind::Trigram => "trigram",
+            Kind::WordTrigram => "word,trigram",
+        }
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Kind, String> {
+        match s.to_ascii_lowercase().replace(' ', "").as_str() {
+            "word" => Ok(Kind::Word),
+            "trigram" => Ok(Kind::Trigram),
+            "word,trigram" | "trigram,word" => Ok(Kind::WordTrigram),
+            _ => Err(format!(
+                "unknown model {s:?} (use word, trigram or word,trigram)"
+            )),
+        }
+    }
+}
+
+/// How a `.pfe` file stores its tables. bfloat16 halves the file (the
+/// shipped scorer) and is widened to f32 on load, so every reader computes
+/// with the same f32 values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Precision {
+    #[default]
+    #[serde(rename = "f32")]
+    F32,
+    #[serde(rename = "bf16")]
+    Bf16,
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Precision, String> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "bf16" => Ok(Precision::Bf16),
+            _ => Err(format!("unknown precision {s:?} (use f32 or bf16)")),
+        }
+    }
+}
+
+/// Rounds to the nearest bfloat16 (ties to even); the values are finite.
+fn to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+}
+
+fn from_bf16(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// Packs three characters into one key (21 bits each: every Unicode scalar fits).
+#[inline]
+fn pack(a: char, b: char, c: char) -> u64 {
+    (a as u64) << 42 | (b as u64) << 21 | c as u64
+}
+
+/// The key of a trigram written as text; `None` unless it has exactly three characters.
+pub fn trigram_key(text: &str) -> Option<u64> {
+    let mut it = text.chars();
+    let k = pack(it.next()?, it.next()?, it.next()?);
+    it.next().is_none().then_some(k)
+}
+
+/// The text of a trigram key.
+pub fn trigram_text(key: u64) -> String {
+    let ch = |v: u64| char::from_u32((v & 0x1F_FFFF) as u32).unwrap_or('\u{FFFD}');
+    [ch(key >> 42), ch(key >> 21), ch(key)].iter().collect()
+}
+
+/// Calls `f` with the key of every character trigram of the sentence, as
+/// Wieting et al.'s charagram models define them: the sentence (here its
+/// tokens joined by single spaces) padded with one space on each side, so
+/// trigrams cross word boundaries ("the cat" gives " th", "the", "he ",
+/// "e c", " ca", "cat", "at ").
+pub fn for_each_trigram(tokens: &Tokens, mut f: impl FnMut(u64)) {
+    if tokens.is_empty() {
+        return;
+    }
+    const MASK: u64 = (1 << 63) - 1;
+    let (mut key, mut n) = (' ' as u64, 1usize);
+    let mut push = |c: char| {
+        key = (key << 21 | c as u64) & MASK;
+        n += 1;
+        if n >= 3 {
+            f(key);
+        }
+    };
+    for (i, t) in tokens.iter().enumerate() {
+        if i > 0 {
+            push(' ');
+        }
+        t.text.chars().for_each(&mut push);
+    }
+    push(' ');
+}
+
+/// Open addressing from 64-bit keys to row ids; the caller confirms a hit
+/// when keys can collide (word hashes), trigram keys are exact.
+#[derive(Debug, Clone, Default)]
+struct Index {
+    slots: Vec<u32>,
+    keys: Vec<u64>,
+}
+
+impl Index {
+    fn build(keys: Vec<u64>) -> Index {
+        let cap = (keys.len() * 2).next_power_of_two().max(16);
+        let mut slots = vec![u32::MAX; cap];
+        for (i, &k) in keys.iter().enumerate() {
+            let mut s = spread(k) & (cap - 1);
+            while slots[s] != u32::MAX {
+                s = (s + 1) & (cap - 1);
+            }
+            slots[s] = i as u32;
+        }
+        Index { slots, keys }
+    }
+
+    #[inline]
+    fn find(&self, key: u64, confirm: impl Fn(u32) -> bool) -> Option<u32> {
+        let mask = self.slots.len().checked_sub(1)?;
+        let mut s = spread(key) & mask;
+        loop {
+            let i = self.slots[s];
+            if i == u32::MAX {
+                return None;
+            }
+            if self.keys[i as usize] == key && confirm(i) {
+                return Some(i);
+            }
+            s = (s + 1) & mask;
+        }
+    }
+}
+
+#[inline]
+fn spread(k: u64) -> usize {
+    (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize
+}
+
+/// A tokenized sentence as model rows: word rows (unknown words -> the
+/// UNK row) and the rows of its known character trigrams.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Encoded {
+    pub words: Vec<u32>,
+    pub trigrams: Vec<u32>,
+}
+
+impl Encoded {
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty() && self.trigrams.is_empty()
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Header {
+    kind: Kind,
+    word_dim: usize,
+    trigram_dim: usize,
+    words: Vec<String>,
+    trigrams: Vec<String>,
+    #[serde(default)]
+    precision: Precision,
+    #[serde(default)]
+    notes: serde_json::Value,
+}
+
+const MAGIC: &[u8; 7] = b"PFEMB1\n";
+
+/// An averaging embedding model. Row `words().len()` of the word table is UNK.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub kind: Kind,
+    pub word_dim: usize,
+    pub trigram_dim: usize,
+    words: Vec<String>,
+    word_index: Index,
+    trigrams: Vec<String>,
+    trigram_index: Index,
+    /// (words + 1) x word_dim.
+    pub w: Vec<f32>,
+    /// trigrams x trigram_dim.
+    pub t: Vec<f32>,
+    /// Free-form training notes kept in the file (data, settings, losses).
+    pub notes: serde_json::Value,
+}
+
+impl Model {
+    /// A model from its tables: `w` holds `words.len() + 1` rows (the last
+    /// is UNK) of `word_dim`, `t` one row of `trigram_dim` per trigram
+    /// (three characters each, as [`trigram_text`] writes them).
+    pub fn from_tables(
+        kind: Kind,
+        words: Vec<String>,
+        word_dim: usize,
+        w: Vec<f32>,
+        trigrams: Vec<String>,
+        trigram_dim: usize,
+        t: Vec<f32>,
+    ) -> Result<Model, EncoderError> {
+        let invalid = |m: String| Err(EncoderError::Invalid(m));
+        if kind.words() != (word_dim > 0) || kind.trigrams() != (trigram_dim > 0) {
+            return invalid(format!(
+                "kind {} does not match dimensions {word_dim}/{trigram_dim}",
+                kind.name()
+            ));
+        }
+        let nw = if kind.words() { words.len() + 1 } else { 0 };
+        if w.len() != nw * word_dim || t.len() != trigrams.len() * trigram_dim {
+            return invalid(format!(
+                "tables of {} and {} values do not fit {} words x {word_dim} (+ UNK) and {} trigrams x {trigram_dim}",
+                w.len(),
+                t.len(),
+                words.len(),
+                trigrams.len()
+            ));
+        }
+        let mut tkeys = Vec::with_capacity(trigrams.len());
+        for g in &trigrams {
+            match trigram_key(g) {
+                Some(k) => tkeys.push(k),
+                None => return invalid(format!("trigram {g:?} is not three characters")),
+            }
+        }
+        Ok(Model {
+            kind,
+            word_dim,
+            trigram_dim,
+            word_index: Index::build(words.iter().map(|w| word_hash(w)).collect()),
+            words,
+            trigram_index: Index::build(tkeys),
+            trigrams,
+            w,
+            t,
+            notes: serde_json::Value::Null,
+        })
+    }
+
+    /// Sentence embedding size.
+    pub fn dim(&self) -> usize {
+        self.word_dim + self.trigram_dim
+    }
+
+    pub fn unk(&self) -> u32 {
+        self.words.len() as u32
+    }
+
+    pub fn words(&self) -> &[String] {
+        &self.words
+    }
+
+    pub fn trigrams(&self) -> &[String] {
+        &self.trigrams
+    }
+
+    /// The row of a word, `None` for an unknown one.
+    pub fn word_id(&self, hash: u64, word: &str) -> Option<u32> {
+        self.word_index
+            .find(hash, |i| self.words[i as usize] == word)
+    }
+
+    /// The row of a trigram key, `None` for an unknown one.
+    pub fn trigram_id(&self, key: u64) -> Option<u32> {
+        self.trigram_index.find(key, |_| true)
+    }
+
+    /// The rows of a tokenized sentence into `e`; returns the tokens that
+    /// have no word row (0 for a model without words).
+    pub fn encode_tokens(&self, toks: &Tokens, e: &mut Encoded) -> u32 {
+        e.words.clear();
+        e.trigrams.clear();
+        let mut unknown = 0;
+        if self.kind.words() {
+            for tok in toks.iter() {
+                e.words
+                    .push(self.word_id(tok.hash(), tok.text).unwrap_or_else(|| {
+                        unknown += 1;
+                        self.unk()
+                    }));
+            }
+        }
+        if self.kind.trigrams() {
+            for_each_trigram(toks, |k| {
+                if let Some(i) = self.trigram_id(k) {
+                    e.trigrams.push(i);
+                }
+            });
+        }
+        unknown
+    }
+
+    pub fn encode(&self, text: &str) -> Encoded {
+        let mut e = Encoded::default();
+        self.encode_tokens(&crate::tokenize(text), &mut e);
+        e
+    }
+
+    /// The sentence embedding: the mean word row, then the mean trigram
+    /// row (zeros for a part with no rows).
+    pub fn embed_into(&self, e: &Encoded, out: &mut [f32]) {
+        out.fill(0.0);
+        let (wo, to) = out.split_at_mut(self.word_dim);
+        mean_rows(&self.w, self.word_dim, &e.words, wo);
+        mean_rows(&self.t, self.trigram_dim, &e.trigrams, to);
+    }
+
+    pub fn embed(&self, text: &str) -> Vec<f32> {
+        let mut out = vec![0.0; self.dim()];
+        self.embed_into(&self.encode(text), &mut out);
+        out
+    }
+
+    /// Writes the model (f32 tables).
+    pub fn save(&self, path: &Path) -> Result<(), EncoderError> {
+        self.save_as(path, Precision::F32)
+    }
+
+    /// Writes the model with its tables stored at `precision`.
+    pub fn save_as(&self, path: &Path, precision: Precision) -> Result<(), EncoderError> {
+        let header = serde_json::to_vec(&Header {
+            kind: self.kind,
+            word_dim: self.word_dim,
+            trigram_dim: self.trigram_dim,
+            words: self.words.clone(),
+            trigrams: self.trigrams.clone(),
+            precision,
+            notes: self.notes.clone(),
+        })
+        .map_err(|e| EncoderError::Invalid(e.to_string()))?;
+        let tmp = path.with_extension("pfe.tmp");
+        let write = || -> std::io::Result<()> {
+            let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+            f.write_all(MAGIC)?;
+            f.write_all(&(header.len() as u64).to_le_bytes())?;
+            f.write_all(&header)?;
+            for &x in self.w.iter().chain(&self.t) {
+                match precision {
+                    Precision::F32 => f.write_all(&x.to_le_bytes())?,
+                    Precision::Bf16 => f.write_all(&to_bf16(x).to_le_bytes())?,
+                }
+            }
+            f.into_inner().map_err(|e| e.into_error())?.sync_all()
+        };
+        write().map_err(io_err(&tmp))?;
+        // Rename so that a crash never leaves a half-written model.
+        std::fs::rename(&tmp, path).map_err(io_err(path))
+    }
+
+    /// Reads a `.pfe` file; a directory is read as its `model.pfe`.
+    pub fn load(path: &Path) -> Result<Model, EncoderError> {
+        let file = if path.is_dir() {
+            path.join("model.pfe")
+        } else {
+            path.to_path_buf()
+        };
+        let path = file.as_path();
+        let bad = |reason: String| EncoderError::BadModel {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let mut f = std::io::BufReader::new(std::fs::File::open(path).map_err(io_err(path))?);
+        let mut magic = [0u8; 7];
+        f.read_exact(&mut magic)
+            .map_err(|_| bad("shorter than its header".into()))?;
+        if &magic != MAGIC {
+            return Err(bad("wrong magic bytes (expected a .pfe file)".into()));
+        }
+        let mut len = [0u8; 8];
+        f.read_exact(&mut len)
+            .map_err(|_| bad("truncated header".into()))?;
+        let len = u64::from_le_bytes(len);
+        let size = std::fs::metadata(path).map_err(io_err(path))?.len();
+        if len > size {
+            return Err(bad(format!(
+                "header length {len} exceeds the file size {size}"
+            )));
+        }
+        let mut header = vec![0u8; len as usize];
+        f.read_exact(&mut header)
+            .map_err(|_| bad("truncated header".into()))?;
+        let h: Header = serde_json::from_slice(&header).map_err(|e| bad(format!("header: {e}")))?;
+        if h.kind.words() != (h.word_dim > 0) || h.kind.trigrams() != (h.trigram_dim > 0) {
+            return Err(bad(format!(
+                "kind {} does not match dimensions {}/{}",
+                h.kind.name(),
+                h.word_dim,
+                h.trigram_dim
+            )));
+        }
+        let nw = if h.kind.words() {
+            (h.words.len() + 1) * h.word_dim
+        } else {
+            0
+        };
+        let nt = h.trigrams.len() * h.trigram_dim;
+        let width = match h.precision {
+            Precision::F32 => 4,
+            Precision::Bf16 => 2,
+        };
+        let want = 15 + len + width * (nw + nt) as u64;
+        if size != want {
+            return Err(bad(format!(
+                "{size} bytes, expected {want} for {} words x {} and {} trigrams x {} ({:?})",
+                h.words.len(),
+                h.word_dim,
+                h.trigrams.len(),
+                h.trigram_dim,
+                h.precision
+            )));
+        }
+        let mut read = |n: usize| -> Result<Vec<f32>, EncoderError> {
+            let mut bytes = vec![0u8; n * width as usize];
+            f.read_exact(&mut bytes).map_err(io_err(path))?;
+            Ok(match h.precision {
+                Precision::F32 => bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+                Precision::Bf16 => bytes
+                    .chunks_exact(2)
+                    .map(|c| from_bf16(u16::from_le_bytes([c[0], c[1]])))
+                    .collect(),
+            })
+        };
+        let w = read(nw)?;
+        let t = read(nt)?;
+        if w.iter().chain(&t).any(|x| !x.is_finite()) {
+            return Err(bad("non-finite values in the embeddings".into()));
+        }
+        let mut m =
+            Model::from_tables(h.kind, h.words, h.word_dim, w, h.trigrams, h.trigram_dim, t)
+                .map_err(|e| bad(e.to_string()))?;
+        m.notes = h.notes;
+        Ok(m)
+    }
+}
+
+impl SentenceEncoder for Model {
+    fn dim(&self) -> usize {
+        Model::dim(self)
+    }
+
+    fn embed_tokens(&self, tokens: &Tokens, scratch: &mut Scratch, out: &mut [f32]) -> Coverage {
+        let unknown = self.encode_tokens(tokens, &mut scratch.encoded);
+        self.embed_into(&scratch.encoded, out);
+        let e = &scratch.encoded;
+        Coverage {
+            known: (e.words.len() + e.trigrams.len()) as u32,
+            unknown,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} model ({} words x {}, {} trigrams x {})",
+            self.kind.name(),
+            self.words.len(),
+            self.word_dim,
+            self.trigrams.len(),
+            self.trigram_dim
+        )
+    }
+}
+
+fn mean_rows(table: &[f32], dim: usize, rows: &[u32], out: &mut [f32]) {
+    if rows.is_empty() || dim == 0 {
+        return;
+    }
+    for &r in rows {
+        add_row(out, &table[r as usize * dim..(r as usize + 1) * dim]);
+    }
+    let inv = 1.0 / rows.len() as f32;
+    out.iter_mut().for_each(|o| *o *= inv);
+}
+
+/// The para_score model a `[scoring]` section or a command line names:
+/// a `.pfe` model (or a directory holding `model.pfe`) or GloVe-format
+/// word vectors.
+pub fn load_encoder(
+    model: Option<&Path>,
+    vectors: Option<&Path>,
+) -> Result<Option<Box<dyn SentenceEncoder>>, EncoderError> {
+    Ok(match (model, vectors) {
+        (Some(_), Some(_)) => {
+            return Err(EncoderError::Invalid(
+                "give a model or word vectors for para_score, not both".into(),
+            ))
+        }
+        (Some(m), None) => Some(Box::new(Model::load(m)?)),
+        (None, Some(v)) => {
+            let (v, _) = Vectors::load(v).map_err(|e| EncoderError::Invalid(e.to_string()))?;
+            Some(Box::new(v))
+        }
+        (None, None) => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenize;
+
+    fn trigrams(s: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        for_each_trigram(&tokenize(s), |k| v.push(trigram_text(k)));
+        v
+    }
+
+    #[test]
+    fn trigrams_cover_the_sentence_padded_once() {
+        assert_eq!(trigrams("Cat"), [" ca", "cat", "at "]);
+        assert_eq!(trigrams("a"), [" a "]);
+        assert_eq!(
+            trigrams("The cat!"),
+            [" th", "the", "he ", "e c", " ca", "cat", "at ", "t !", " ! "]
+        );
+        assert_eq!(trigrams("žil"), [" ži", "žil", "il "]);
+        assert!(trigrams("  ").is_empty());
+        assert_eq!(trigram_key("abc").map(trigram_text).as_deref(), Some("abc"));
+        assert_eq!(trigram_key("ab"), None);
+        assert_eq!(trigram_key("abcd"), None);
+    }
+
+    fn model() -> Model {
+        // Words cat, dog (+ UNK); trigrams " ca", "cat", "at ".
+        Model::from_tables(
+            Kind::WordTrigram,
+            vec!["cat".into(), "dog".into()],
+            2,
+            vec![1.0, 0.0, 0.0, 1.0, 0.5, 0.5],
+            vec![" ca".into(), "cat".into(), "at ".into()],
+            1,
+            vec![1.0, 2.0, 3.0],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn unknown_words_take_the_unk_row_and_unknown_trigrams_are_left_out() {
+        let m = model();
+        let e = m.encode("Cat zebra");
+        assert_eq!(e.words, [0, 2]);
+        // " ca", "cat", "at " known; "t z", " ze", ... not.
+        assert_eq!(e.trigrams, [0, 1, 2]);
+        let g = m.embed("Cat zebra");
+        assert_eq!(g, [0.75, 0.25, 2.0]);
+        let mut s = Scratch::default();
+        let mut out = vec![0.0; 3];
+        let c = m.embed_tokens(&tokenize("Cat zebra"), &mut s, &mut out);
+        assert_eq!(out, g);
+        assert_eq!(
+            c,
+            Coverage {
+                known: 5,
+                unknown: 1
+            }
+        );
+    }
+
+    #[test]
+    fn save_load_round_trips_in_both_precisions() {
+        let m = model();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.pfe");
+        m.save(&p).unwrap();
+        assert_eq!(
+            Model::load(&p).unwrap().embed("dog cat"),
+            m.embed("dog cat")
+        );
+        m.save_as(&p, Precision::Bf16).unwrap();
+        // 1.0, 0.5, 2.0 ... are exact in bfloat16.
+        let back = Model::load(dir.path()).unwrap_err().to_string();
+        assert!(back.contains("model.pfe"), "{back}");
+        assert_eq!(
+            Model::load(&p).unwrap().embed("dog cat"),
+            m.embed("dog cat")
+        );
+        assert_eq!(from_bf16(to_bf16(0.1)), 0.10009765625);
+        assert_eq!(from_bf16(to_bf16(-3.0)), -3.0);
+        let bytes = std::fs::read(&p).unwrap();
+        std::fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
+        let e = Model::load(&p).unwrap_err().to_string();
+        assert!(e.contains("m.pfe") && e.contains("bytes"), "{e}");
+    }
+}
