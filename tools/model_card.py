@@ -31,9 +31,9 @@ card = f"""# {Path(model_dir).name}: a small {names[src]} to {names[tgt]} Marian
 |---|---|
 | architecture | MarianMT (transformer encoder-decoder), {t['layers']}+{t['layers']} layers, d_model {t['d_model']}, {t['heads']} heads, FFN {t['ffn']}, {t['parameters'] / 1e6:.2f}M parameters |
 | vocabulary | one shared SentencePiece unigram model, {t['vocab']:,} entries (`source.spm` = `target.spm`, `vocab.json`), trained on both sides of the training data |
-| files | Optimum ONNX layout, int8 only (ONNX Runtime dynamic quantization; paraforge loads int8 graphs when they are all a directory has): `encoder_model_quantized.onnx`, `decoder_model_quantized.onnx`, `decoder_with_past_model_quantized.onnx`; {size / 1e6:.1f} MB in all |
+| files | Optimum ONNX layout, int8 weights only (paraforge loads the `*_quantized` graphs when they are all a directory has): `encoder_model_quantized.onnx`, `decoder_model_quantized.onnx`, `decoder_with_past_model_quantized.onnx`; weight-only int8 (int8 initializers -> DequantizeLinear -> MatMul, folded to fp32 when the session loads, fp32 compute), so that a sentence's translation and score do not depend on batching or sharding (see "int8 and batch invariance" below); `SHA256SUMS` lists every file paraforge reads, checked at load; {size / 1e6:.1f} MB in all |
 | training | {t['steps']:,} steps ({t['epochs']} epochs), batches of about {t['batch_tokens']:,} tokens, AdamW (betas 0.9/0.98, no weight decay), lr {t['lr']} with {t['warmup']} warmup steps and inverse-square-root decay, dropout 0.1, no label smoothing, bf16 autocast on CPU; {t['minutes']:.0f} minutes of training on a 2-core CPU; seed {t['seed']}. {history} Log: `{log_name}` |
-| reproduce | `tools/marian_model.py train --bitext ../shared/data/bitext/*.tsv --out .cache/demo-{t['direction']} --direction {t['direction']} --d-model {t['d_model']} --layers {t['layers']} --heads {t['heads']} --ffn {t['ffn']} --vocab {t['vocab'] - 1} --max-positions 512 --lr {t['lr']} --warmup {t['warmup']} --bf16 --minutes {t['minutes']:.0f}`, then `tools/marian_model.py export --model .cache/demo-{t['direction']}/hf --out DIR --merged no --quantize` and keep the `*_quantized.onnx` files |
+| reproduce | `tools/marian_model.py train --bitext ../shared/data/bitext/*.tsv --out .cache/demo-{t['direction']} --direction {t['direction']} --d-model {t['d_model']} --layers {t['layers']} --heads {t['heads']} --ffn {t['ffn']} --vocab {t['vocab'] - 1} --max-positions 512 --lr {t['lr']} --warmup {t['warmup']} --bf16 --minutes {t['minutes']:.0f}`, then `tools/marian_model.py export --model .cache/demo-{t['direction']}/hf --out DIR --merged no --quantize`, keep the `*_quantized.onnx` files, and rewrite them with `tools/requantize.py weight-only DIR models/demo-{t['direction']}`; then `sha256sum config.json generation_config.json tokenizer_config.json vocab.json source.spm target.spm *_quantized.onnx > SHA256SUMS` |
 
 ## Data
 
@@ -58,6 +58,31 @@ sacrebleu (BLEU `{e['results'][0]['bleu_signature']}`, chrF `{e['results'][0].ge
 | set | sentences | BLEU | chrF |
 |---|---:|---:|---:|
 {rows}
+
+## int8 and batch invariance
+
+The graphs were first exported with ONNX Runtime's dynamic quantization
+(`DynamicQuantizeLinear` + `MatMulInteger`). That computes one activation
+scale per tensor, i.e. over the whole batch, so a sentence's rounding
+depended on its neighbours and on padding: in a corpus job, changing
+`shard_pairs` or `batch_size` changed translations (1,106 of 4,068 in the
+demo with `shard_pairs` 200 instead of 500, issue 13; 16 of 200 translations and all 200 scores between
+`--batch-size` 1 and 16 at beam 12 in our measurement). The shipped graphs were derived
+from those int8 graphs alone (the fp32 checkpoint is not kept) by
+`tools/requantize.py weight-only`: every
+`MatMulInteger(DynamicQuantizeLinear(x), W)` became
+`MatMul(x, DequantizeLinear(W))` with the same int8 weights, scales and zero
+points, so the weights are exactly the int8 ones and activations stay fp32.
+The same tool computes cross-attention's probabilities x V transposed
+(V^T x P^T), because ONNX Runtime's single-row matmul kernel sums in an
+order that depends on the padded source length. With both, batch size 1,
+16 or any split gives bit-identical text and scores (tests/engine.rs,
+`demo_model_output_does_not_depend_on_batching`). The price is speed:
+fp32 matmuls instead of int8 ones (BENCHMARKS.md, "Demo model: int8 and
+batch invariance"). Per-row activation quantization was measured too and
+not chosen: ONNX Runtime fuses it into `MatMulIntegerToFloat`, which
+mishandles a per-row activation scale (errors 6x those of fp32 activations),
+and unfused it needs eight more operators per matmul.
 
 Examples (Multi30K test 2016):
 
