@@ -140,6 +140,35 @@ fn forge_completions(url: &str, shards: usize) -> usize {
     })
 }
 
+/// Seconds a round may take (PARAFORGE_SOAK_ROUND_LIMIT, default 600).
+fn round_limit() -> u64 {
+    std::env::var("PARAFORGE_SOAK_ROUND_LIMIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600)
+}
+
+/// The coordinator's status as text, for a round that went wrong.
+fn job_status(url: &str) -> String {
+    use paraforge_core::proto::coordinator_client::CoordinatorClient;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        match CoordinatorClient::connect(url.to_string()).await {
+            Ok(mut c) => match c
+                .job_status(paraforge_core::proto::JobStatusRequest {})
+                .await
+            {
+                Ok(s) => format!("{:?}", s.into_inner()),
+                Err(e) => format!("status refused: {e}"),
+            },
+            Err(e) => format!("no coordinator at {url}: {e}"),
+        }
+    })
+}
+
 /// Starts `paraforge coordinator` on a config expected to be refused at
 /// start; returns what it said on standard error.
 fn refused(config: &Path) -> String {
@@ -247,10 +276,14 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usi
             }
             continue;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "seed {seed}: the job did not finish"
-        );
+        if started.elapsed() > Duration::from_secs(round_limit()) {
+            let alive = workers.iter_mut().filter_map(|w| w.exited()).count();
+            let alive = workers.len() - alive;
+            panic!(
+                "seed {seed}: the job did not finish ({alive} worker processes alive, {injected:?}, {incomplete_runs} incomplete runs); status: {}",
+                job_status(&url)
+            );
+        }
         let fault = if random {
             if injected.values().sum::<usize>() >= 6 {
                 continue;
@@ -459,7 +492,12 @@ fn soak() {
         .unwrap_or(1500);
     let mut total: HashMap<Fault, usize> = HashMap::new();
     let mut incomplete = 0;
-    for r in 0..rounds {
+    // PARAFORGE_SOAK_FIRST=N starts at round N (to replay one seed).
+    let first: u64 = std::env::var("PARAFORGE_SOAK_FIRST")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    for r in first..first + rounds {
         let t = Instant::now();
         let (inj, inc) = round(1000 + r, &[], lines);
         for (k, v) in &inj {

@@ -164,10 +164,7 @@ async fn a_failed_shard_leaves_no_success_and_a_rerun_retries_it() {
     }
     work(&c).await;
     let storage = Storage::open(&cfg.job.output).unwrap();
-    let e = finalize(&c.shared, &storage)
-        .await
-        .err()
-        .expect("incomplete");
+    let e = finalize(&c.shared, &storage).await.expect_err("incomplete");
     c.stop().await;
     let msg = e.to_string();
     assert!(

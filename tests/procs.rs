@@ -95,7 +95,14 @@ pub fn worker(url: &str, name: &str) -> Proc {
         .args(["worker", "--coordinator", url, "--name", name])
         .args(["--connect-attempts", "60"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        // PARAFORGE_TEST_WORKER_LOGS=1 shows the workers' logs (to debug a round).
+        .stderr(
+            if std::env::var_os("PARAFORGE_TEST_WORKER_LOGS").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            },
+        )
         .spawn()
         .expect("starting paraforge worker");
     Proc {

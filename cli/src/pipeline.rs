@@ -414,7 +414,6 @@ pub fn run(a: RunArgs) -> Result<()> {
                 s.shards_committed,
                 s.shards_total
             );
-            return Ok(());
         }
         finish(&cfg, c).await
     })

@@ -708,7 +708,7 @@ mod tests {
             Model::load(&p).unwrap().embed("dog cat"),
             m.embed("dog cat")
         );
-        assert_eq!(from_bf16(to_bf16(0.1)), 0.10009765625);
+        assert_eq!(from_bf16(to_bf16(0.1)), 0.100_097_656);
         assert_eq!(from_bf16(to_bf16(-3.0)), -3.0);
         let bytes = std::fs::read(&p).unwrap();
         std::fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
