@@ -308,11 +308,17 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usi
                 coord.signal("KILL");
                 let _ = coord.wait(Duration::from_secs(10));
                 std::thread::sleep(Duration::from_millis(300));
-                // Same state file, same port: the workers reconnect.
+                // Same state file, same port: the workers reconnect. Those
+                // told `done` before the kill have left; a restart that
+                // retries a failed shard needs workers again.
                 let (c, u) = coordinator(&cfg);
                 assert_eq!(u, url);
                 coord = c;
                 restarted = true;
+                workers.retain_mut(|w| w.exited().is_none());
+                while workers.len() < 3 {
+                    workers.push(spawn(&url));
+                }
             }
             Fault::PauseWorker if !workers.is_empty() => {
                 let i = rng.random_range(0..workers.len());
@@ -356,6 +362,10 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usi
                 assert_eq!(u, url);
                 coord = c;
                 restarted = true;
+                workers.retain_mut(|w| w.exited().is_none());
+                while workers.len() < 3 {
+                    workers.push(spawn(&url));
+                }
             }
             Fault::SecondJob => {
                 // Another job (its own name and state) on the same output.
