@@ -59,8 +59,8 @@ $(TESTENV)/.done:
 
 test: $(ORT_LIB) testenv
 	$(CARGO) build --bin paraforge
-	PARAFORGE_TEST_PYTHON=$(TESTENV)/bin/python $(CARGO) test --workspace --all-targets
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	PARAFORGE_TEST_PYTHON=$(TESTENV)/bin/python $(CARGO) test --workspace --all-targets < /dev/null
+	$(CARGO) clippy --workspace --all-targets -- -D warnings < /dev/null
 	$(CARGO) fmt --all -- --check
 
 lint:

@@ -273,3 +273,37 @@ fn translate_names_a_legacy_encoding_once() {
     assert_eq!(e.matches("mixed.txt:").count(), 10, "{e}");
     assert!(e.contains("15 of the 16 lines"), "{e}");
 }
+
+/// An output that is a device or a pipe is written in place: renaming a
+/// finished temporary file over it (as for a regular file) replaced
+/// `/dev/null` itself with a regular file. Tested on a FIFO, which is as
+/// special as `/dev/null` and safe to lose.
+#[test]
+fn translate_writes_into_a_pipe_in_place() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, CZECH).unwrap();
+    let fifo = dir.path().join("out.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) on a path in our own temporary directory.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap_or_default())
+    };
+    let o = translate(
+        &[
+            "--beam",
+            "1",
+            input.to_str().unwrap(),
+            "-o",
+            fifo.to_str().unwrap(),
+        ],
+        60,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    assert!(kind.is_fifo(), "the pipe was replaced by a {kind:?}");
+    assert_eq!(reader.join().unwrap().lines().count(), 3);
+}

@@ -137,6 +137,7 @@ async fn the_pipeline_writes_to_s3_through_object_store() {
     let _moto = Moto(
         Command::new(&moto_bin)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -271,6 +271,9 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// temporary file is removed when it is dropped).
 enum Output {
     Stdout(BufWriter<std::io::StdoutLock<'static>>),
+    /// A device or pipe (`/dev/null`, a FIFO): written in place, since
+    /// renaming a file over it would replace the device itself.
+    Special(BufWriter<std::fs::File>),
     File {
         tmp: BufWriter<tempfile::NamedTempFile>,
         target: PathBuf,
@@ -287,6 +290,13 @@ impl Output {
         let existing = std::fs::metadata(&target).ok();
         if existing.as_ref().is_some_and(|m| m.is_dir()) {
             bail!("--output {}: is a directory", p.display());
+        }
+        if existing.as_ref().is_some_and(|m| !m.is_file()) {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&target)
+                .with_context(|| format!("opening --output {}", p.display()))?;
+            return Ok(Output::Special(BufWriter::new(f)));
         }
         let dir = match target.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
@@ -325,6 +335,7 @@ impl Output {
     fn commit(self) -> Result<()> {
         match self {
             Output::Stdout(mut w) => Ok(w.flush()?),
+            Output::Special(mut w) => Ok(w.flush()?),
             Output::File { tmp, target } => {
                 let tmp = tmp
                     .into_inner()
@@ -346,6 +357,7 @@ impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
             Output::Stdout(w) => w.write(buf),
+            Output::Special(w) => w.write(buf),
             Output::File { tmp, .. } => tmp.write(buf),
         }
     }
@@ -353,6 +365,7 @@ impl Write for Output {
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Output::Stdout(w) => w.flush(),
+            Output::Special(w) => w.flush(),
             Output::File { tmp, .. } => tmp.flush(),
         }
     }
