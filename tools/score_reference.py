@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The pair scores of METHOD.md section 3 in plain Python: the peer of
+"""The pair scores of docs/DEFINITIONS.md section 3 in plain Python: the peer of
 paraforge's scorer in `make bench-score`, and a second reading of the
 definitions (tools/bench_score.py checks that both agree).
 

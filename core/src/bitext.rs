@@ -1,4 +1,4 @@
-//! Bitext readers (METHOD.md section 1): CzEng 1.6 plaintext, CzEng 2.0,
+//! Bitext readers (docs/DEFINITIONS.md section 1): CzEng 1.6 plaintext, CzEng 2.0,
 //! two aligned files, and generic TSV; plain, `.gz` or `.zst`. A line that
 //! does not parse is never fatal: it comes back as a [`Reject`] with its
 //! file, line and reason, so that the caller counts it and writes it to a

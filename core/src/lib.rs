@@ -1,5 +1,5 @@
 //! Parts every paraforge service shares: the pair scores, word vectors and
-//! sentence encoders (METHOD.md section 3).
+//! sentence encoders (docs/DEFINITIONS.md section 3).
 
 pub mod access;
 pub mod bitext;

@@ -1,4 +1,4 @@
-//! The output table (METHOD.md section 4): one row per scored pair, written
+//! The output table (docs/DEFINITIONS.md section 4): one row per scored pair, written
 //! as Parquet with zstd and file-level key-value metadata naming the model,
 //! its checksum, the config and the pipeline version. Every stage after the
 //! worker (bins, report, training) reads it through [`PairReader`].

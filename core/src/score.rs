@@ -1,4 +1,4 @@
-//! The scores of a (reference, translation) pair, as METHOD.md section 3
+//! The scores of a (reference, translation) pair, as docs/DEFINITIONS.md section 3
 //! defines them: n-gram overlap (seed 000, footnote 6), the paraphrase score
 //! (cosine of the two sentence embeddings of a [`SentenceEncoder`]: a
 //! trained model or averaged word vectors), and token lengths. Every score

@@ -1,4 +1,4 @@
-//! `paraforge bin`: the score bins a training stage draws from (METHOD.md
+//! `paraforge bin`: the score bins a training stage draws from (docs/DEFINITIONS.md
 //! section 5), written as Hive-style partitions with a manifest.
 //!
 //! * the paper's five para_score ranges (seed 000, Table 3);

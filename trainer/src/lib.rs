@@ -1,4 +1,4 @@
-//! The training stage (METHOD.md section 6): sentence embeddings that
+//! The training stage (docs/DEFINITIONS.md section 6): sentence embeddings that
 //! average word embeddings (WORD), character-trigram embeddings (TRIGRAM)
 //! or concatenate the two (WORD,TRIGRAM), trained on paraphrase pairs with
 //! the margin loss and mega-batch negatives of seed 000 section 4, and

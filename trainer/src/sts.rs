@@ -1,4 +1,4 @@
-//! STS evaluation (METHOD.md section 6): Pearson's r x 100 (and Spearman's
+//! STS evaluation (docs/DEFINITIONS.md section 6): Pearson's r x 100 (and Spearman's
 //! rho) between the cosine of two sentence embeddings and the gold score, per
 //! dataset; SemEval years are the mean over their datasets, as the paper
 //! reports. Reads the original distribution layouts:
