@@ -213,6 +213,24 @@ fn write_job(dir: &Path, lines: usize, attempts: u32) -> (PathBuf, Vec<String>, 
     (cfg, ids, shards)
 }
 
+/// Starts the coordinator again on the same state file and port (the
+/// workers reconnect), and workers until three run: those told `done`
+/// before have left, and a restart that retries a failed shard needs some.
+fn restart(
+    cfg: &Path,
+    url: &str,
+    workers: &mut Vec<Proc>,
+    spawn: &mut impl FnMut(&str) -> Proc,
+) -> Proc {
+    let (c, u) = coordinator(cfg);
+    assert_eq!(u, url);
+    workers.retain_mut(|w| w.exited().is_none());
+    while workers.len() < 3 {
+        workers.push(spawn(url));
+    }
+    c
+}
+
 /// Runs one job while injecting `plan` (or random faults when `plan` is
 /// empty, from `seed`); checks the output; returns the faults injected.
 fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usize) {
@@ -267,13 +285,7 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usi
                 "seed {seed}: an incomplete run left a success marker"
             );
             incomplete_runs += 1;
-            let (c, u) = coordinator(&cfg);
-            assert_eq!(u, url);
-            coord = c;
-            workers.retain_mut(|w| w.exited().is_none());
-            while workers.len() < 3 {
-                workers.push(spawn(&url));
-            }
+            coord = restart(&cfg, &url, &mut workers, &mut spawn);
             continue;
         }
         if started.elapsed() > Duration::from_secs(round_limit()) {
@@ -308,17 +320,8 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usi
                 coord.signal("KILL");
                 let _ = coord.wait(Duration::from_secs(10));
                 std::thread::sleep(Duration::from_millis(300));
-                // Same state file, same port: the workers reconnect. Those
-                // told `done` before the kill have left; a restart that
-                // retries a failed shard needs workers again.
-                let (c, u) = coordinator(&cfg);
-                assert_eq!(u, url);
-                coord = c;
+                coord = restart(&cfg, &url, &mut workers, &mut spawn);
                 restarted = true;
-                workers.retain_mut(|w| w.exited().is_none());
-                while workers.len() < 3 {
-                    workers.push(spawn(&url));
-                }
             }
             Fault::PauseWorker if !workers.is_empty() => {
                 let i = rng.random_range(0..workers.len());
@@ -358,14 +361,8 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usi
                 );
                 assert!(!out.join("_SUCCESS").exists());
                 std::fs::write(&input, &original).unwrap();
-                let (c, u) = coordinator(&cfg);
-                assert_eq!(u, url);
-                coord = c;
+                coord = restart(&cfg, &url, &mut workers, &mut spawn);
                 restarted = true;
-                workers.retain_mut(|w| w.exited().is_none());
-                while workers.len() < 3 {
-                    workers.push(spawn(&url));
-                }
             }
             Fault::SecondJob => {
                 // Another job (its own name and state) on the same output.

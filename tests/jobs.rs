@@ -63,6 +63,19 @@ async fn work(c: &Running) {
     .expect("the worker succeeded");
 }
 
+/// `paraforge run` on `cfg` (on free loopback ports), as a user runs it.
+fn paraforge_run(dir: &Path, mut cfg: JobConfig) -> std::process::Output {
+    cfg.coordinator.listen = "127.0.0.1:0".into();
+    cfg.coordinator.metrics = "127.0.0.1:0".into();
+    let toml = dir.join("job.toml");
+    std::fs::write(&toml, cfg.to_toml()).unwrap();
+    std::process::Command::new(paraforge_bin())
+        .args(["run", "--config"])
+        .arg(&toml)
+        .output()
+        .unwrap()
+}
+
 /// Every file under `dir`, relative, with its bytes.
 fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
@@ -280,17 +293,7 @@ fn a_job_that_rejects_too_much_fails() {
         .map(|r| r.split('\t').skip(2).collect::<Vec<_>>().join("\t"))
         .collect();
     std::fs::write(dir.path().join("input.tsv"), two.join("\n") + "\n").unwrap();
-    let toml = dir.path().join("job.toml");
-    let mut cfg = cfg;
-    cfg.coordinator.listen = "127.0.0.1:0".into();
-    cfg.coordinator.metrics = "127.0.0.1:0".into();
-    let text = cfg.to_toml();
-    std::fs::write(&toml, text).unwrap();
-    let o = std::process::Command::new(paraforge_bin())
-        .args(["run", "--config"])
-        .arg(&toml)
-        .output()
-        .unwrap();
+    let o = paraforge_run(dir.path(), cfg);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success(),
@@ -404,16 +407,10 @@ fn a_repeated_pair_id_is_reported() {
     let rest: Vec<&str> = rows[8].splitn(2, '\t').collect();
     rows[8] = format!("{id3}\t{}", rest[1]);
     std::fs::write(dir.path().join("input.tsv"), rows.join("\n") + "\n").unwrap();
-    let mut cfg = config(dir.path(), "dup-ids", 20, "", "beam = 1");
-    cfg.coordinator.listen = "127.0.0.1:0".into();
-    cfg.coordinator.metrics = "127.0.0.1:0".into();
-    let toml = dir.path().join("job.toml");
-    std::fs::write(&toml, cfg.to_toml()).unwrap();
-    let o = std::process::Command::new(paraforge_bin())
-        .args(["run", "--config"])
-        .arg(&toml)
-        .output()
-        .unwrap();
+    let o = paraforge_run(
+        dir.path(),
+        config(dir.path(), "dup-ids", 20, "", "beam = 1"),
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(
