@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use paraforge_coordinator::run::{finalize, start, Running};
+use paraforge_coordinator::run::{finalize, Running};
 use paraforge_core::access::ClientAccess;
 use paraforge_core::config::JobConfig;
 use paraforge_core::proto as pb;
@@ -39,25 +39,15 @@ fn token_file(dir: &Path, token: &str) -> PathBuf {
 }
 
 async fn serve(cfg: &JobConfig) -> Running {
-    start(
-        cfg,
-        Some("127.0.0.1:0".parse().unwrap()),
-        Some("127.0.0.1:0".parse().unwrap()),
-    )
-    .await
-    .unwrap()
+    paraforge_tests::start_on_loopback(cfg).await.unwrap()
 }
 
 async fn start_err(cfg: &JobConfig) -> String {
-    start(
-        cfg,
-        Some("127.0.0.1:0".parse().unwrap()),
-        Some("127.0.0.1:0".parse().unwrap()),
-    )
-    .await
-    .err()
-    .expect("start should fail")
-    .to_string()
+    paraforge_tests::start_on_loopback(cfg)
+        .await
+        .err()
+        .expect("start should fail")
+        .to_string()
 }
 
 async fn status(access: &ClientAccess, url: &str) -> Result<pb::JobStatusResponse, String> {

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use paraforge_coordinator::run::{finalize, start, RunError, Running};
+use paraforge_coordinator::run::{finalize, RunError, Running};
 use paraforge_core::config::JobConfig;
 use paraforge_core::storage::Storage;
 use paraforge_tests::{job_toml, output_rows, paraforge_bin, sample_lines};
@@ -38,12 +38,7 @@ fn config(dir: &Path, name: &str, per: usize, extra: &str, model: &str) -> JobCo
 }
 
 async fn coordinator(cfg: &JobConfig) -> Result<Running, RunError> {
-    start(
-        cfg,
-        Some("127.0.0.1:0".parse().unwrap()),
-        Some("127.0.0.1:0".parse().unwrap()),
-    )
-    .await
+    paraforge_tests::start_on_loopback(cfg).await
 }
 
 /// One worker until the coordinator says done.

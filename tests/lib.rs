@@ -203,3 +203,16 @@ pub fn output_rows(out: &Path) -> Vec<(String, String)> {
     }
     rows
 }
+
+/// Starts a job's coordinator in this process on free loopback ports (gRPC
+/// and metrics), as the in-process tests share it.
+pub async fn start_on_loopback(
+    cfg: &paraforge_core::config::JobConfig,
+) -> Result<paraforge_coordinator::run::Running, paraforge_coordinator::run::RunError> {
+    paraforge_coordinator::run::start(
+        cfg,
+        Some("127.0.0.1:0".parse().expect("an address")),
+        Some("127.0.0.1:0".parse().expect("an address")),
+    )
+    .await
+}

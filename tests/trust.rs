@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use paraforge_coordinator::run::{finalize, start, Running};
+use paraforge_coordinator::run::{finalize, Running};
 use paraforge_core::access::{Client, ClientAccess};
 use paraforge_core::config::JobConfig;
 use paraforge_core::proto::{self as pb, lease_shard_response};
@@ -46,14 +46,13 @@ fn token_file(dir: &Path, token: &str) -> String {
     p.display().to_string()
 }
 
+/// The `[coordinator]` line that makes the job require the token in `file`.
+fn token_key(file: &str) -> String {
+    format!("auth_token_file = \"{file}\"")
+}
+
 async fn serve(cfg: &JobConfig) -> Running {
-    start(
-        cfg,
-        Some("127.0.0.1:0".parse().unwrap()),
-        Some("127.0.0.1:0".parse().unwrap()),
-    )
-    .await
-    .unwrap()
+    paraforge_tests::start_on_loopback(cfg).await.unwrap()
 }
 
 async fn client(c: &Running, token: Option<&str>) -> Client {
@@ -195,12 +194,7 @@ async fn complete(
 async fn a_forged_completion_under_another_workers_id_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let tf = token_file(dir.path(), "shared-token");
-    let cfg = config(
-        dir.path(),
-        120,
-        "shard_pairs = 60",
-        &format!("auth_token_file = \"{tf}\""),
-    );
+    let cfg = config(dir.path(), 120, "shard_pairs = 60", &token_key(&tf));
     let c = serve(&cfg).await;
     let mut honest = client(&c, Some("shared-token")).await;
     let w = register(&mut honest, "honest").await;
@@ -479,12 +473,7 @@ async fn metrics_and_status_need_the_token_and_use_the_jobs_tls() {
     // A token without TLS: plain HTTP, still guarded.
     let dir = tempfile::tempdir().unwrap();
     let tf = token_file(dir.path(), "plain-token");
-    let cfg = config(
-        dir.path(),
-        120,
-        "shard_pairs = 60",
-        &format!("auth_token_file = \"{tf}\""),
-    );
+    let cfg = config(dir.path(), 120, "shard_pairs = 60", &token_key(&tf));
     let c = serve(&cfg).await;
     assert_eq!(get_plain(c.http_addr, "/status", None).await.0, 401);
     assert_eq!(
