@@ -494,11 +494,12 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
                 _ => {}
             }
         }
-        let issued: Vec<bool> = listing
+        let issued: Vec<(&String, bool)> = listing
             .keys()
             .map(|p| {
-                paraforge_core::schema::parse_attempt_path(p)
-                    .is_some_and(|(_, token)| st.issued(token))
+                let ours = paraforge_core::schema::parse_attempt_path(p)
+                    .is_some_and(|(_, token)| st.issued(token));
+                (p, ours)
             })
             .collect();
         (st.counts(), st.job_id().to_string(), issued)
@@ -509,11 +510,11 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
         .map(|f| f.path.as_str())
         .collect();
     let mut removed = Vec::new();
-    for ((path, _), ours) in listing.iter().zip(issued) {
+    for (path, ours) in issued {
         if ours && !keep.contains(path.as_str()) {
             storage.delete(path).await?;
             removed.push(path.clone());
-        } else if !ours && !path.starts_with('_') && path.starts_with("shard=") {
+        } else if !ours && path.starts_with("shard=") {
             tracing::warn!(%path, "a file this job did not write sits in its output; left alone");
         }
     }

@@ -377,7 +377,9 @@ impl JobState {
 
     /// Whether `token` was handed out by this job.
     pub fn issued(&self, token: u64) -> bool {
-        token > 0 && token < self.next_token.max(self.token_reserved)
+        // After a restart `next_token` starts at the reserved block's end,
+        // above every token the job ever handed out.
+        token > 0 && token < self.next_token
     }
 
     /// Takes a committed shard back (its files are gone from the output):
