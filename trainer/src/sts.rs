@@ -3,8 +3,12 @@
 //! dataset; SemEval years are the mean over their datasets, as the paper
 //! reports. Reads the original distribution layouts:
 //!
-//! * `semeval/STS20XX-test/STS.input.<set>.txt` + `STS.gs.<set>.txt` (2016:
-//!   `STS2016.input.*`/`STS2016.gs.*`); an empty gold line is an unscored pair;
+//! * SemEval files `STS.input.<set>.txt` + `STS.gs.<set>.txt` (2016:
+//!   `STS2016.input.*`/`STS2016.gs.*`; any `STS<...>.input.` prefix), of any
+//!   year, in the directory given, in any directory below it, or below its
+//!   `semeval/`; a directory whose name holds a year (`STS2017-test`,
+//!   `sts2017`) is that year's group `STS2017`, others are named after the
+//!   directory. An empty gold line is an unscored pair;
 //! * `stsbenchmark/sts-test.csv`: TSV, score in column 5, sentences in 6-7
 //!   (`sts-dev.csv`, the same layout, is the "STSB-dev" group: the set to
 //!   select models on, so that test stays unseen);
@@ -132,41 +136,83 @@ fn tsv_set(
     })
 }
 
+/// The SemEval group a directory's files belong to: `STS<year>` when its
+/// name holds a year from 2012 on, else the directory's name.
+fn semeval_group(d: &Path) -> String {
+    let name = d
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "STS".into());
+    let digits: Vec<char> = name.chars().collect();
+    for w in digits.windows(4) {
+        if w.iter().all(|c| c.is_ascii_digit()) {
+            let year: String = w.iter().collect();
+            if year.as_str() >= "2012" && year.as_str() < "2100" {
+                return format!("STS{year}");
+            }
+        }
+    }
+    name
+}
+
+/// The SemEval datasets of one directory: every `STS*.input.<set>.txt`
+/// with its `.gs.` file, sorted by set name.
+fn semeval_dir(d: &Path) -> Result<Vec<StsSet>, TrainError> {
+    let mut names: Vec<(String, PathBuf)> = std::fs::read_dir(d)
+        .map_err(|e| TrainError::io(d, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|p| {
+            let f = p.file_name()?.to_str()?.to_string();
+            let (prefix, rest) = f.split_once(".input.")?;
+            if !prefix.starts_with("STS") || prefix.contains('.') {
+                return None;
+            }
+            Some((rest.strip_suffix(".txt")?.to_string(), p))
+        })
+        .collect();
+    names.sort();
+    let group = semeval_group(d);
+    let mut sets = Vec::new();
+    for (name, input) in names {
+        let gold = input.with_file_name(
+            input
+                .file_name()
+                .and_then(|f| f.to_str())
+                .unwrap_or_default()
+                .replacen(".input.", ".gs.", 1),
+        );
+        if !gold.is_file() {
+            return Err(bad(&input, format!("no gold file {}", gold.display())));
+        }
+        sets.push(semeval_set(&group, &name, &input, &gold)?);
+    }
+    Ok(sets)
+}
+
+fn subdirs(d: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(d)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    v.sort();
+    v
+}
+
 /// Every dataset found under `dir` (see the module docs for the layout).
 pub fn load(dir: &Path) -> Result<Vec<StsSet>, TrainError> {
     let mut sets = Vec::new();
-    for year in 2012..=2016 {
-        let d = dir.join(format!("semeval/STS{year}-test"));
-        if !d.is_dir() {
-            continue;
+    let mut dirs = vec![dir.to_path_buf()];
+    for d in subdirs(dir) {
+        if d.file_name().is_some_and(|n| n == "semeval") {
+            dirs.extend(subdirs(&d));
+        } else {
+            dirs.push(d);
         }
-        let mut names: Vec<(String, PathBuf)> = std::fs::read_dir(&d)
-            .map_err(|e| TrainError::io(&d, e))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter_map(|p| {
-                let f = p.file_name()?.to_str()?.to_string();
-                let name = f
-                    .strip_prefix("STS.input.")
-                    .or_else(|| f.strip_prefix(&format!("STS{year}.input.")))?
-                    .strip_suffix(".txt")?
-                    .to_string();
-                Some((name, p))
-            })
-            .collect();
-        names.sort();
-        for (name, input) in names {
-            let gold = input.with_file_name(
-                input
-                    .file_name()
-                    .and_then(|f| f.to_str())
-                    .unwrap_or_default()
-                    .replacen(".input.", ".gs.", 1),
-            );
-            if !gold.is_file() {
-                return Err(bad(&input, format!("no gold file {}", gold.display())));
-            }
-            sets.push(semeval_set(&format!("STS{year}"), &name, &input, &gold)?);
-        }
+    }
+    for d in &dirs {
+        sets.extend(semeval_dir(d)?);
     }
     let stsb = dir.join("stsbenchmark/sts-test.csv");
     if stsb.is_file() {
@@ -183,7 +229,9 @@ pub fn load(dir: &Path) -> Result<Vec<StsSet>, TrainError> {
     if sets.is_empty() {
         return Err(bad(
             dir,
-            "no STS datasets found (expected semeval/, stsbenchmark/ or sick2014/)".into(),
+            "no STS datasets found (expected STS.input.<set>.txt + STS.gs.<set>.txt files, \
+             semeval/, stsbenchmark/ or sick2014/)"
+                .into(),
         ));
     }
     Ok(sets)
@@ -317,5 +365,50 @@ mod tests {
         std::fs::remove_file(y.join("STS2016.gs.news.txt")).unwrap();
         assert!(load(dir.path()).unwrap_err().to_string().contains("gold"));
         assert!(load(&dir.path().join("nothing")).is_err());
+    }
+
+    /// STS 2017's test directory as distributed, given by itself or as a
+    /// directory below the one given (file names of the 2017 track 5,
+    /// English-English).
+    #[test]
+    fn any_semeval_year_loads_from_its_own_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let y = dir.path().join("STS2017-test");
+        std::fs::create_dir_all(&y).unwrap();
+        std::fs::write(
+            y.join("STS.input.track5.en-en.txt"),
+            "A person is on a baseball team.\tA person is playing basketball on a team.\n\
+             Our current vehicles will be in museums.\tThe car is in a museum.\n",
+        )
+        .unwrap();
+        std::fs::write(y.join("STS.gs.track5.en-en.txt"), "2.4\n1.2\n").unwrap();
+        for given in [y.clone(), dir.path().to_path_buf()] {
+            let sets = load(&given).unwrap();
+            assert_eq!(sets.len(), 1, "{}", given.display());
+            assert_eq!(
+                (sets[0].group.as_str(), sets[0].name.as_str()),
+                ("STS2017", "track5.en-en")
+            );
+            assert_eq!(sets[0].pairs[1].2, 1.2);
+        }
+        let other = dir.path().join("my-sts");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::copy(
+            y.join("STS.input.track5.en-en.txt"),
+            other.join("STS.input.a.txt"),
+        )
+        .unwrap();
+        let e = load(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("STS.input.a.txt") && e.contains("no gold file"),
+            "{e}"
+        );
+        std::fs::write(other.join("STS.gs.a.txt"), "1\n2\n").unwrap();
+        let groups: Vec<String> = load(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|s| s.group)
+            .collect();
+        assert_eq!(groups, ["STS2017", "my-sts"]);
     }
 }
