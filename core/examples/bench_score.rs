@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use paraforge_core::{Model, Scorer, SentenceEncoder, Vectors};
+use paraforge_core::{load_encoder, Scorer, SentenceEncoder};
 use rayon::prelude::*;
 
 fn main() {
@@ -31,20 +31,20 @@ fn main() {
         .unwrap_or(2_000_000);
     let t = Instant::now();
     let path = Path::new(&args[2]);
-    let encoder: Box<dyn SentenceEncoder> = if path.is_dir() || args[2].ends_with(".pfe") {
-        Box::new(Model::load(path).unwrap_or_else(|e| {
+    // The worker's own loader: a model or vectors, bf16 models packed.
+    let is_model = path.is_dir() || args[2].ends_with(".pfe");
+    let (model, vecs) = if is_model {
+        (Some(path), None)
+    } else {
+        (None, Some(path))
+    };
+    let encoder: Box<dyn SentenceEncoder> = match load_encoder(model, vecs) {
+        Ok(Some(e)) => e,
+        Ok(None) => unreachable!("a path was given"),
+        Err(e) => {
             eprintln!("{e}");
             std::process::exit(1)
-        }))
-    } else {
-        Box::new(
-            Vectors::load(path)
-                .unwrap_or_else(|e| {
-                    eprintln!("{e}");
-                    std::process::exit(1)
-                })
-                .0,
-        )
+        }
     };
     let vectors = &*encoder;
     let load_s = t.elapsed().as_secs_f64();

@@ -228,25 +228,28 @@ pub fn for_each_trigram(tokens: &Tokens, mut f: impl FnMut(u64)) {
 }
 
 /// Open addressing from 64-bit keys to row ids; the caller confirms a hit
-/// when keys can collide (word hashes), trigram keys are exact.
+/// when keys can collide (word hashes), trigram keys are exact. Each slot
+/// holds its key beside the row, so a probe touches one cache line (two
+/// arrays cost the scorer a second miss per trigram).
 #[derive(Debug, Clone, Default)]
 struct Index {
-    slots: Vec<u32>,
-    keys: Vec<u64>,
+    slots: Vec<(u64, u32)>,
 }
+
+const EMPTY: u32 = u32::MAX;
 
 impl Index {
     fn build(keys: Vec<u64>) -> Index {
         let cap = (keys.len() * 2).next_power_of_two().max(16);
-        let mut slots = vec![u32::MAX; cap];
+        let mut slots = vec![(0, EMPTY); cap];
         for (i, &k) in keys.iter().enumerate() {
             let mut s = spread(k) & (cap - 1);
-            while slots[s] != u32::MAX {
+            while slots[s].1 != EMPTY {
                 s = (s + 1) & (cap - 1);
             }
-            slots[s] = i as u32;
+            slots[s] = (k, i as u32);
         }
-        Index { slots, keys }
+        Index { slots }
     }
 
     #[inline]
@@ -254,11 +257,11 @@ impl Index {
         let mask = self.slots.len().checked_sub(1)?;
         let mut s = spread(key) & mask;
         loop {
-            let i = self.slots[s];
-            if i == u32::MAX {
+            let (k, i) = self.slots[s];
+            if i == EMPTY {
                 return None;
             }
-            if self.keys[i as usize] == key && confirm(i) {
+            if k == key && confirm(i) {
                 return Some(i);
             }
             s = (s + 1) & mask;
@@ -575,8 +578,8 @@ impl SentenceEncoder for Model {
 
     fn embed_tokens(&self, tokens: &Tokens, scratch: &mut Scratch, out: &mut [f32]) -> Coverage {
         let unknown = self.encode_tokens(tokens, &mut scratch.encoded);
-        self.embed_into(&scratch.encoded, out);
         let e = &scratch.encoded;
+        self.embed_into(e, out);
         Coverage {
             known: (e.words.len() + e.trigrams.len()) as u32,
             unknown,
@@ -595,15 +598,136 @@ impl SentenceEncoder for Model {
     }
 }
 
-fn mean_rows(table: &[f32], dim: usize, rows: &[u32], out: &mut [f32]) {
+/// A stored embedding value: f32, or bfloat16 bits (exactly an f32 with the
+/// low 16 bits zero, so both give the same sums).
+trait Value: Copy {
+    fn get(self) -> f32;
+}
+
+impl Value for f32 {
+    #[inline(always)]
+    fn get(self) -> f32 {
+        self
+    }
+}
+
+impl Value for u16 {
+    #[inline(always)]
+    fn get(self) -> f32 {
+        from_bf16(self)
+    }
+}
+
+/// The mean of `rows` of a row-major `table`, into `out`.
+///
+/// Blocked over the dimension so each block's sums stay in registers while
+/// every row is added: adding whole rows into `out` loaded and stored `out`
+/// once per row. The sums run over the rows in order, as a plain loop would,
+/// and there are no multiplies to fuse, so every target gives the same bits.
+#[multiversion::multiversion(targets("x86_64+avx2", "x86_64+sse4.1"))]
+fn mean_rows<V: Value>(table: &[V], dim: usize, rows: &[u32], out: &mut [f32]) {
     if rows.is_empty() || dim == 0 {
         return;
     }
-    for &r in rows {
-        add_row(out, &table[r as usize * dim..(r as usize + 1) * dim]);
-    }
     let inv = 1.0 / rows.len() as f32;
-    out.iter_mut().for_each(|o| *o *= inv);
+    let mut start = 0;
+    while dim - start >= 64 {
+        sum_block::<V, 64>(table, dim, start, rows, inv, out);
+        start += 64;
+    }
+    while dim - start >= 8 {
+        sum_block::<V, 8>(table, dim, start, rows, inv, out);
+        start += 8;
+    }
+    for i in start..dim {
+        let sum: f32 = rows
+            .iter()
+            .map(|&r| table[r as usize * dim + i].get())
+            .sum();
+        out[i] = sum * inv;
+    }
+}
+
+#[inline(always)]
+fn sum_block<V: Value, const B: usize>(
+    table: &[V],
+    dim: usize,
+    start: usize,
+    rows: &[u32],
+    inv: f32,
+    out: &mut [f32],
+) {
+    let mut acc = [0f32; B];
+    for &r in rows {
+        let off = r as usize * dim + start;
+        let row: &[V; B] = table[off..off + B].try_into().expect("a block of B");
+        for (a, x) in acc.iter_mut().zip(row) {
+            *a += x.get();
+        }
+    }
+    for (o, a) in out[start..start + B].iter_mut().zip(acc) {
+        *o = a * inv;
+    }
+}
+
+/// A model whose every value is a bfloat16 (as `--precision bf16` saves
+/// them), scored from 2-byte copies of its tables: half the memory traffic of
+/// the f32 rows, which bound the scorer (BENCHMARKS.md, scoring), and the
+/// same embeddings to the bit as [`Model::embed_into`].
+#[derive(Debug)]
+pub struct Bf16Model {
+    model: Model,
+    w: Vec<u16>,
+    t: Vec<u16>,
+}
+
+impl Bf16Model {
+    /// Whether every value of `model` is exactly a bfloat16.
+    pub fn exact(model: &Model) -> bool {
+        let on_grid = |v: &[f32]| v.iter().all(|x| x.to_bits() & 0xFFFF == 0);
+        on_grid(&model.w) && on_grid(&model.t)
+    }
+
+    /// `None` unless every value of the model is exactly a bfloat16.
+    pub fn new(model: Model) -> Option<Bf16Model> {
+        if !Bf16Model::exact(&model) {
+            return None;
+        }
+        let pack = |v: &[f32]| v.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+        Some(Bf16Model {
+            w: pack(&model.w),
+            t: pack(&model.t),
+            model,
+        })
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+}
+
+impl SentenceEncoder for Bf16Model {
+    fn dim(&self) -> usize {
+        self.model.dim()
+    }
+
+    fn embed_tokens(&self, tokens: &Tokens, scratch: &mut Scratch, out: &mut [f32]) -> Coverage {
+        let m = &self.model;
+        let unknown = m.encode_tokens(tokens, &mut scratch.encoded);
+        let e = &scratch.encoded;
+        out.fill(0.0);
+        let (wo, to) = out.split_at_mut(m.word_dim);
+        mean_rows(&self.w, m.word_dim, &e.words, wo);
+        mean_rows(&self.t, m.trigram_dim, &e.trigrams, to);
+        Coverage {
+            known: (e.words.len() + e.trigrams.len()) as u32,
+            unknown,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("{} (bf16)", self.model.describe())
+    }
 }
 
 /// The para_score model a `[scoring]` section or a command line names:
@@ -619,7 +743,14 @@ pub fn load_encoder(
                 "give a model or word vectors for para_score, not both".into(),
             ))
         }
-        (Some(m), None) => Some(Box::new(Model::load(m)?)),
+        (Some(m), None) => {
+            let model = Model::load(m)?;
+            if Bf16Model::exact(&model) {
+                Bf16Model::new(model).map(|p| Box::new(p) as Box<dyn SentenceEncoder>)
+            } else {
+                Some(Box::new(model))
+            }
+        }
         (None, Some(v)) => {
             let (v, _) = Vectors::load(v).map_err(|e| EncoderError::Invalid(e.to_string()))?;
             Some(Box::new(v))
@@ -688,6 +819,87 @@ mod tests {
                 unknown: 1
             }
         );
+    }
+
+    /// A model whose dimensions cover every path of the summing kernel
+    /// (blocks of 64 and 8 and a tail), values on the bfloat16 grid.
+    fn wide_model() -> Model {
+        let text = "the cat sat on a mat while dogs ran past the old barn";
+        let mut trigrams = Vec::new();
+        for_each_trigram(&tokenize(text), |k| {
+            let t = trigram_text(k);
+            if !trigrams.contains(&t) {
+                trigrams.push(t);
+            }
+        });
+        let words: Vec<String> = text.split(' ').map(String::from).collect();
+        let mut seed = 7u64;
+        let mut value = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            from_bf16(to_bf16((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5))
+        };
+        let (wd, td) = (75, 137);
+        let w = (0..(words.len() + 1) * wd).map(|_| value()).collect();
+        let t = (0..trigrams.len() * td).map(|_| value()).collect();
+        Model::from_tables(Kind::WordTrigram, words, wd, w, trigrams, td, t).unwrap()
+    }
+
+    #[test]
+    fn the_blocked_sums_equal_a_plain_loop_and_bf16_rows_give_the_same_bits() {
+        let m = wide_model();
+        for text in [
+            "the cat sat",
+            "dogs ran past the old barn on a mat",
+            "zebra",
+        ] {
+            let e = m.encode(text);
+            let mut want = vec![0f32; m.dim()];
+            let (ww, wt) = want.split_at_mut(m.word_dim);
+            for (rows, table, dim, out) in [
+                (&e.words, &m.w, m.word_dim, ww),
+                (&e.trigrams, &m.t, m.trigram_dim, wt),
+            ] {
+                for &r in rows.iter() {
+                    for (o, x) in out.iter_mut().zip(&table[r as usize * dim..][..dim]) {
+                        *o += x;
+                    }
+                }
+                let inv = 1.0 / rows.len().max(1) as f32;
+                out.iter_mut().for_each(|o| *o *= inv);
+            }
+            assert_eq!(m.embed(text), want, "{text}");
+            let packed = Bf16Model::new(m.clone()).expect("every value is a bfloat16");
+            let (mut scratch, mut out) = (Scratch::default(), vec![0f32; m.dim()]);
+            packed.embed_tokens(&tokenize(text), &mut scratch, &mut out);
+            assert_eq!(out, want, "{text}");
+        }
+        let mut off_grid = m.clone();
+        off_grid.t[3] += 1e-6;
+        assert!(Bf16Model::new(off_grid).is_none());
+    }
+
+    #[test]
+    fn a_bf16_model_is_scored_from_its_packed_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.pfe");
+        wide_model().save_as(&p, Precision::Bf16).unwrap();
+        let e = load_encoder(Some(&p), None).unwrap().unwrap();
+        assert!(e.describe().ends_with("(bf16)"), "{}", e.describe());
+        wide_model().save_as(&p, Precision::F32).unwrap();
+        // An f32 file whose values happen to be bfloat16 is packed too.
+        let e = load_encoder(Some(&p), None).unwrap().unwrap();
+        assert!(e.describe().ends_with("(bf16)"), "{}", e.describe());
+        model_f32_off_grid().save(&p).unwrap();
+        let e = load_encoder(Some(&p), None).unwrap().unwrap();
+        assert!(!e.describe().contains("bf16"), "{}", e.describe());
+    }
+
+    fn model_f32_off_grid() -> Model {
+        let mut m = model();
+        m.t[0] = 0.1;
+        m
     }
 
     #[test]
