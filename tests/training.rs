@@ -62,7 +62,7 @@ fn training_learns_from_real_pairs_and_exports_vectors() {
             shuffle_buffer: 500,
             ..TrainOptions::default()
         };
-        let rep = train(&mut m, &source, &o, &mut |_| {}).unwrap();
+        let rep = train(&mut m, &source, &o, None, &mut |_| {}).unwrap();
         let (first, last) = (rep.epochs[0].mean_loss, rep.epochs[3].mean_loss);
         let after = retrieval(&m, &pairs);
         eprintln!("{kind:?}: loss {first:.4} -> {last:.4}, retrieval {before:.3} -> {after:.3}");
@@ -76,7 +76,7 @@ fn training_learns_from_real_pairs_and_exports_vectors() {
         // Same seed, same model.
         let mut again =
             paraforge_trainer::model::init(kind, Some(&v), tris.clone(), 50, 1).unwrap();
-        train(&mut again, &source, &o, &mut |_| {}).unwrap();
+        train(&mut again, &source, &o, None, &mut |_| {}).unwrap();
         assert_eq!(again.w, m.w, "{kind:?}: training is deterministic");
 
         if kind == Kind::Word {
@@ -97,6 +97,87 @@ fn training_learns_from_real_pairs_and_exports_vectors() {
             rescore_with(dir.path(), "--model", &p, &m, &rows);
         }
     }
+}
+
+/// A run killed after an epoch and resumed from its checkpoint ends with
+/// the model of an uninterrupted run, and the dev set picks the epoch kept.
+#[test]
+fn a_resumed_run_equals_an_uninterrupted_one_and_dev_picks_the_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    scored_dataset(dir.path(), 600, 2);
+    let source = PairSource::open(dir.path()).unwrap();
+    let tris = trigram_vocab(&source, 2, 50_000).unwrap();
+    let dev_sets =
+        paraforge_trainer::sts::load_dev(&repo_root().join("data/sts/stsbenchmark/sts-dev.csv"))
+            .unwrap();
+    let dev = |m: &Model| paraforge_trainer::sts::dev_score(&dev_sets, &|s| m.embed(s));
+    let fresh =
+        || paraforge_trainer::model::init(Kind::Trigram, None, tris.clone(), 20, 1).unwrap();
+    let o = |ckpt: &Path, epochs, resume| TrainOptions {
+        megabatch: 2,
+        batch_size: 50,
+        epochs,
+        lr: 0.01,
+        shuffle_buffer: 200,
+        checkpoint: Some(ckpt.to_path_buf()),
+        resume,
+        ..TrainOptions::default()
+    };
+    let whole = dir.path().join("whole.ckpt");
+    let mut m1 = fresh();
+    let r1 = train(
+        &mut m1,
+        &source,
+        &o(&whole, 4, false),
+        Some(&dev),
+        &mut |_| {},
+    )
+    .unwrap();
+    let devs: Vec<f64> = r1.epochs.iter().map(|e| e.dev.unwrap()).collect();
+    let best = devs.iter().cloned().fold(f64::MIN, f64::max);
+    let best_epoch = r1.best_epoch.unwrap();
+    assert_eq!(devs[best_epoch - 1], best, "{devs:?}");
+    assert_eq!(dev(&m1), best, "the model kept is the best epoch's");
+
+    // Killed after epoch 2 (its checkpoint written), then resumed.
+    let cut = dir.path().join("cut.ckpt");
+    let mut m2 = fresh();
+    train(
+        &mut m2,
+        &source,
+        &o(&cut, 2, false),
+        Some(&dev),
+        &mut |_| {},
+    )
+    .unwrap();
+    let mut m3 = fresh();
+    let r3 = train(&mut m3, &source, &o(&cut, 4, true), Some(&dev), &mut |_| {}).unwrap();
+    assert_eq!(r3.resumed_after, Some(2));
+    assert_eq!(r3.best_epoch, r1.best_epoch);
+    assert_eq!(
+        m3.t, m1.t,
+        "resumed model differs from the uninterrupted one"
+    );
+    let losses = |r: &paraforge_trainer::train::TrainReport| -> Vec<f64> {
+        r.epochs.iter().map(|e| e.mean_loss).collect()
+    };
+    // (Epochs before the cut come back from the checkpoint's JSON.)
+    for (a, b) in losses(&r3).iter().zip(losses(&r1)) {
+        assert!(
+            (a - b).abs() < 1e-12,
+            "{:?} vs {:?}",
+            losses(&r3),
+            losses(&r1)
+        );
+    }
+
+    // A checkpoint of another run is refused, naming it.
+    let mut other = o(&cut, 4, true);
+    other.lr = 0.02;
+    let e = train(&mut fresh(), &source, &other, None, &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cut.ckpt") && e.contains("another run"), "{e}");
 }
 
 /// The loop through the binary: `paraforge rescore` with exported vectors
@@ -203,6 +284,7 @@ fn bad_training_input_is_an_error_or_a_counted_skip() {
             epochs: 1,
             ..TrainOptions::default()
         },
+        None,
         &mut |_| {},
     )
     .unwrap();

@@ -57,7 +57,7 @@ for c in $CANDIDATES; do
   log "train $name"
   $BIN train --data "$OUT/corpus" --model trigram --megabatch 20 --seed "$SEED" \
     --epochs "$epochs" --trigram-dim "$dim" --min-trigram-count "$MIN_TRIGRAM_COUNT" \
-    --precision "$PRECISION" --out "$OUT/models/$name.pfe" 2>&1 | tee "$OUT/models/$name.log" | tail -1
+    --precision "$PRECISION" --no-dev --out "$OUT/models/$name.pfe" 2>&1 | tee "$OUT/models/$name.log" | tail -1
 done
 
 # 4. Evaluate, select on STSB dev, install.

@@ -64,6 +64,20 @@ pub struct TrainArgs {
     /// Evaluate on the STS sets under this directory after training.
     #[arg(long)]
     sts: Option<PathBuf>,
+    /// Scored after every epoch; the best epoch's model is the one written.
+    /// An STS Benchmark-layout file or an STS directory (mean Pearson).
+    #[arg(long, default_value = "data/sts/stsbenchmark/sts-dev.csv")]
+    dev: PathBuf,
+    /// Keep the last epoch's model, scoring no dev set.
+    #[arg(long)]
+    no_dev: bool,
+    /// Checkpoint directory, written after every epoch (default: OUT.ckpt).
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// Go on from the checkpoint (a killed run ends with the model an
+    /// uninterrupted one gives).
+    #[arg(long)]
+    resume: bool,
 }
 
 #[derive(clap::Args)]
@@ -137,7 +151,27 @@ pub fn train(a: TrainArgs) -> Result<()> {
         seed: a.seed,
         shuffle_buffer: a.shuffle_buffer,
         max_pairs: a.max_pairs,
+        checkpoint: Some(
+            a.checkpoint
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("{}.ckpt", a.out.display()))),
+        ),
+        resume: a.resume,
     };
+    let default_dev = a.dev == std::path::Path::new("data/sts/stsbenchmark/sts-dev.csv");
+    let dev_sets = if a.no_dev || (default_dev && !a.dev.exists()) {
+        if !a.no_dev {
+            eprintln!(
+                "no dev set at {} (the default): the last epoch is kept; --dev names another",
+                a.dev.display()
+            );
+        }
+        None
+    } else {
+        Some(sts::load_dev(&a.dev).with_context(|| format!("--dev {}", a.dev.display()))?)
+    };
+    let dev_fn =
+        |m: &Model| sts::dev_score(dev_sets.as_deref().unwrap_or_default(), &|s| m.embed(s));
     let per_epoch = if a.max_pairs > 0 {
         a.max_pairs.min(source.rows())
     } else {
@@ -154,10 +188,14 @@ pub fn train(a: TrainArgs) -> Result<()> {
     let report = if a.epochs == 0 {
         TrainReport::default()
     } else {
-        run_training(&mut model, &source, &o, &mut |p| {
+        let dev = dev_sets
+            .is_some()
+            .then_some(&dev_fn as paraforge_trainer::train::DevScore);
+        run_training(&mut model, &source, &o, dev, &mut |p| {
             // Skipped rows make epochs a little shorter than `per_epoch`.
             bar.set_position((p.epoch as u64 - 1) * per_epoch + p.pairs);
-            bar.set_message(format!("epoch {} loss {:.4}", p.epoch, p.loss));
+            let dev = p.dev.map_or(String::new(), |d| format!(", dev {d:.1}"));
+            bar.set_message(format!("epoch {} loss {:.4}{dev}", p.epoch, p.loss));
         })?
     };
     bar.finish_and_clear();
@@ -170,10 +208,17 @@ pub fn train(a: TrainArgs) -> Result<()> {
     });
     model.save_as(&a.out, a.precision)?;
     for e in &report.epochs {
+        let dev = e.dev.map_or(String::new(), |d| format!(", dev {d:.2}"));
         println!(
-            "epoch {}: {} pairs, mean loss {:.4}, {:.0} pairs/s",
+            "epoch {}: {} pairs, mean loss {:.4}, {:.0} pairs/s{dev}",
             e.epoch, e.pairs, e.mean_loss, e.pairs_per_second
         );
+    }
+    if let Some(e) = report.resumed_after {
+        println!("resumed after epoch {e} from the checkpoint");
+    }
+    if let Some(e) = report.best_epoch {
+        println!("kept epoch {e} (best dev score)");
     }
     println!(
         "model {} (dim {}) written to {}; {} rows read, {} empty and {} null sides skipped, {} pairs without a known word or trigram skipped",

@@ -14,7 +14,7 @@ use rand::Rng;
 use crate::TrainError;
 
 /// Rows read and skipped so far.
-#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct ReadStats {
     pub rows: u64,
     pub skipped_empty: u64,

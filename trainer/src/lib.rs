@@ -8,6 +8,7 @@
 //! tokenized) -> [`train`] (negatives, gradients, Adam) -> [`model`] (saved
 //! file, GloVe export) -> [`sts`] (evaluation).
 
+pub mod checkpoint;
 pub mod data;
 pub mod model;
 pub mod sts;

@@ -200,6 +200,33 @@ fn subdirs(d: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// The sets a dev score is the mean Pearson of: a file in the STS Benchmark
+/// layout (`sts-dev.csv`), or a directory: its STS Benchmark dev set if it
+/// has one, else every set found there.
+pub fn load_dev(path: &Path) -> Result<Vec<StsSet>, TrainError> {
+    if path.is_file() {
+        let mut set = tsv_set("dev", path, false, (5, 6, 4))?;
+        if set.pairs.len() < 2 {
+            return Err(bad(path, "fewer than two scored pairs".into()));
+        }
+        set.group = "dev".into();
+        return Ok(vec![set]);
+    }
+    let sets = load(path)?;
+    let dev: Vec<StsSet> = sets
+        .iter()
+        .filter(|s| s.group == "STSB-dev")
+        .cloned()
+        .collect();
+    Ok(if dev.is_empty() { sets } else { dev })
+}
+
+/// Mean Pearson x 100 over `sets`.
+pub fn dev_score(sets: &[StsSet], embed: &(dyn Fn(&str) -> Vec<f32> + Sync)) -> f64 {
+    let r = evaluate(sets, embed);
+    r.iter().map(|r| r.pearson).sum::<f64>() / r.len().max(1) as f64
+}
+
 /// Every dataset found under `dir` (see the module docs for the layout).
 pub fn load(dir: &Path) -> Result<Vec<StsSet>, TrainError> {
     let mut sets = Vec::new();

@@ -9,6 +9,7 @@
 //! for embedding tables: a dense update of 400k x 300 rows per step would
 //! cost more than everything else).
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use ndarray::{s, Array2};
@@ -16,6 +17,7 @@ use rand::SeedableRng;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
+use crate::checkpoint;
 use crate::data::{PairSource, ReadStats};
 use crate::model::{cosine, for_each_trigram, trigram_text, Encoded, Model};
 use crate::TrainError;
@@ -34,6 +36,10 @@ pub struct TrainOptions {
     pub shuffle_buffer: usize,
     /// Stop each epoch after this many pairs (0 = all).
     pub max_pairs: u64,
+    /// Where to write a checkpoint after every epoch.
+    pub checkpoint: Option<std::path::PathBuf>,
+    /// Go on from the checkpoint there, if there is one.
+    pub resume: bool,
 }
 
 impl Default for TrainOptions {
@@ -47,6 +53,8 @@ impl Default for TrainOptions {
             seed: 1,
             shuffle_buffer: 100_000,
             max_pairs: 0,
+            checkpoint: None,
+            resume: false,
         }
     }
 }
@@ -58,15 +66,20 @@ pub struct Progress {
     pub pairs: u64,
     /// Mean loss over the epoch so far.
     pub loss: f64,
+    /// The dev score after the previous epoch.
+    pub dev: Option<f64>,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct EpochReport {
     pub epoch: usize,
     pub pairs: u64,
     pub mean_loss: f64,
     pub seconds: f64,
     pub pairs_per_second: f64,
+    /// The dev set's score after this epoch, when one was given.
+    #[serde(default)]
+    pub dev: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -75,6 +88,10 @@ pub struct TrainReport {
     pub read: ReadStats,
     /// Pairs with a side that has no known word or trigram.
     pub skipped_unembeddable: u64,
+    /// The epoch whose model was kept (best dev score), when a dev set chose.
+    pub best_epoch: Option<usize>,
+    /// Epochs a checkpoint had finished when this run resumed.
+    pub resumed_after: Option<usize>,
 }
 
 /// The trigram vocabulary of a dataset: trigrams seen at least `min_count`
@@ -328,11 +345,37 @@ fn minibatch_grads(
     loss
 }
 
-/// Trains `model` in place.
+/// Scores a model on the dev set (higher is better).
+pub type DevScore<'a> = &'a (dyn Fn(&Model) -> f64 + Sync);
+
+fn run_key(model: &Model, source: &PairSource, o: &TrainOptions) -> checkpoint::RunKey {
+    checkpoint::RunKey {
+        kind: model.kind.name().to_string(),
+        word_dim: model.word_dim,
+        trigram_dim: model.trigram_dim,
+        words: model.words().len(),
+        trigrams: model.trigrams().len(),
+        megabatch: o.megabatch,
+        batch_size: o.batch_size,
+        margin: o.margin,
+        lr: o.lr,
+        seed: o.seed,
+        shuffle_buffer: o.shuffle_buffer,
+        max_pairs: o.max_pairs,
+        rows: source.rows(),
+    }
+}
+
+/// Trains `model` in place. With `dev`, the model is scored after every
+/// epoch and the best epoch's model is the one left in `model`. With
+/// `o.checkpoint`, a checkpoint is written after every epoch, and
+/// `o.resume` goes on from it: the result is the model an uninterrupted run
+/// gives (the same shuffles, steps and Adam state).
 pub fn train(
     model: &mut Model,
     source: &PairSource,
     o: &TrainOptions,
+    dev: Option<DevScore>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<TrainReport, TrainError> {
     if o.batch_size < 1 || o.megabatch < 1 || o.epochs < 1 {
@@ -340,6 +383,7 @@ pub fn train(
             "batch size, mega-batch size and epochs must be at least 1".into(),
         ));
     }
+    let key = run_key(model, source, o);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(o.seed);
     let mut stats = ReadStats::default();
     let mut adam_w = Adam::new(model.w.len());
@@ -349,7 +393,41 @@ pub fn train(
     let mut step = 0u64;
     let mut skipped = 0u64;
     let mut report = Vec::new();
-    for epoch in 1..=o.epochs {
+    let mut best: Option<(usize, f64, Model)> = None;
+    let mut first = 1;
+    let mut resumed_after = None;
+    if let (Some(dir), true) = (&o.checkpoint, o.resume) {
+        if dir.exists() || PathBuf::from(format!("{}.old", dir.display())).exists() {
+            let c = checkpoint::load(dir)?;
+            if c.state.key != key {
+                return Err(TrainError::Invalid(format!(
+                    "checkpoint {} is of another run: {:?}, this run is {:?}",
+                    dir.display(),
+                    c.state.key,
+                    key
+                )));
+            }
+            let pos: u128 = c.state.rng_word_pos.parse().map_err(|_| {
+                TrainError::Invalid(format!("checkpoint {}: bad rng_word_pos", dir.display()))
+            })?;
+            rng.set_word_pos(pos);
+            *model = c.model;
+            let [mw, vw, mt, vt] = c.adam;
+            (adam_w.m, adam_w.v, adam_t.m, adam_t.v) = (mw, vw, mt, vt);
+            step = c.state.step;
+            stats = c.state.read;
+            skipped = c.state.skipped;
+            report = c.state.epochs;
+            best = match (c.state.best, c.best) {
+                (Some((e, d)), Some(m)) => Some((e, d, m)),
+                _ => None,
+            };
+            first = c.state.epoch + 1;
+            resumed_after = Some(c.state.epoch);
+            tracing::info!(epoch = c.state.epoch, "resumed from {}", dir.display());
+        }
+    }
+    for epoch in first..=o.epochs {
         let started = Instant::now();
         let (mut pairs, mut loss_sum) = (0u64, 0f64);
         let mut it = source.epoch(o.shuffle_buffer, &mut rng, &mut stats);
@@ -393,14 +471,24 @@ pub fn train(
                 epoch,
                 pairs,
                 loss: loss_sum / pairs.max(1) as f64,
+                dev: report.last().and_then(|e: &EpochReport| e.dev),
             });
         }
+        drop(it);
         let secs = started.elapsed().as_secs_f64();
+        if pairs == 0 {
+            return Err(TrainError::Invalid(
+                "no usable training pairs (every row was empty, null or had no known word or trigram)"
+                    .into(),
+            ));
+        }
+        let score = dev.map(|f| f(model));
         tracing::info!(
             epoch,
             pairs,
             loss = loss_sum / pairs.max(1) as f64,
             secs,
+            dev = score,
             "epoch done"
         );
         report.push(EpochReport {
@@ -409,18 +497,50 @@ pub fn train(
             mean_loss: loss_sum / pairs.max(1) as f64,
             seconds: secs,
             pairs_per_second: pairs as f64 / secs.max(1e-9),
+            dev: score,
         });
-        if pairs == 0 {
-            return Err(TrainError::Invalid(
-                "no usable training pairs (every row was empty, null or had no known word or trigram)"
-                    .into(),
-            ));
+        if let Some(d) = score {
+            if best.as_ref().is_none_or(|b| d > b.1) {
+                best = Some((epoch, d, model.clone()));
+            }
+        }
+        if let Some(dir) = &o.checkpoint {
+            checkpoint::save(
+                dir,
+                &checkpoint::Checkpoint {
+                    state: checkpoint::State {
+                        version: 1,
+                        key: key.clone(),
+                        epoch,
+                        step,
+                        rng_word_pos: rng.get_word_pos().to_string(),
+                        read: stats,
+                        skipped,
+                        epochs: report.clone(),
+                        best: best.as_ref().map(|b| (b.0, b.1)),
+                    },
+                    model: model.clone(),
+                    adam: [
+                        adam_w.m.clone(),
+                        adam_w.v.clone(),
+                        adam_t.m.clone(),
+                        adam_t.v.clone(),
+                    ],
+                    best: best.as_ref().map(|b| b.2.clone()),
+                },
+            )?;
         }
     }
+    let best_epoch = best.map(|(e, _, m)| {
+        *model = m;
+        e
+    });
     Ok(TrainReport {
         epochs: report,
         read: stats,
         skipped_unembeddable: skipped,
+        best_epoch,
+        resumed_after,
     })
 }
 

@@ -1,0 +1,166 @@
+//! What a killed training run needs to go on as if it had not stopped:
+//! written after every epoch into one directory (a new directory renamed
+//! over the old, so a kill leaves the previous epoch's checkpoint whole).
+//!
+//! `state.json` holds the counters, the random generator's position, the
+//! report so far and the options the run was started with; `model.pfe` the
+//! current tables (f32, exact); `adam.f32` the Adam moments; `best.pfe` the
+//! best epoch's tables when a dev set chooses.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::data::ReadStats;
+use crate::model::{Model, Precision};
+use crate::train::EpochReport;
+use crate::TrainError;
+
+const VERSION: u32 = 1;
+
+/// Everything about a run that must match for it to resume.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunKey {
+    pub kind: String,
+    pub word_dim: usize,
+    pub trigram_dim: usize,
+    pub words: usize,
+    pub trigrams: usize,
+    pub megabatch: usize,
+    pub batch_size: usize,
+    pub margin: f32,
+    pub lr: f32,
+    pub seed: u64,
+    pub shuffle_buffer: usize,
+    pub max_pairs: u64,
+    /// The training rows' count: a changed dataset does not resume.
+    pub rows: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct State {
+    pub version: u32,
+    pub key: RunKey,
+    /// Epochs finished.
+    pub epoch: usize,
+    /// Adam steps taken.
+    pub step: u64,
+    /// The shuffle generator's position (ChaCha8 word position), as text.
+    pub rng_word_pos: String,
+    pub read: ReadStats,
+    pub skipped: u64,
+    pub epochs: Vec<EpochReport>,
+    /// (epoch, dev score) of the best epoch so far.
+    pub best: Option<(usize, f64)>,
+}
+
+pub struct Checkpoint {
+    pub state: State,
+    pub model: Model,
+    /// Adam moments: m and v of the word table, then of the trigram table.
+    pub adam: [Vec<f32>; 4],
+    pub best: Option<Model>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
+    move |e| TrainError::io(path, e)
+}
+
+fn bad(dir: &Path, reason: String) -> TrainError {
+    TrainError::Invalid(format!("checkpoint {}: {reason}", dir.display()))
+}
+
+pub fn save(dir: &Path, c: &Checkpoint) -> Result<(), TrainError> {
+    let tmp = PathBuf::from(format!("{}.tmp", dir.display()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+    c.model.save_as(&tmp.join("model.pfe"), Precision::F32)?;
+    if let Some(b) = &c.best {
+        b.save_as(&tmp.join("best.pfe"), Precision::F32)?;
+    }
+    let p = tmp.join("adam.f32");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&p).map_err(io(&p))?);
+    for v in &c.adam {
+        for x in v {
+            f.write_all(&x.to_le_bytes()).map_err(io(&p))?;
+        }
+    }
+    f.into_inner()
+        .map_err(|e| TrainError::io(&p, e.into_error()))?
+        .sync_all()
+        .map_err(io(&p))?;
+    let p = tmp.join("state.json");
+    let json = serde_json::to_vec_pretty(&c.state).map_err(|e| bad(dir, format!("state: {e}")))?;
+    std::fs::write(&p, json).map_err(io(&p))?;
+    // Swap in: the old checkpoint stays whole until the new one is complete.
+    let old = PathBuf::from(format!("{}.old", dir.display()));
+    if dir.exists() {
+        if old.exists() {
+            std::fs::remove_dir_all(&old).map_err(io(&old))?;
+        }
+        std::fs::rename(dir, &old).map_err(io(dir))?;
+    }
+    std::fs::rename(&tmp, dir).map_err(io(dir))?;
+    if old.exists() {
+        std::fs::remove_dir_all(&old).map_err(io(&old))?;
+    }
+    Ok(())
+}
+
+/// The checkpoint in `dir`, or the one a kill left at `dir.old` between
+/// the two renames of [`save`].
+pub fn load(dir: &Path) -> Result<Checkpoint, TrainError> {
+    let old = PathBuf::from(format!("{}.old", dir.display()));
+    let dir = if !dir.exists() && old.exists() {
+        old.as_path()
+    } else {
+        dir
+    };
+    let p = dir.join("state.json");
+    let bytes = std::fs::read(&p).map_err(io(&p))?;
+    let state: State =
+        serde_json::from_slice(&bytes).map_err(|e| bad(dir, format!("state.json: {e}")))?;
+    if state.version != VERSION {
+        return Err(bad(
+            dir,
+            format!("version {} (this build reads {VERSION})", state.version),
+        ));
+    }
+    let model = Model::load(&dir.join("model.pfe"))?;
+    let best = if dir.join("best.pfe").exists() {
+        Some(Model::load(&dir.join("best.pfe"))?)
+    } else {
+        None
+    };
+    let p = dir.join("adam.f32");
+    let mut bytes = Vec::new();
+    std::fs::File::open(&p)
+        .map_err(io(&p))?
+        .read_to_end(&mut bytes)
+        .map_err(io(&p))?;
+    let (nw, nt) = (model.w.len(), model.t.len());
+    if bytes.len() != 4 * 2 * (nw + nt) {
+        return Err(bad(
+            dir,
+            format!(
+                "adam.f32 holds {} bytes, expected {}",
+                bytes.len(),
+                8 * (nw + nt)
+            ),
+        ));
+    }
+    let mut vals = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+    let mut take = |n: usize| -> Vec<f32> { vals.by_ref().take(n).collect() };
+    let adam = [take(nw), take(nw), take(nt), take(nt)];
+    Ok(Checkpoint {
+        state,
+        model,
+        adam,
+        best,
+    })
+}
