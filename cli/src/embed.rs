@@ -6,7 +6,9 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use paraforge_trainer::data::PairSource;
 use paraforge_trainer::sts;
-use paraforge_trainer::train::{train as run_training, trigram_vocab, TrainOptions, TrainReport};
+use paraforge_trainer::train::{
+    train as run_training, trigram_vocab, word_vocab, TrainOptions, TrainReport,
+};
 use paraforge_trainer::{Kind, Model};
 
 #[derive(clap::Args)]
@@ -18,10 +20,23 @@ pub struct TrainArgs {
     /// word, trigram or word,trigram.
     #[arg(long, default_value = "word")]
     model: Kind,
-    /// GloVe-format vectors that initialise the word embeddings (and fix
-    /// the word vocabulary); needed by word models.
+    /// GloVe- or word2vec-format text vectors that initialise the word
+    /// embeddings. Without --min-word-count they also fix the vocabulary.
     #[arg(long)]
     init_vectors: Option<PathBuf>,
+    /// Take the word vocabulary from the training pairs: words seen at
+    /// least this often (rows from --init-vectors where it knows the word,
+    /// random otherwise; every other word is UNK, in training, evaluation
+    /// and scoring alike).
+    #[arg(long)]
+    min_word_count: Option<u64>,
+    /// At most this many words from the data (the most frequent).
+    #[arg(long, default_value_t = 100_000)]
+    max_words: usize,
+    /// Word embedding size with --min-word-count (default: the vectors'
+    /// size, else 300).
+    #[arg(long)]
+    word_dim: Option<usize>,
     /// Mini-batches per mega-batch (M): negatives come from M x batch-size pairs.
     #[arg(long, default_value_t = 1)]
     megabatch: usize,
@@ -124,8 +139,8 @@ pub fn train(a: TrainArgs) -> Result<()> {
             }
             Some(v)
         }
-        (None, true) => anyhow::bail!(
-            "--model {} needs --init-vectors (a GloVe-format file)",
+        (None, true) if a.min_word_count.is_none() => anyhow::bail!(
+            "--model {} needs --init-vectors (a GloVe-format file) or --min-word-count (a vocabulary from the data)",
             a.model.name()
         ),
         _ => None,
@@ -140,7 +155,29 @@ pub fn train(a: TrainArgs) -> Result<()> {
     } else {
         Vec::new()
     };
-    let mut model = paraforge_trainer::model::init(a.model, init.as_ref(), trigrams, tdim, a.seed)?;
+    let mut model = match (a.min_word_count, a.model.words()) {
+        (Some(min), true) => {
+            let words = word_vocab(&source, min, a.max_words)?;
+            let wdim = a
+                .word_dim
+                .unwrap_or_else(|| init.as_ref().map_or(300, |v| v.dim()));
+            let (m, known) = paraforge_trainer::model::init_with_words(
+                a.model,
+                words,
+                wdim,
+                init.as_ref(),
+                trigrams,
+                tdim,
+                a.seed,
+            )?;
+            eprintln!(
+                "word vocabulary: {} words seen at least {min} times, {known} initialised from --init-vectors",
+                m.words().len()
+            );
+            m
+        }
+        _ => paraforge_trainer::model::init(a.model, init.as_ref(), trigrams, tdim, a.seed)?,
+    };
     drop(init);
     let o = TrainOptions {
         megabatch: a.megabatch,

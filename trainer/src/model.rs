@@ -59,6 +59,61 @@ pub fn init(
     )?)
 }
 
+/// A fresh model whose words are `words` (a vocabulary counted in the
+/// data), each row of `word_dim`: from `vectors` where it knows the word
+/// (same dimension required), else uniform in +-0.05 from `seed`; the UNK
+/// row at zero. Trigram rows as [`init`]. Returns the model and how many
+/// word rows came from `vectors`.
+pub fn init_with_words(
+    kind: Kind,
+    words: Vec<String>,
+    word_dim: usize,
+    vectors: Option<&paraforge_core::Vectors>,
+    trigrams: Vec<String>,
+    trigram_dim: usize,
+    seed: u64,
+) -> Result<(Model, usize), TrainError> {
+    if !kind.words() || words.is_empty() || word_dim == 0 {
+        return Err(TrainError::Invalid(format!(
+            "model {} with a vocabulary from the data needs words and a word dimension",
+            kind.name()
+        )));
+    }
+    if let Some(v) = vectors {
+        if v.dim() != word_dim {
+            return Err(TrainError::Invalid(format!(
+                "--init-vectors has {} dimensions, --word-dim is {word_dim}",
+                v.dim()
+            )));
+        }
+    }
+    // A stream of its own, so that the trigram rows do not depend on the
+    // word vocabulary.
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5745_4f52_4453);
+    let mut w = Vec::with_capacity((words.len() + 1) * word_dim);
+    let mut known = 0;
+    for word in &words {
+        match vectors.and_then(|v| v.get(word)) {
+            Some(row) => {
+                w.extend_from_slice(row);
+                known += 1;
+            }
+            None => w.extend((0..word_dim).map(|_| rng.random_range(-0.05f32..0.05))),
+        }
+    }
+    w.extend(std::iter::repeat_n(0.0, word_dim));
+    let (trigrams, tdim, t) = if kind.trigrams() {
+        let m = init(Kind::Trigram, None, trigrams, trigram_dim, seed)?;
+        (m.trigrams().to_vec(), m.trigram_dim, m.t)
+    } else {
+        (Vec::new(), 0, Vec::new())
+    };
+    Ok((
+        Model::from_tables(kind, words, word_dim, w, trigrams, tdim, t)?,
+        known,
+    ))
+}
+
 /// The word embeddings (UNK left out) as GloVe-format text, which
 /// `paraforge_core::Vectors::load` reads.
 pub fn export_vectors(m: &Model, path: &Path) -> Result<usize, TrainError> {

@@ -122,6 +122,41 @@ pub fn trigram_vocab(
     Ok(v.into_iter().map(|(g, _)| g).collect())
 }
 
+/// The word vocabulary of a dataset: tokens (as every paraforge score
+/// tokenizes) seen at least `min_count` times (both sides), the `max` most
+/// frequent, ties by text.
+pub fn word_vocab(
+    source: &PairSource,
+    min_count: u64,
+    max: usize,
+) -> Result<Vec<String>, TrainError> {
+    let mut counts: FxHashMap<String, u64> = FxHashMap::default();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let mut stats = ReadStats::default();
+    let mut toks = paraforge_core::Tokens::default();
+    for p in source.epoch(1, &mut rng, &mut stats) {
+        let (a, b) = p?;
+        for text in [&a, &b] {
+            paraforge_core::score::tokenize_into(text, &mut toks);
+            for t in toks.iter() {
+                match counts.get_mut(t.text) {
+                    Some(c) => *c += 1,
+                    None => {
+                        counts.insert(t.text.to_string(), 1);
+                    }
+                }
+            }
+        }
+    }
+    let mut v: Vec<(String, u64)> = counts
+        .into_iter()
+        .filter(|(_, c)| *c >= min_count)
+        .collect();
+    v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v.truncate(max);
+    Ok(v.into_iter().map(|(w, _)| w).collect())
+}
+
 /// Adam moments of one table, updated only on touched rows.
 struct Adam {
     m: Vec<f32>,
