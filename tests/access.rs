@@ -99,6 +99,8 @@ async fn requests_without_the_right_token_are_unauthenticated() {
         name: "intruder".into(),
         connect_attempts: 2,
         access: wrong,
+        device: None,
+        model_dir: None,
     };
     let e = run_worker(o, Arc::new(AtomicBool::new(false)))
         .await
@@ -232,6 +234,8 @@ async fn a_whole_job_runs_over_tls_with_a_token() {
             ca_cert: Some(tls("ca.pem")),
             ..Default::default()
         },
+        device: None,
+        model_dir: None,
     };
     let s = run_worker(o, Arc::new(AtomicBool::new(false)))
         .await

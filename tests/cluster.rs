@@ -59,6 +59,8 @@ async fn three_workers_write_each_valid_pair_exactly_once() {
                 name: format!("w{i}"),
                 connect_attempts: 5,
                 access: Default::default(),
+                device: None,
+                model_dir: None,
             };
             tokio::spawn(run_worker(o, stop.clone()))
         })
@@ -162,6 +164,8 @@ async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
         name: name.into(),
         connect_attempts: 20,
         access: Default::default(),
+        device: None,
+        model_dir: None,
     };
     let w1 = tokio::spawn(run_worker(opts("w1"), stop.clone()));
     let deadline = std::time::Instant::now() + Duration::from_secs(300);
@@ -226,6 +230,8 @@ async fn a_stopped_worker_finishes_its_shard_and_leases_no_more() {
         name: name.into(),
         connect_attempts: 5,
         access: Default::default(),
+        device: None,
+        model_dir: None,
     };
     let stop1 = Arc::new(AtomicBool::new(false));
     let w1 = tokio::spawn(run_worker(opts("w1"), stop1.clone()));

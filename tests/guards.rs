@@ -307,3 +307,65 @@ fn translate_writes_into_a_pipe_in_place() {
     assert!(kind.is_fifo(), "the pipe was replaced by a {kind:?}");
     assert_eq!(reader.join().unwrap().lines().count(), 3);
 }
+
+/// `run --gpus` and `worker --device cuda:N` on a machine whose ONNX
+/// Runtime has no CUDA provider fail at once, naming the device, before a
+/// coordinator starts or the output is claimed. (Skipped where the
+/// runtime does have CUDA: there the devices may well exist.)
+#[test]
+fn gpus_that_cannot_run_are_refused_by_name_before_the_job_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let cfg = dir.path().join("job.toml");
+    let demo = paraforge_tests::repo_root().join("pipeline-configs/demo.toml");
+    let text = std::fs::read_to_string(&demo)
+        .unwrap()
+        .replace("\"out/demo\"", &format!("{:?}", out.display().to_string()));
+    std::fs::write(&cfg, text).unwrap();
+    let o = paraforge(
+        &["run", "--config", cfg.to_str().unwrap(), "--gpus", "0,1"],
+        60,
+    );
+    let e = stderr(&o);
+    if e.contains("cuda:0") && !e.contains("no CUDA execution provider") {
+        eprintln!("skipped: this ONNX Runtime has CUDA ({e})");
+        return;
+    }
+    assert!(!o.status.success());
+    assert!(
+        e.contains("--gpus cuda:0") && e.contains("no CUDA execution provider"),
+        "{e}"
+    );
+    assert!(
+        !out.exists(),
+        "the output was touched before the device check"
+    );
+    let o = paraforge(
+        &[
+            "worker",
+            "--coordinator",
+            "http://127.0.0.1:9",
+            "--device",
+            "cuda:3",
+        ],
+        60,
+    );
+    let e = stderr(&o);
+    assert!(!o.status.success());
+    assert!(e.contains("--device cuda:3") && e.contains("CUDA"), "{e}");
+    let o = paraforge(
+        &[
+            "worker",
+            "--coordinator",
+            "http://127.0.0.1:9",
+            "--device",
+            "tpu",
+        ],
+        60,
+    );
+    assert!(
+        stderr(&o).contains("--device tpu: unknown device"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -61,6 +61,8 @@ async fn run_job(cfg: &JobConfig) -> paraforge_coordinator::run::Manifest {
         name: "w".into(),
         connect_attempts: 5,
         access: Default::default(),
+        device: None,
+        model_dir: None,
     };
     run_worker(o, Arc::new(AtomicBool::new(false)))
         .await

@@ -48,6 +48,8 @@ async fn work(c: &Running) {
         name: "w".into(),
         connect_attempts: 5,
         access: Default::default(),
+        device: None,
+        model_dir: None,
     };
     tokio::time::timeout(
         Duration::from_secs(300),
@@ -369,6 +371,8 @@ async fn the_corpus_does_not_depend_on_shards_batches_or_workers() {
                     name: format!("w{i}"),
                     connect_attempts: 5,
                     access: Default::default(),
+                    device: None,
+                    model_dir: None,
                 };
                 tokio::spawn(run_worker(o, Arc::new(AtomicBool::new(false))))
             })

@@ -351,6 +351,8 @@ async fn completions_their_files_do_not_back_are_refused_and_the_shard_is_redone
         name: "honest".into(),
         connect_attempts: 5,
         access: Default::default(),
+        device: None,
+        model_dir: None,
     };
     let summary = tokio::time::timeout(
         Duration::from_secs(120),

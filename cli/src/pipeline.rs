@@ -12,6 +12,7 @@ use paraforge_core::access::ClientAccess;
 use paraforge_core::config::JobConfig;
 use paraforge_core::proto::JobStatusRequest;
 use paraforge_core::storage::Storage;
+use paraforge_nmt::{check_device, Device};
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
 
 #[derive(clap::Args)]
@@ -22,6 +23,10 @@ pub struct RunArgs {
     /// Local workers (default: [workers].local of the config).
     #[arg(long)]
     workers: Option<usize>,
+    /// One local worker per GPU, each on its own device: `--gpus 0,1,2,3`
+    /// runs workers on cuda:0 ... cuda:3 (instead of --workers).
+    #[arg(long, value_delimiter = ',', conflicts_with = "workers")]
+    gpus: Vec<u32>,
 }
 
 #[derive(clap::Args)]
@@ -41,6 +46,14 @@ pub struct WorkerArgs {
     /// Attempts to reach the coordinator before giving up (with backoff).
     #[arg(long, default_value_t = 30)]
     connect_attempts: u32,
+    /// Run the model on this device instead of the job's `model.device`
+    /// (cpu, cuda or cuda:N; one worker per GPU).
+    #[arg(long)]
+    device: Option<String>,
+    /// Load the model from this directory instead of the job's `model.dir`
+    /// (a node-local copy of the same model).
+    #[arg(long)]
+    model_dir: Option<PathBuf>,
     #[command(flatten)]
     access: AccessArgs,
 }
@@ -331,9 +344,28 @@ fn summarize(out: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// A device named on the command line, checked before anything starts.
+fn parse_device(flag: &str, s: &str) -> Result<Device> {
+    let d: Device = s
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("{flag} {s}: {e}"))?;
+    check_device(d).with_context(|| format!("{flag} {s}"))?;
+    Ok(d)
+}
+
 pub fn run(a: RunArgs) -> Result<()> {
+    // Every GPU is checked before the job starts (or claims its output).
+    let gpus: Vec<Device> = a
+        .gpus
+        .iter()
+        .map(|g| parse_device("--gpus", &format!("cuda:{g}")))
+        .collect::<Result<_>>()?;
     let cfg = load(&a.config)?;
-    let n = a.workers.unwrap_or(cfg.workers.local).max(1);
+    let n = if gpus.is_empty() {
+        a.workers.unwrap_or(cfg.workers.local).max(1)
+    } else {
+        gpus.len()
+    };
     runtime()?.block_on(async move {
         let c = start(&cfg, None, None)
             .await
@@ -358,11 +390,17 @@ pub fn run(a: RunArgs) -> Result<()> {
         stop_on_signal(stop.clone());
         let workers: Vec<_> = (0..n)
             .map(|i| {
+                let device = gpus.get(i).copied();
                 let o = WorkerOptions {
                     coordinator: url.clone(),
-                    name: format!("local-{i}"),
+                    name: match device {
+                        Some(d) => format!("local-{i}-{d}"),
+                        None => format!("local-{i}"),
+                    },
                     connect_attempts: 10,
                     access: access.clone(),
+                    device,
+                    model_dir: None,
                 };
                 tokio::spawn(run_worker(o, stop.clone()))
             })
@@ -474,6 +512,18 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
 }
 
 pub fn worker(a: WorkerArgs) -> Result<()> {
+    let device = a
+        .device
+        .as_deref()
+        .map(|d| parse_device("--device", d))
+        .transpose()?;
+    if let Some(dir) = &a.model_dir {
+        anyhow::ensure!(
+            dir.is_dir(),
+            "--model-dir {}: not a directory",
+            dir.display()
+        );
+    }
     let name = a
         .name
         .or_else(|| std::env::var("HOSTNAME").ok())
@@ -486,6 +536,8 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
             name,
             connect_attempts: a.connect_attempts,
             access: a.access.client()?,
+            device,
+            model_dir: a.model_dir.clone(),
         };
         let s = run_worker(o, stop)
             .await

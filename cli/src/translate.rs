@@ -95,7 +95,7 @@ pub fn run(a: Args) -> Result<()> {
         batch_size: a.batch_size,
     };
     let load = LoadOptions {
-        device: a.device.clone(),
+        device: a.device,
         threads: a.threads,
         quantized: a.quantized,
         decoder: Default::default(),

@@ -25,7 +25,7 @@ use crate::gather_graph;
 use crate::search::{row_candidates, Beams, Finished, Greedy, Settings, StepScratch};
 
 /// Where the model runs.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Device {
     #[default]
     Cpu,
@@ -130,6 +130,30 @@ fn onnx_error(path: &Path, e: impl std::fmt::Display) -> NmtError {
         path: path.to_path_buf(),
         message: e.to_string(),
     }
+}
+
+/// Whether `device` can run here: the runtime loads and, for CUDA, its
+/// library carries the CUDA execution provider. (A GPU index that does not
+/// exist is found when a session is created, with the same error.)
+pub fn check_device(device: Device) -> Result<(), NmtError> {
+    environment()?;
+    if let Device::Cuda(_) = device {
+        use ort::ep::ExecutionProvider;
+        let unavailable = |reason: String| NmtError::Device {
+            device: device.to_string(),
+            reason,
+        };
+        match ort::ep::CUDA::is_available() {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(unavailable(
+                    "this ONNX Runtime library has no CUDA execution provider (use the onnxruntime-gpu wheel's library: `make ort ORT_WHEEL=onnxruntime-gpu`)".into(),
+                ))
+            }
+            Err(e) => return Err(unavailable(format!("cannot query the CUDA execution provider: {e}"))),
+        }
+    }
+    Ok(())
 }
 
 fn environment() -> Result<&'static ort::environment::Environment, NmtError> {

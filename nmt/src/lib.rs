@@ -22,7 +22,7 @@ mod tokenizer;
 use std::path::{Path, PathBuf};
 
 pub use config::{EarlyStopping, GenerationDefaults, ModelConfig};
-pub use engine::{DecoderLayout, Device, LoadOptions, Profile, CHECKSUM_FILE};
+pub use engine::{check_device, DecoderLayout, Device, LoadOptions, Profile, CHECKSUM_FILE};
 pub use error::NmtError;
 pub use spm::SentencePiece;
 pub use tokenizer::MarianTokenizer;

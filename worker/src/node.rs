@@ -48,6 +48,11 @@ pub struct WorkerOptions {
     pub connect_attempts: u32,
     /// Token and TLS settings.
     pub access: ClientAccess,
+    /// Run the model here instead of the job's `model.device` (`cuda:N`).
+    pub device: Option<Device>,
+    /// Load the model from this directory instead of the job's `model.dir`
+    /// (a local copy of the same model: its checksum is still reported).
+    pub model_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -122,14 +127,20 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
     let mut secret = reg.worker_secret.clone();
     tracing::info!(worker = %worker_id, job = %reg.job_id, "registered");
 
-    let device: Device = cfg.model.device.parse().map_err(WorkerError::Config)?;
+    let device: Device = match o.device {
+        Some(d) => d,
+        None => cfg.model.device.parse().map_err(WorkerError::Config)?,
+    };
     let load = LoadOptions {
         device,
         threads: cfg.model.threads,
         quantized: cfg.model.quantized,
         ..LoadOptions::default()
     };
-    let model_dir = std::path::PathBuf::from(&cfg.model.dir);
+    let model_dir = o
+        .model_dir
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from(&cfg.model.dir));
     let translator = tokio::task::spawn_blocking(move || Translator::load(&model_dir, &load))
         .await
         .map_err(|e| WorkerError::Config(e.to_string()))??;
@@ -409,9 +420,9 @@ struct Counts {
 fn register_request(o: &WorkerOptions) -> pb::RegisterWorkerRequest {
     pb::RegisterWorkerRequest {
         name: o.name.clone(),
-        // The device comes from the job's config, which the worker only
-        // learns from this call; the coordinator fills it in.
-        device: String::new(),
+        // Without an override the device comes from the job's config, which
+        // the worker only learns from this call; the coordinator fills it in.
+        device: o.device.map(|d| d.to_string()).unwrap_or_default(),
         slots: 1,
         version: env!("CARGO_PKG_VERSION").into(),
     }
