@@ -94,7 +94,9 @@ macro_rules! call {
         loop {
             match $client.$method(req.clone()).await {
                 Ok(r) => break Ok(r.into_inner()),
-                Err(s) if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown) && tries < $opts.connect_attempts => {
+                // Transport failures, and CANCELLED: what a coordinator
+                // stopping mid-call answers (it never sends it itself).
+                Err(s) if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled) && tries < $opts.connect_attempts => {
                     tries += 1;
                     tracing::warn!(error = %s, "coordinator call failed; reconnecting");
                     tokio::time::sleep(Duration::from_millis(200 * (1 << tries.min(5)))).await;
