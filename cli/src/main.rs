@@ -2,6 +2,7 @@
 
 mod dataset;
 mod embed;
+mod lm;
 mod pipeline;
 mod translate;
 
@@ -41,6 +42,8 @@ enum Command {
     Bin(dataset::BinArgs),
     /// Statistics and figures of a scored corpus (Markdown, HTML, SVG).
     Report(dataset::ReportArgs),
+    /// Train an n-gram language model (ARPA) for the translation_perplexity column.
+    LmTrain(lm::LmTrainArgs),
     /// Recompute para_score of a dataset with other vectors (no new translation).
     Rescore(dataset::RescoreArgs),
     /// Train paraphrastic sentence embeddings (WORD, TRIGRAM, WORD,TRIGRAM) on binned pairs.
@@ -63,6 +66,7 @@ fn main() {
         Command::Bin(a) => dataset::bin(a),
         Command::Report(a) => dataset::report(a),
         Command::Rescore(a) => dataset::rescore(a),
+        Command::LmTrain(a) => lm::train(a),
         Command::Train(a) => embed::train(a),
         Command::EvalSts(a) => embed::eval_sts(a),
         Command::ExportVectors(a) => embed::export_vectors(a),
