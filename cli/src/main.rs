@@ -40,6 +40,8 @@ enum Command {
     Status(pipeline::StatusArgs),
     /// Cut scored pairs into para_score ranges, deciles and the training sample.
     Bin(dataset::BinArgs),
+    /// Keep the pairs within bounds on score columns and lengths, as a new dataset.
+    Filter(dataset::FilterArgs),
     /// Statistics and figures of a scored corpus (Markdown, HTML, SVG).
     Report(dataset::ReportArgs),
     /// Train an n-gram language model (ARPA) for the translation_perplexity column.
@@ -64,6 +66,7 @@ fn main() {
         Command::Worker(a) => pipeline::worker(a),
         Command::Status(a) => pipeline::status(a),
         Command::Bin(a) => dataset::bin(a),
+        Command::Filter(a) => dataset::filter(a),
         Command::Report(a) => dataset::report(a),
         Command::Rescore(a) => dataset::rescore(a),
         Command::LmTrain(a) => lm::train(a),
