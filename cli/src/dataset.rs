@@ -18,7 +18,8 @@ pub struct BinArgs {
     #[arg(long)]
     no_ranges: bool,
     /// Scores to cut into deciles (comma-separated): para_score,
-    /// trigram_overlap, translation_score, bigram_overlap, unigram_overlap.
+    /// trigram_overlap, translation_score, bigram_overlap, unigram_overlap,
+    /// sentence_bleu, translation_perplexity.
     #[arg(long, value_delimiter = ',', default_value = "para_score")]
     deciles: Vec<String>,
     /// Also write the paper's training set: N pairs sampled from the top two
