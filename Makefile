@@ -49,13 +49,22 @@ scorer: $(ORT_LIB) build
 	tools/train_scorer.sh $(BITEXT)
 
 # A small Python environment for the interop tests (pyarrow and DuckDB read
-# our Parquet; moto serves S3 locally). Tests skip, saying why, without it.
+# our Parquet; moto serves S3 locally; sacrebleu and kenlm check
+# sentence_bleu and perplexity). Tests skip, saying why, without it. kenlm
+# compiles from source and may fail: the perplexity test then compares with
+# its own reference computation. The stamp names the package lists, so an
+# existing environment gets packages added here.
 TESTENV := $(CURDIR)/.cache/testenv
-testenv: $(TESTENV)/.done
-$(TESTENV)/.done:
+TESTENV_PKGS := pyarrow duckdb moto[server] sacrebleu
+TESTENV_OPTIONAL := kenlm
+TESTENV_STAMP := $(TESTENV)/.done-$(shell echo '$(TESTENV_PKGS) / $(TESTENV_OPTIONAL)' | cksum | cut -d' ' -f1)
+testenv: $(TESTENV_STAMP)
+$(TESTENV_STAMP):
 	$(PYTHON) -m venv $(TESTENV)
-	$(TESTENV)/bin/pip install --quiet pyarrow duckdb "moto[server]" && touch $@ || \
-		echo "testenv: could not install pyarrow/duckdb/moto; interop and S3 tests will be skipped"
+	$(TESTENV)/bin/pip install --quiet $(foreach p,$(TESTENV_PKGS),"$(p)") && touch $@ || \
+		echo "testenv: could not install $(TESTENV_PKGS); interop and S3 tests will be skipped"
+	-$(TESTENV)/bin/pip install --quiet $(TESTENV_OPTIONAL) || \
+		echo "testenv: could not install $(TESTENV_OPTIONAL); perplexity is compared with the test's own computation"
 
 test: $(ORT_LIB) testenv
 	$(CARGO) build --bin paraforge

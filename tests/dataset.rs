@@ -364,3 +364,151 @@ fn report_has_the_tables_and_figures() {
         assert!(md.contains(f));
     }
 }
+
+/// `paraforge filter` on real scored pairs: exactly the rows within every
+/// bound are kept (checked against the rows themselves), each dropped row
+/// is counted under the first rule it fails, the files keep their layout
+/// and their manifest entries match, the input is left as it was, and a
+/// used output, an unknown column or an incomplete job output is refused.
+#[test]
+fn filter_keeps_the_rows_within_bounds_and_counts_each_rule() {
+    use paraforge_dataset::filter::{self, Rule, Side};
+    let (dir, rows) = dataset();
+    let snapshot = |d: &Path| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                (p.display().to_string(), std::fs::read(&p).unwrap())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = snapshot(dir.path());
+    let rules = vec![
+        Rule::parse(Side::Max, "trigram_overlap=0.6").unwrap(),
+        Rule::parse(Side::Min, "sentence_bleu=5").unwrap(),
+        Rule::parse(Side::Max, "translation_len=20").unwrap(),
+        Rule::parse(Side::Min, "para_score=0.85").unwrap(),
+        Rule::parse(Side::Min, "reference_len=8").unwrap(),
+    ];
+    let value = |r: &PairRow, c: &str| -> Option<f64> {
+        match c {
+            "trigram_overlap" => Some(r.scores.trigram_overlap as f64),
+            "sentence_bleu" => Some(r.scores.sentence_bleu as f64),
+            "para_score" => r.scores.para_score.map(f64::from),
+            "reference_len" => Some(r.scores.reference_len as f64),
+            "translation_len" => Some(r.scores.translation_len as f64),
+            _ => unreachable!(),
+        }
+    };
+    let mut want_kept = BTreeSet::new();
+    let mut want_dropped = vec![0u64; rules.len()];
+    let mut want_failed = vec![0u64; rules.len()];
+    for r in rows {
+        let fails: Vec<bool> = rules
+            .iter()
+            .map(|rule| match value(r, &rule.column) {
+                Some(v) => match rule.bound {
+                    Side::Min => v < rule.value,
+                    Side::Max => v > rule.value,
+                },
+                None => true,
+            })
+            .collect();
+        for (i, &f) in fails.iter().enumerate() {
+            want_failed[i] += f as u64;
+        }
+        match fails.iter().position(|&f| f) {
+            Some(i) => want_dropped[i] += 1,
+            None => {
+                want_kept.insert(r.id.clone());
+            }
+        }
+    }
+    // Every rule fails some rows, most are the first to fail some, and
+    // some rows survive.
+    assert!(want_failed.iter().all(|&d| d > 0), "{want_failed:?}");
+    assert!(
+        want_dropped.iter().filter(|&&d| d > 0).count() >= 4,
+        "{want_dropped:?}"
+    );
+    assert!(want_kept.len() > 50, "{}", want_kept.len());
+
+    let out = tempfile::tempdir().unwrap();
+    let target = out.path().join("filtered");
+    let m = filter::run(dir.path(), &rules, &target).unwrap();
+    assert_eq!(m.input_rows, N as u64);
+    assert_eq!(m.kept_rows, want_kept.len() as u64);
+    assert_eq!(m.dropped_rows, N as u64 - m.kept_rows);
+    let dropped: Vec<u64> = m.rules.iter().map(|r| r.dropped).collect();
+    let failed: Vec<u64> = m.rules.iter().map(|r| r.failed).collect();
+    assert_eq!((dropped, failed), (want_dropped, want_failed));
+    assert_eq!(m.rules[1].rule, "min sentence_bleu=5");
+    eprintln!(
+        "filter: {} of {} kept; dropped per rule {:?}",
+        m.kept_rows,
+        m.input_rows,
+        m.rules
+            .iter()
+            .map(|r| (&r.rule, r.dropped, r.failed))
+            .collect::<Vec<_>>()
+    );
+    // The kept rows, read back through the new manifest.
+    let got: BTreeSet<String> = read(&target, col::SENTENCE_BLEU)
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(got, want_kept);
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = dataset_files(d)
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&target), names(dir.path()));
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(target.join("_manifest.json")).unwrap()).unwrap();
+    for f in manifest["files"].as_array().unwrap() {
+        use sha2::Digest;
+        let bytes = std::fs::read(target.join(f["path"].as_str().unwrap())).unwrap();
+        assert_eq!(hex::encode(sha2::Sha256::digest(&bytes)), f["sha256"]);
+    }
+    assert_eq!(manifest["rules"][0]["dropped"], m.rules[0].dropped);
+    assert_eq!(snapshot(dir.path()), before, "the input changed");
+    // The filtered set bins like any dataset.
+    let bins_out = out.path().join("bins");
+    let b = bins::run(&BinOptions::new(target.clone(), bins_out)).unwrap();
+    assert_eq!(b.input_rows, m.kept_rows);
+
+    // Refusals.
+    let e = filter::run(dir.path(), &rules, &target)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not empty"), "{e}");
+    let bad = [Rule::parse(Side::Min, "bleu=1").unwrap()];
+    let e = filter::run(dir.path(), &bad, &out.path().join("x"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"bleu\""), "{e}");
+    let e = filter::run(dir.path(), &rules, &dir.path().join("inside"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("inside"), "{e}");
+    let job = out.path().join("job");
+    std::fs::create_dir_all(&job).unwrap();
+    std::fs::write(job.join("_job.json"), "{}").unwrap();
+    std::fs::copy(
+        dataset_files(dir.path()).unwrap()[0].clone(),
+        job.join("part-0.parquet"),
+    )
+    .unwrap();
+    let e = filter::run(&job, &rules, &out.path().join("y"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("_SUCCESS"), "{e}");
+}

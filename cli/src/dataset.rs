@@ -18,7 +18,8 @@ pub struct BinArgs {
     #[arg(long)]
     no_ranges: bool,
     /// Scores to cut into deciles (comma-separated): para_score,
-    /// trigram_overlap, translation_score, bigram_overlap, unigram_overlap.
+    /// trigram_overlap, translation_score, bigram_overlap, unigram_overlap,
+    /// sentence_bleu, translation_perplexity.
     #[arg(long, value_delimiter = ',', default_value = "para_score")]
     deciles: Vec<String>,
     /// Also write the paper's training set: N pairs sampled from the top two
@@ -78,6 +79,68 @@ pub fn bin(a: BinArgs) -> Result<()> {
         println!(
             "  training sample: {} of {} eligible pairs (seed {})",
             t.sampled, t.eligible, t.seed
+        );
+    }
+    println!("written to {} (see _manifest.json)", a.out.display());
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct FilterArgs {
+    /// A dataset: a directory of paraforge Parquet output or one file
+    /// (a job output without `_SUCCESS` is refused).
+    #[arg(long)]
+    data: PathBuf,
+    /// A new or empty directory for the filtered dataset (same file layout,
+    /// its own `_manifest.json`); the input is only read.
+    #[arg(long)]
+    out: PathBuf,
+    /// Keep rows with COLUMN >= VALUE (any numeric column, e.g.
+    /// sentence_bleu=10); repeatable.
+    #[arg(long = "min", value_name = "COLUMN=VALUE")]
+    min: Vec<String>,
+    /// Keep rows with COLUMN <= VALUE (e.g. trigram_overlap=0.7); repeatable.
+    #[arg(long = "max", value_name = "COLUMN=VALUE")]
+    max: Vec<String>,
+    /// Keep pairs whose reference and translation both have at least this
+    /// many tokens (reference_len, translation_len).
+    #[arg(long)]
+    min_tokens: Option<i32>,
+    /// Keep pairs whose reference and translation both have at most this many tokens.
+    #[arg(long)]
+    max_tokens: Option<i32>,
+}
+
+pub fn filter(a: FilterArgs) -> Result<()> {
+    use paraforge_core::schema::col;
+    use paraforge_dataset::filter::{self, Rule, Side};
+    let mut rules = Vec::new();
+    for (side, list) in [(Side::Min, &a.min), (Side::Max, &a.max)] {
+        for text in list {
+            rules.push(Rule::parse(side, text)?);
+        }
+    }
+    for (side, n) in [(Side::Min, a.min_tokens), (Side::Max, a.max_tokens)] {
+        if let Some(n) = n {
+            for c in [col::REFERENCE_LEN, col::TRANSLATION_LEN] {
+                rules.push(Rule {
+                    bound: side,
+                    column: c.to_string(),
+                    value: n as f64,
+                });
+            }
+        }
+    }
+    let m = filter::run(&a.data, &rules, &a.out)
+        .with_context(|| format!("filtering {}", a.data.display()))?;
+    println!(
+        "{} rows read, {} kept, {} dropped",
+        m.input_rows, m.kept_rows, m.dropped_rows
+    );
+    for r in &m.rules {
+        println!(
+            "  {:<32} dropped {:>9} (fails {})",
+            r.rule, r.dropped, r.failed
         );
     }
     println!("written to {} (see _manifest.json)", a.out.display());

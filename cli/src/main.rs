@@ -2,6 +2,7 @@
 
 mod dataset;
 mod embed;
+mod lm;
 mod pipeline;
 mod translate;
 
@@ -39,8 +40,12 @@ enum Command {
     Status(pipeline::StatusArgs),
     /// Cut scored pairs into para_score ranges, deciles and the training sample.
     Bin(dataset::BinArgs),
+    /// Keep the pairs within bounds on score columns and lengths, as a new dataset.
+    Filter(dataset::FilterArgs),
     /// Statistics and figures of a scored corpus (Markdown, HTML, SVG).
     Report(dataset::ReportArgs),
+    /// Train an n-gram language model (ARPA) for the translation_perplexity column.
+    LmTrain(lm::LmTrainArgs),
     /// Recompute para_score of a dataset with other vectors (no new translation).
     Rescore(dataset::RescoreArgs),
     /// Train paraphrastic sentence embeddings (WORD, TRIGRAM, WORD,TRIGRAM) on binned pairs.
@@ -61,8 +66,10 @@ fn main() {
         Command::Worker(a) => pipeline::worker(a),
         Command::Status(a) => pipeline::status(a),
         Command::Bin(a) => dataset::bin(a),
+        Command::Filter(a) => dataset::filter(a),
         Command::Report(a) => dataset::report(a),
         Command::Rescore(a) => dataset::rescore(a),
+        Command::LmTrain(a) => lm::train(a),
         Command::Train(a) => embed::train(a),
         Command::EvalSts(a) => embed::eval_sts(a),
         Command::ExportVectors(a) => embed::export_vectors(a),

@@ -160,6 +160,11 @@ pub struct Scoring {
     /// words left out). Neither key: para_score is null.
     #[serde(default)]
     pub vectors: Option<String>,
+    /// An n-gram language model in ARPA format (KenLM's, or `paraforge
+    /// lm-train`'s): `translation_perplexity` is the translation's
+    /// perplexity under it. Without it that column is null.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lm: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -288,12 +293,14 @@ pub fn max_threads() -> usize {
     THREADS_PER_CORE * cores()
 }
 
-const SCORES: [&str; 5] = [
+const SCORES: [&str; 7] = [
     "para_score",
     "trigram_overlap",
     "translation_score",
     "bigram_overlap",
     "unigram_overlap",
+    "sentence_bleu",
+    "translation_perplexity",
 ];
 
 impl JobConfig {
@@ -358,9 +365,18 @@ impl JobConfig {
         for (key, v) in [
             ("scoring.model", &self.scoring.model),
             ("scoring.vectors", &self.scoring.vectors),
+            ("scoring.lm", &self.scoring.lm),
         ] {
             if v.as_deref().is_some_and(|p| p.trim().is_empty()) {
                 return bad(key, "must not be empty (leave the key out instead)".into());
+            }
+        }
+        if let Some(lm) = &self.scoring.lm {
+            if !(lm.ends_with(".arpa") || lm.ends_with(".arpa.gz")) {
+                return bad(
+                    "scoring.lm",
+                    format!("{lm:?}: an ARPA model is read (a .arpa or .arpa.gz file; KenLM's binary format is not)"),
+                );
             }
         }
         for (key, list) in [
@@ -646,6 +662,14 @@ dir = "models/tiny-cs-en"
             (
                 MINIMAL.to_string() + "\n[scoring]\nvectors = \" \"\n",
                 "scoring.vectors",
+            ),
+            (
+                MINIMAL.to_string() + "\n[scoring]\nlm = \"\"\n",
+                "scoring.lm",
+            ),
+            (
+                MINIMAL.to_string() + "\n[scoring]\nlm = \"model.bin\"\n",
+                "scoring.lm",
             ),
         ];
         for (text, key) in cases {

@@ -3,8 +3,10 @@
 
 pub mod access;
 pub mod bitext;
+pub mod bleu;
 pub mod config;
 pub mod encoder;
+pub mod lm;
 pub mod proto;
 pub mod schema;
 pub mod score;
@@ -12,6 +14,7 @@ pub mod storage;
 pub mod vectors;
 
 pub use encoder::{load_encoder, EncoderError, Model, SentenceEncoder};
+pub use lm::ArpaModel;
 pub use schema::{DataError, PairReader, PairRow, RowsBuilder};
 pub use score::{tokenize, PairScores, Scorer, Tokens};
 pub use vectors::{LoadReport, Vectors, VectorsError};

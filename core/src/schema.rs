@@ -30,6 +30,8 @@ pub mod col {
     pub const UNIGRAM_OVERLAP: &str = "unigram_overlap";
     pub const BIGRAM_OVERLAP: &str = "bigram_overlap";
     pub const TRIGRAM_OVERLAP: &str = "trigram_overlap";
+    pub const SENTENCE_BLEU: &str = "sentence_bleu";
+    pub const TRANSLATION_PERPLEXITY: &str = "translation_perplexity";
     pub const SOURCE_LEN: &str = "source_len";
     pub const REFERENCE_LEN: &str = "reference_len";
     pub const TRANSLATION_LEN: &str = "translation_len";
@@ -97,12 +99,14 @@ pub fn parse_attempt_path(path: &str) -> Option<(u64, u64)> {
 }
 
 /// The scores a dataset can be ranked or binned by.
-pub const SCORE_COLUMNS: [&str; 5] = [
+pub const SCORE_COLUMNS: [&str; 7] = [
     col::PARA_SCORE,
     col::TRIGRAM_OVERLAP,
     col::TRANSLATION_SCORE,
     col::BIGRAM_OVERLAP,
     col::UNIGRAM_OVERLAP,
+    col::SENTENCE_BLEU,
+    col::TRANSLATION_PERPLEXITY,
 ];
 
 /// Metadata keys written into every Parquet file's footer.
@@ -135,6 +139,8 @@ pub fn schema() -> SchemaRef {
         f32n(col::UNIGRAM_OVERLAP, false),
         f32n(col::BIGRAM_OVERLAP, false),
         f32n(col::TRIGRAM_OVERLAP, false),
+        f32n(col::SENTENCE_BLEU, false),
+        f32n(col::TRANSLATION_PERPLEXITY, true),
         i32n(col::SOURCE_LEN),
         i32n(col::REFERENCE_LEN),
         i32n(col::TRANSLATION_LEN),
@@ -212,6 +218,8 @@ pub struct RowsBuilder {
     unigram: Float32Builder,
     bigram: Float32Builder,
     trigram: Float32Builder,
+    bleu: Float32Builder,
+    perplexity: Float32Builder,
     source_len: Int32Builder,
     reference_len: Int32Builder,
     translation_len: Int32Builder,
@@ -231,6 +239,8 @@ impl Default for RowsBuilder {
             unigram: Float32Builder::new(),
             bigram: Float32Builder::new(),
             trigram: Float32Builder::new(),
+            bleu: Float32Builder::new(),
+            perplexity: Float32Builder::new(),
             source_len: Int32Builder::new(),
             reference_len: Int32Builder::new(),
             translation_len: Int32Builder::new(),
@@ -251,6 +261,9 @@ impl RowsBuilder {
         self.unigram.append_value(r.scores.unigram_overlap);
         self.bigram.append_value(r.scores.bigram_overlap);
         self.trigram.append_value(r.scores.trigram_overlap);
+        self.bleu.append_value(r.scores.sentence_bleu);
+        self.perplexity
+            .append_option(r.scores.translation_perplexity);
         self.source_len.append_value(r.source_len);
         self.reference_len
             .append_value(r.scores.reference_len as i32);
@@ -280,6 +293,8 @@ impl RowsBuilder {
             Arc::new(self.unigram.finish()),
             Arc::new(self.bigram.finish()),
             Arc::new(self.trigram.finish()),
+            Arc::new(self.bleu.finish()),
+            Arc::new(self.perplexity.finish()),
             Arc::new(self.source_len.finish()),
             Arc::new(self.reference_len.finish()),
             Arc::new(self.translation_len.finish()),

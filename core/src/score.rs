@@ -2,7 +2,8 @@
 //! defines them: n-gram overlap (seed 000, footnote 6), the paraphrase score
 //! (cosine of the two sentence embeddings of a [`SentenceEncoder`]: a
 //! trained model or averaged word vectors), and token lengths. Every score
-//! reads the same tokens, from [`tokenize`].
+//! reads the same tokens, from [`tokenize`], except sentence BLEU
+//! ([`crate::bleu`], sacrebleu's own tokenizer).
 
 use crate::encoder::{Scratch, SentenceEncoder};
 
@@ -305,6 +306,12 @@ pub struct PairScores {
     pub unigram_overlap: f32,
     pub bigram_overlap: f32,
     pub trigram_overlap: f32,
+    /// sacrebleu's `sentence_bleu(translation, [reference])` with its
+    /// defaults, 0-100 ([`crate::bleu`]).
+    pub sentence_bleu: f32,
+    /// Perplexity of the translation's tokens under the `[scoring] lm`
+    /// n-gram model ([`crate::lm`]); `None` without one.
+    pub translation_perplexity: Option<f32>,
     pub reference_len: u32,
     pub translation_len: u32,
     /// Tokens without a row of their own in the encoder, per side.
@@ -315,6 +322,7 @@ pub struct PairScores {
 /// Scores pairs; holds the para_score encoder and reusable buffers.
 pub struct Scorer<'v> {
     encoder: Option<&'v dyn SentenceEncoder>,
+    lm: Option<&'v crate::lm::ArpaModel>,
     r: Tokens,
     t: Tokens,
     ids_r: Vec<u32>,
@@ -331,6 +339,7 @@ impl<'v> Scorer<'v> {
         let d = encoder.map_or(0, |e| e.dim());
         Scorer {
             encoder,
+            lm: None,
             r: Tokens::default(),
             t: Tokens::default(),
             ids_r: Vec::new(),
@@ -340,6 +349,12 @@ impl<'v> Scorer<'v> {
             emb_r: vec![0.0; d],
             emb_t: vec![0.0; d],
         }
+    }
+
+    /// Also scores the translation's perplexity under `lm`.
+    pub fn with_lm(mut self, lm: Option<&'v crate::lm::ArpaModel>) -> Scorer<'v> {
+        self.lm = lm;
+        self
     }
 
     pub fn score(&mut self, reference: &str, translation: &str) -> PairScores {
@@ -370,6 +385,8 @@ impl<'v> Scorer<'v> {
             unigram_overlap: overlap_ids(a, b, 1),
             bigram_overlap: overlap_ids(a, b, 2),
             trigram_overlap: overlap_ids(a, b, 3),
+            sentence_bleu: crate::bleu::sentence_bleu(translation, reference) as f32,
+            translation_perplexity: self.lm.map(|m| m.perplexity_tokens(&self.t) as f32),
             reference_len: self.r.len() as u32,
             translation_len: self.t.len() as u32,
             reference_oov: oov_r,

@@ -355,6 +355,8 @@ mod tests {
                 unigram_overlap: 0.25,
                 bigram_overlap: 0.125,
                 trigram_overlap: 0.0625,
+                sentence_bleu: 12.5,
+                translation_perplexity: None,
                 reference_len: 3,
                 translation_len: 3,
                 reference_oov: 0,

@@ -3,7 +3,7 @@
 pub mod node;
 pub mod shard;
 
-pub use shard::{process, Progress, ShardError, ShardInput, ShardOutput};
+pub use shard::{process, Progress, Scorers, ShardError, ShardInput, ShardOutput};
 
 #[cfg(test)]
 mod tests {
@@ -52,12 +52,28 @@ mod tests {
             max_new_tokens: Some(24),
             ..GenerateOptions::default()
         };
+        // A 3-gram model of other references of the sample, for the
+        // perplexity column.
+        let refs = dir.path().join("refs.txt");
+        let other: Vec<&str> = text
+            .lines()
+            .skip(300)
+            .take(1000)
+            .map(|l| l.split('\t').nth(3).unwrap())
+            .collect();
+        std::fs::write(&refs, other.join("\n")).unwrap();
+        let arpa = dir.path().join("refs.arpa");
+        paraforge_core::lm::train_files(&[refs], None, 3, &arpa).unwrap();
+        let lm = paraforge_core::ArpaModel::load(&arpa).unwrap();
         let progress = Progress::default();
         let out = process(
             &shard,
             &mut t,
             &o,
-            Some(&v),
+            Scorers {
+                encoder: Some(&v),
+                lm: Some(&lm),
+            },
             &[("paraforge.model", "tiny".into())],
             &progress,
             &|| false,
@@ -105,6 +121,32 @@ mod tests {
                 .downcast_ref::<StringArray>()
                 .unwrap();
             ids.extend((0..c.len()).map(|i| c.value(i).to_string()));
+            // The post-translation scores, as their definitions compute them.
+            let text = |n: &str| {
+                b.column_by_name(n)
+                    .unwrap()
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .unwrap()
+                    .clone()
+            };
+            let num = |n: &str| {
+                b.column_by_name(n)
+                    .unwrap()
+                    .as_any()
+                    .downcast_ref::<arrow_array::Float32Array>()
+                    .unwrap()
+                    .clone()
+            };
+            let (refs, trans) = (text("reference"), text("translation"));
+            let (bleu, ppl) = (num("sentence_bleu"), num("translation_perplexity"));
+            for i in 0..b.num_rows() {
+                let (r, t) = (refs.value(i), trans.value(i));
+                let want = paraforge_core::bleu::sentence_bleu(t, r) as f32;
+                assert_eq!(bleu.value(i), want, "{t:?} / {r:?}");
+                assert!(!ppl.is_null(i));
+                assert_eq!(ppl.value(i), lm.perplexity(t) as f32, "{t:?}");
+            }
         }
         let want: Vec<String> = text
             .lines()

@@ -13,7 +13,7 @@ use paraforge_core::proto::{self as pb, lease_shard_response};
 use paraforge_core::storage::Storage;
 use paraforge_nmt::{Device, GenerateOptions, LoadOptions, Translator};
 
-use crate::shard::{process, Progress, ShardInput, ShardOutput};
+use crate::shard::{process, Progress, Scorers, ShardInput, ShardOutput};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -152,6 +152,12 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
         .await
         .map_err(|e| WorkerError::Config(e.to_string()))??
         .map(Arc::from);
+    let scoring = cfg.scoring.clone();
+    let lm = tokio::task::spawn_blocking(move || crate::shard::load_lm(&scoring))
+        .await
+        .map_err(|e| WorkerError::Config(e.to_string()))?
+        .map_err(WorkerError::Config)?
+        .map(Arc::new);
     let storage = Storage::open(&cfg.job.output)?;
     let gen = GenerateOptions {
         num_beams: cfg.model.beam,
@@ -286,9 +292,10 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             })
         };
         let result = {
-            let (t, v, gen, md, progress, revoked) = (
+            let (t, v, lm, gen, md, progress, revoked) = (
                 translator.clone(),
                 vectors.clone(),
+                lm.clone(),
                 gen.clone(),
                 metadata.clone(),
                 progress.clone(),
@@ -297,9 +304,18 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             tokio::task::spawn_blocking(move || {
                 let mut t = t.lock().unwrap_or_else(|p| p.into_inner());
                 let md: Vec<(&str, String)> = md.iter().map(|(k, v)| (*k, v.clone())).collect();
-                process(&input, &mut t, &gen, v.as_deref(), &md, &progress, &|| {
-                    revoked.load(Ordering::Relaxed)
-                })
+                process(
+                    &input,
+                    &mut t,
+                    &gen,
+                    Scorers {
+                        encoder: v.as_deref(),
+                        lm: lm.as_deref(),
+                    },
+                    &md,
+                    &progress,
+                    &|| revoked.load(Ordering::Relaxed),
+                )
             })
             .await
         };

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use paraforge_core::bitext::{BitextReader, Format, ReadOptions, Record, Reject};
 use paraforge_core::schema::{schema, writer_properties, PairRow, RowsBuilder};
-use paraforge_core::{EncoderError, Scorer, SentenceEncoder};
+use paraforge_core::{ArpaModel, EncoderError, Scorer, SentenceEncoder};
 use paraforge_nmt::{Flag, GenerateOptions, Translator};
 use parquet::arrow::ArrowWriter;
 use rayon::prelude::*;
@@ -93,12 +93,31 @@ pub fn load_para_encoder(
     Ok(e)
 }
 
+/// The language model `[scoring] lm` names, loaded once per worker;
+/// errors name the key.
+pub fn load_lm(s: &paraforge_core::config::Scoring) -> Result<Option<ArpaModel>, String> {
+    let Some(path) = &s.lm else {
+        return Ok(None);
+    };
+    let m = ArpaModel::load(Path::new(path)).map_err(|e| format!("scoring.lm: {e}"))?;
+    tracing::info!(lm = %path, order = m.order(), "language model loaded");
+    Ok(Some(m))
+}
+
+/// What scores a shard's pairs besides the n-gram overlaps and BLEU: the
+/// para_score encoder and the language model for translation_perplexity.
+#[derive(Clone, Copy, Default)]
+pub struct Scorers<'a> {
+    pub encoder: Option<&'a dyn SentenceEncoder>,
+    pub lm: Option<&'a ArpaModel>,
+}
+
 /// Runs one shard. `cancel` is polled between chunks.
 pub fn process(
     input: &ShardInput,
     translator: &mut Translator,
     opts: &GenerateOptions,
-    encoder: Option<&dyn SentenceEncoder>,
+    scorers: Scorers<'_>,
     metadata: &[(&str, String)],
     progress: &Progress,
     cancel: &(dyn Fn() -> bool + Sync),
@@ -187,7 +206,7 @@ pub fn process(
                     .par_iter()
                     .zip(translations.par_iter())
                     .map_init(
-                        || Scorer::new(encoder),
+                        || Scorer::new(scorers.encoder).with_lm(scorers.lm),
                         |scorer, (p, t)| PairRow {
                             id: p.id.clone(),
                             source: p.source.clone(),

@@ -1,0 +1,353 @@
+//! `paraforge filter`: bounds on any numeric column of a scored dataset
+//! (seed 001's filters on the scored corpus: n-gram overlap below 0.6-0.7,
+//! sentence BLEU, perplexity, translation cost, lengths), written as a new
+//! dataset with the same file layout and a `_manifest.json` saying what was
+//! kept and which rule dropped the rest. The input is only read; a job
+//! output without `_SUCCESS` is refused (`dataset_files`).
+//!
+//! A row is kept when it passes every rule: `min COL=V` keeps `COL >= V`,
+//! `max COL=V` keeps `COL <= V`; a null or NaN value passes no rule on its
+//! column. A dropped row is counted under the first rule it fails, in the
+//! order the rules were given (`dropped`); `failed` counts every row a
+//! rule fails, whatever the others say.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use arrow_array::RecordBatch;
+use arrow_array::{Array, BooleanArray, Float32Array, Float64Array, Int32Array, Int64Array};
+use arrow_select::filter::filter_record_batch;
+use paraforge_core::schema::{dataset_files, DataError, PairFileWriter, PairReader};
+use serde::Serialize;
+use sha2::Digest;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    Min,
+    Max,
+}
+
+/// One bound on one column.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rule {
+    pub bound: Side,
+    pub column: String,
+    pub value: f64,
+}
+
+impl Rule {
+    /// Parses `COL=V` (as `--min`/`--max` take it).
+    pub fn parse(bound: Side, text: &str) -> Result<Rule, FilterError> {
+        let flag = match bound {
+            Side::Min => "--min",
+            Side::Max => "--max",
+        };
+        let bad = |why: &str| FilterError::BadRule(format!("{flag} {text:?}: {why}"));
+        let (c, v) = text
+            .split_once('=')
+            .ok_or_else(|| bad("expected COLUMN=VALUE"))?;
+        let value: f64 = v
+            .trim()
+            .parse()
+            .map_err(|_| bad("the value is not a number"))?;
+        if value.is_nan() {
+            return Err(bad("the value is not a number"));
+        }
+        let column = c.trim().to_string();
+        if column.is_empty() {
+            return Err(bad("no column"));
+        }
+        Ok(Rule {
+            bound,
+            column,
+            value,
+        })
+    }
+
+    /// How the manifest names it: `min sentence_bleu=10`.
+    pub fn label(&self) -> String {
+        let b = match self.bound {
+            Side::Min => "min",
+            Side::Max => "max",
+        };
+        format!("{b} {}={}", self.column, self.value)
+    }
+
+    fn passes(&self, x: Option<f64>) -> bool {
+        match x {
+            Some(x) if !x.is_nan() => match self.bound {
+                Side::Min => x >= self.value,
+                Side::Max => x <= self.value,
+            },
+            _ => false,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error("{0}")]
+    BadRule(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{out}: the output must not be the input or lie inside it ({input})")]
+    OutputInsideInput { out: PathBuf, input: PathBuf },
+    #[error("{out}: output directory is not empty (filter writes a new dataset)")]
+    OutputNotEmpty { out: PathBuf },
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> FilterError + '_ {
+    move |source| FilterError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// One rule's counts.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RuleCount {
+    pub rule: String,
+    #[serde(flatten)]
+    pub spec: Rule,
+    /// Rows this rule was the first to fail.
+    pub dropped: u64,
+    /// Rows failing this rule at all.
+    pub failed: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FilteredFile {
+    pub path: String,
+    pub rows: u64,
+    pub input_rows: u64,
+    pub sha256: String,
+}
+
+/// `_manifest.json` of a filtered dataset.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FilterManifest {
+    pub input: String,
+    pub command: &'static str,
+    pub input_rows: u64,
+    pub kept_rows: u64,
+    pub dropped_rows: u64,
+    pub rules: Vec<RuleCount>,
+    pub files: Vec<FilteredFile>,
+}
+
+/// A numeric column of a batch as f64 values (None for null).
+fn values(batch: &RecordBatch, name: &str, path: &Path) -> Result<Vec<Option<f64>>, DataError> {
+    let c = batch
+        .column_by_name(name)
+        .ok_or_else(|| DataError::MissingColumn {
+            path: path.to_path_buf(),
+            column: name.to_string(),
+            expected: batch
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+    let any = c.as_any();
+    let get = |i: usize| !c.is_null(i);
+    let n = c.len();
+    let out: Vec<Option<f64>> = if let Some(a) = any.downcast_ref::<Float32Array>() {
+        (0..n).map(|i| get(i).then(|| a.value(i) as f64)).collect()
+    } else if let Some(a) = any.downcast_ref::<Float64Array>() {
+        (0..n).map(|i| get(i).then(|| a.value(i))).collect()
+    } else if let Some(a) = any.downcast_ref::<Int32Array>() {
+        (0..n).map(|i| get(i).then(|| a.value(i) as f64)).collect()
+    } else if let Some(a) = any.downcast_ref::<Int64Array>() {
+        (0..n).map(|i| get(i).then(|| a.value(i) as f64)).collect()
+    } else {
+        return Err(DataError::WrongType {
+            path: path.to_path_buf(),
+            column: name.to_string(),
+            found: c.data_type().to_string(),
+            expected: "a number".into(),
+        });
+    };
+    Ok(out)
+}
+
+fn file_sha256(path: &Path) -> Result<String, FilterError> {
+    let mut f = std::fs::File::open(path).map_err(io(path))?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(io(path))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Filters `input` (a local dataset directory or file) into `out` (a new
+/// or empty directory), file by file.
+pub fn run(input: &Path, rules: &[Rule], out: &Path) -> Result<FilterManifest, FilterError> {
+    if rules.is_empty() {
+        return Err(FilterError::BadRule(
+            "no rules (give --min COLUMN=VALUE, --max COLUMN=VALUE or a token range)".into(),
+        ));
+    }
+    let files = dataset_files(input)?;
+    let in_abs = std::fs::canonicalize(input).map_err(io(input))?;
+    let out_abs = std::fs::canonicalize(out).ok().or_else(|| {
+        let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
+        std::fs::canonicalize(parent.unwrap_or(Path::new(".")))
+            .ok()
+            .map(|p| p.join(out.file_name().unwrap_or_default()))
+    });
+    if out_abs.is_some_and(|o| o.starts_with(&in_abs)) {
+        return Err(FilterError::OutputInsideInput {
+            out: out.to_path_buf(),
+            input: input.to_path_buf(),
+        });
+    }
+    if out.is_dir() && std::fs::read_dir(out).map_err(io(out))?.next().is_some() {
+        return Err(FilterError::OutputNotEmpty {
+            out: out.to_path_buf(),
+        });
+    }
+    // Every rule's column must be a number: checked on the first file
+    // before anything is written (every file is checked as it is read).
+    let columns: Vec<&str> = rules.iter().map(|r| r.column.as_str()).collect();
+    if let Some(first) = files.first() {
+        if let Some(batch) = PairReader::open(first, &columns)?.next() {
+            let batch = batch?;
+            for c in &columns {
+                values(&batch, c, first)?;
+            }
+        }
+    }
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let root = if input.is_file() {
+        input.parent().unwrap_or(Path::new("")).to_path_buf()
+    } else {
+        input.to_path_buf()
+    };
+    let rules_text: Vec<String> = rules.iter().map(Rule::label).collect();
+    let mut m = FilterManifest {
+        input: input.display().to_string(),
+        command: "paraforge filter",
+        input_rows: 0,
+        kept_rows: 0,
+        dropped_rows: 0,
+        rules: rules
+            .iter()
+            .map(|r| RuleCount {
+                rule: r.label(),
+                spec: r.clone(),
+                dropped: 0,
+                failed: 0,
+            })
+            .collect(),
+        files: Vec::new(),
+    };
+    for path in &files {
+        let reader = PairReader::open(path, &columns)?;
+        let mut metadata: Vec<(String, String)> = reader
+            .metadata()
+            .iter()
+            .filter(|(k, _)| k.as_str() != "ARROW:schema" && k.as_str() != "paraforge.filter")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        metadata.sort();
+        metadata.push(("paraforge.filter".into(), rules_text.join("; ")));
+        let md: Vec<(&str, String)> = metadata
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        let rel = path.strip_prefix(&root).unwrap_or(path).to_path_buf();
+        let target = out.join(&rel);
+        let partial = target.with_extension("parquet.partial");
+        let mut writer: Option<PairFileWriter> = None;
+        let (mut rows, mut input_rows) = (0u64, 0u64);
+        for batch in reader {
+            let batch = batch?;
+            let n = batch.num_rows();
+            let cols: Vec<Vec<Option<f64>>> = rules
+                .iter()
+                .map(|r| values(&batch, &r.column, path))
+                .collect::<Result<_, _>>()?;
+            let mut keep = vec![true; n];
+            for (i, k) in keep.iter_mut().enumerate() {
+                for (j, r) in rules.iter().enumerate() {
+                    if !r.passes(cols[j][i]) {
+                        m.rules[j].failed += 1;
+                        if *k {
+                            m.rules[j].dropped += 1;
+                            *k = false;
+                        }
+                    }
+                }
+            }
+            input_rows += n as u64;
+            let sel = filter_record_batch(&batch, &BooleanArray::from(keep)).map_err(|source| {
+                DataError::Arrow {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            if writer.is_none() {
+                writer = Some(PairFileWriter::create(&partial, batch.schema(), &md)?);
+            }
+            if let Some(w) = writer.as_mut() {
+                rows += sel.num_rows() as u64;
+                w.write(&sel)?;
+            }
+        }
+        match writer {
+            Some(w) => {
+                w.close()?;
+            }
+            None => {
+                PairFileWriter::create(&partial, paraforge_core::schema::schema(), &md)?.close()?;
+            }
+        }
+        std::fs::rename(&partial, &target).map_err(io(&target))?;
+        m.input_rows += input_rows;
+        m.kept_rows += rows;
+        m.files.push(FilteredFile {
+            path: rel.display().to_string(),
+            rows,
+            input_rows,
+            sha256: file_sha256(&target)?,
+        });
+    }
+    m.dropped_rows = m.input_rows - m.kept_rows;
+    // The manifest last: a reader that finds it finds every file it lists.
+    let manifest = out.join("_manifest.json");
+    let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
+    std::fs::write(&manifest, text).map_err(io(&manifest))?;
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_parse_and_bound_inclusively() {
+        let r = Rule::parse(Side::Max, "trigram_overlap=0.7").unwrap();
+        assert_eq!(r.label(), "max trigram_overlap=0.7");
+        assert!(r.passes(Some(0.7)) && !r.passes(Some(0.71)) && !r.passes(None));
+        let r = Rule::parse(Side::Min, " sentence_bleu = 10 ").unwrap();
+        assert!(r.passes(Some(10.0)) && !r.passes(Some(9.9)) && !r.passes(Some(f64::NAN)));
+        for bad in ["x", "=3", "x=abc", "x=NaN"] {
+            let e = Rule::parse(Side::Min, bad).unwrap_err().to_string();
+            assert!(e.starts_with("--min"), "{e}");
+        }
+    }
+}
