@@ -21,6 +21,14 @@ fn glove() -> Vectors {
         .0
 }
 
+/// The (reference, translation) of the first `n` rows.
+fn first_pairs(rows: &[PairRow], n: usize) -> Vec<(String, String)> {
+    rows.iter()
+        .take(n)
+        .map(|r| (r.reference.clone(), r.translation.clone()))
+        .collect()
+}
+
 /// Share of pairs whose reference is nearer its own translation than any
 /// other pair's translation.
 fn retrieval(m: &Model, pairs: &[(String, String)]) -> f64 {
@@ -39,11 +47,7 @@ fn retrieval(m: &Model, pairs: &[(String, String)]) -> f64 {
 fn training_learns_from_real_pairs_and_exports_vectors() {
     let dir = tempfile::tempdir().unwrap();
     let rows = scored_dataset(dir.path(), 1200, 3);
-    let pairs: Vec<(String, String)> = rows
-        .iter()
-        .take(300)
-        .map(|r| (r.reference.clone(), r.translation.clone()))
-        .collect();
+    let pairs = first_pairs(&rows, 300);
     let source = PairSource::open(dir.path()).unwrap();
     assert_eq!(source.rows(), 1200);
     let v = glove();
@@ -190,11 +194,7 @@ fn a_resumed_run_equals_an_uninterrupted_one_and_dev_picks_the_epoch() {
 fn a_vocabulary_from_the_data_trains_from_any_start() {
     let dir = tempfile::tempdir().unwrap();
     let rows = scored_dataset(dir.path(), 600, 2);
-    let pairs: Vec<(String, String)> = rows
-        .iter()
-        .take(300)
-        .map(|r| (r.reference.clone(), r.translation.clone()))
-        .collect();
+    let pairs = first_pairs(&rows, 300);
     let source = PairSource::open(dir.path()).unwrap();
     let words = paraforge_trainer::train::word_vocab(&source, 2, 100_000).unwrap();
     assert!(

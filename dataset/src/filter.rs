@@ -202,23 +202,20 @@ pub fn run(input: &Path, rules: &[Rule], out: &Path) -> Result<FilterManifest, F
         ));
     }
     let files = dataset_files(input)?;
-    let in_abs = std::fs::canonicalize(input).map_err(io(input))?;
-    let out_abs = std::fs::canonicalize(out).ok().or_else(|| {
-        let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
-        std::fs::canonicalize(parent.unwrap_or(Path::new(".")))
-            .ok()
-            .map(|p| p.join(out.file_name().unwrap_or_default()))
-    });
-    if out_abs.is_some_and(|o| o.starts_with(&in_abs)) {
-        return Err(FilterError::OutputInsideInput {
-            out: out.to_path_buf(),
-            input: input.to_path_buf(),
-        });
-    }
-    if out.is_dir() && std::fs::read_dir(out).map_err(io(out))?.next().is_some() {
-        return Err(FilterError::OutputNotEmpty {
-            out: out.to_path_buf(),
-        });
+    let refusal = crate::output::check_new_output(input, out).map_err(io(input))?;
+    match refusal {
+        Some(crate::output::Refusal::InsideInput) => {
+            return Err(FilterError::OutputInsideInput {
+                out: out.to_path_buf(),
+                input: input.to_path_buf(),
+            })
+        }
+        Some(crate::output::Refusal::NotEmpty) => {
+            return Err(FilterError::OutputNotEmpty {
+                out: out.to_path_buf(),
+            })
+        }
+        None => {}
     }
     // Every rule's column must be a number: checked on the first file
     // before anything is written (every file is checked as it is read).

@@ -4,6 +4,7 @@
 
 pub mod bins;
 pub mod filter;
+pub mod output;
 pub mod report;
 pub mod rescore;
 

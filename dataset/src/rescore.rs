@@ -160,25 +160,20 @@ pub fn run(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<RescoreManifest, RescoreError> {
     let files = dataset_files(input)?;
-    // An output inside the input would be read back as data by the next
-    // stage; a new directory counts by where its parent is.
-    let in_abs = std::fs::canonicalize(input).map_err(io(input))?;
-    let out_abs = std::fs::canonicalize(out).ok().or_else(|| {
-        let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
-        std::fs::canonicalize(parent.unwrap_or(Path::new(".")))
-            .ok()
-            .map(|p| p.join(out.file_name().unwrap_or_default()))
-    });
-    if out_abs.is_some_and(|o| o.starts_with(&in_abs)) {
-        return Err(RescoreError::OutputInsideInput {
-            out: out.to_path_buf(),
-            input: input.to_path_buf(),
-        });
-    }
-    if out.is_dir() && std::fs::read_dir(out).map_err(io(out))?.next().is_some() {
-        return Err(RescoreError::OutputNotEmpty {
-            out: out.to_path_buf(),
-        });
+    let refusal = crate::output::check_new_output(input, out).map_err(io(input))?;
+    match refusal {
+        Some(crate::output::Refusal::InsideInput) => {
+            return Err(RescoreError::OutputInsideInput {
+                out: out.to_path_buf(),
+                input: input.to_path_buf(),
+            })
+        }
+        Some(crate::output::Refusal::NotEmpty) => {
+            return Err(RescoreError::OutputNotEmpty {
+                out: out.to_path_buf(),
+            })
+        }
+        None => {}
     }
     let encoder = scorer.load()?;
     let stamp = Stamp {

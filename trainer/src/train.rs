@@ -94,6 +94,25 @@ pub struct TrainReport {
     pub resumed_after: Option<usize>,
 }
 
+/// Every sentence of the dataset (both sides), tokenized as every score
+/// tokenizes, in file order: the pass that counts a vocabulary.
+fn each_sentence(
+    source: &PairSource,
+    mut f: impl FnMut(&paraforge_core::Tokens),
+) -> Result<(), TrainError> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let mut stats = ReadStats::default();
+    let mut toks = paraforge_core::Tokens::default();
+    for p in source.epoch(1, &mut rng, &mut stats) {
+        let (a, b) = p?;
+        for text in [&a, &b] {
+            paraforge_core::score::tokenize_into(text, &mut toks);
+            f(&toks);
+        }
+    }
+    Ok(())
+}
+
 /// The trigram vocabulary of a dataset: trigrams seen at least `min_count`
 /// times (both sides), the `max` most frequent, ties by text.
 pub fn trigram_vocab(
@@ -102,16 +121,9 @@ pub fn trigram_vocab(
     max: usize,
 ) -> Result<Vec<String>, TrainError> {
     let mut counts: FxHashMap<u64, u64> = FxHashMap::default();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-    let mut stats = ReadStats::default();
-    let mut toks = paraforge_core::Tokens::default();
-    for p in source.epoch(1, &mut rng, &mut stats) {
-        let (a, b) = p?;
-        for text in [&a, &b] {
-            paraforge_core::score::tokenize_into(text, &mut toks);
-            for_each_trigram(&toks, |k| *counts.entry(k).or_insert(0) += 1);
-        }
-    }
+    each_sentence(source, |toks| {
+        for_each_trigram(toks, |k| *counts.entry(k).or_insert(0) += 1)
+    })?;
     let mut v: Vec<(String, u64)> = counts
         .into_iter()
         .filter(|(_, c)| *c >= min_count)
@@ -131,23 +143,16 @@ pub fn word_vocab(
     max: usize,
 ) -> Result<Vec<String>, TrainError> {
     let mut counts: FxHashMap<String, u64> = FxHashMap::default();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-    let mut stats = ReadStats::default();
-    let mut toks = paraforge_core::Tokens::default();
-    for p in source.epoch(1, &mut rng, &mut stats) {
-        let (a, b) = p?;
-        for text in [&a, &b] {
-            paraforge_core::score::tokenize_into(text, &mut toks);
-            for t in toks.iter() {
-                match counts.get_mut(t.text) {
-                    Some(c) => *c += 1,
-                    None => {
-                        counts.insert(t.text.to_string(), 1);
-                    }
+    each_sentence(source, |toks| {
+        for t in toks.iter() {
+            match counts.get_mut(t.text) {
+                Some(c) => *c += 1,
+                None => {
+                    counts.insert(t.text.to_string(), 1);
                 }
             }
         }
-    }
+    })?;
     let mut v: Vec<(String, u64)> = counts
         .into_iter()
         .filter(|(_, c)| *c >= min_count)
