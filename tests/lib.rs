@@ -93,16 +93,27 @@ pub fn scoring_section() -> String {
 /// test model and vectors (the worker's steps, in one process), and writes
 /// them as `files` Parquet files under `dir`. Returns the rows.
 pub fn scored_dataset(dir: &Path, n: usize, files: usize) -> Vec<paraforge_core::PairRow> {
+    scored_dataset_with(dir, n, files, "tiny-cs-en", 4)
+}
+
+/// [`scored_dataset`] with the bundled model `model` (e.g. `demo-cs-en`,
+/// whose translations are good enough to learn from) and `beams`.
+pub fn scored_dataset_with(
+    dir: &Path,
+    n: usize,
+    files: usize,
+    model_name: &str,
+    beams: usize,
+) -> Vec<paraforge_core::PairRow> {
     use paraforge_core::schema::{schema, PairFileWriter};
     use paraforge_core::{RowsBuilder, Scorer, Vectors};
     use paraforge_nmt::{GenerateOptions, LoadOptions, Translator};
 
     let pairs = sample_pairs(n);
-    let mut t =
-        Translator::load(&model("tiny-cs-en"), &LoadOptions::default()).expect("test model");
+    let mut t = Translator::load(&model(model_name), &LoadOptions::default()).expect("test model");
     let cs: Vec<&str> = pairs.iter().map(|p| p.1.as_str()).collect();
     let o = GenerateOptions {
-        num_beams: 4,
+        num_beams: beams,
         max_new_tokens: Some(48),
         ..GenerateOptions::default()
     };

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use paraforge_trainer::data::PairSource;
+use paraforge_trainer::neural::Arch;
+use paraforge_trainer::nn_model::{self, NeuralModel};
+use paraforge_trainer::nn_train::NeuralOptions;
 use paraforge_trainer::sts;
 use paraforge_trainer::train::{
     train as run_training, trigram_vocab, word_vocab, TrainOptions, TrainReport,
@@ -17,9 +20,35 @@ pub struct TrainArgs {
     /// fold, the training sample or a whole output) or one file.
     #[arg(long)]
     data: PathBuf,
-    /// word, trigram or word,trigram.
+    /// word, trigram, word,trigram (averages), or a neural encoder: lstm,
+    /// lstm-no-o, blstm, blstm-concat, gran, rnn, irnn, dan, proj.
     #[arg(long, default_value = "word")]
-    model: Kind,
+    model: Encoder,
+    /// Hidden size of a neural encoder (default: the word dimension).
+    #[arg(long)]
+    hidden: Option<usize>,
+    /// Layers of dan.
+    #[arg(long, default_value_t = 1)]
+    layers: usize,
+    /// Probability that a training sentence's words are shuffled (default
+    /// 0.3 for the LSTMs, 0 otherwise).
+    #[arg(long)]
+    scramble: Option<f64>,
+    /// Negatives of a neural encoder: max (the most similar sentence of
+    /// another pair) or mix (max half the time, else a random one).
+    #[arg(long, default_value = "max")]
+    negatives: paraforge_trainer::neural::Sampling,
+    /// L2 weight on a neural encoder's compositional parameters (the iRNN's
+    /// pull towards its start).
+    #[arg(long, default_value_t = 0.0)]
+    lambda_c: f64,
+    /// L2 weight on the word table's distance from its start.
+    #[arg(long, default_value_t = 0.0)]
+    lambda_w: f64,
+    /// Where a neural encoder trains: cpu, or cuda:N with the `cuda` build
+    /// feature.
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// GloVe- or word2vec-format text vectors that initialise the word
     /// embeddings. Without --min-word-count they also fix the vocabulary.
     #[arg(long)]
@@ -69,7 +98,8 @@ pub struct TrainArgs {
     /// Threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Where to write the model (.pfe).
+    /// Where to write the model: a .pfe file for the averages, a directory
+    /// (model.safetensors + config.json) for a neural encoder.
     #[arg(long)]
     out: PathBuf,
     /// How the file stores the tables: f32, or bf16 (half the size; read
@@ -123,10 +153,42 @@ pub struct ExportArgs {
     out: PathBuf,
 }
 
+/// `--model`: one of the averages or a neural encoder.
+#[derive(Debug, Clone, Copy)]
+pub enum Encoder {
+    Average(Kind),
+    Neural(Arch),
+}
+
+impl std::str::FromStr for Encoder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Encoder, String> {
+        s.parse::<Kind>()
+            .map(Encoder::Average)
+            .or_else(|_| s.parse::<Arch>().map(Encoder::Neural))
+            .map_err(|_| {
+                let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
+                format!(
+                    "unknown model {s:?} (word, trigram, word,trigram, {})",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
 pub fn train(a: TrainArgs) -> Result<()> {
     crate::threads(a.threads)?;
     let source = PairSource::open(&a.data)?;
-    let init = match (&a.init_vectors, a.model.words()) {
+    // A neural encoder reads words; its table starts as a WORD model's.
+    let kind = match a.model {
+        Encoder::Average(k) => k,
+        Encoder::Neural(_) => Kind::Word,
+    };
+    let name = match a.model {
+        Encoder::Average(k) => k.name().to_string(),
+        Encoder::Neural(n) => n.name().to_string(),
+    };
+    let init = match (&a.init_vectors, kind.words()) {
         (Some(p), true) => {
             let (v, rep) = paraforge_core::Vectors::load(p)?;
             let bad = rep.wrong_dimension + rep.unparsable + rep.duplicates;
@@ -140,29 +202,28 @@ pub fn train(a: TrainArgs) -> Result<()> {
             Some(v)
         }
         (None, true) if a.min_word_count.is_none() => anyhow::bail!(
-            "--model {} needs --init-vectors (a GloVe-format file) or --min-word-count (a vocabulary from the data)",
-            a.model.name()
+            "--model {name} needs --init-vectors (a GloVe-format file) or --min-word-count (a vocabulary from the data)"
         ),
         _ => None,
     };
     let tdim = a
         .trigram_dim
         .unwrap_or_else(|| init.as_ref().map_or(300, |v| v.dim()));
-    let trigrams = if a.model.trigrams() {
+    let trigrams = if kind.trigrams() {
         let t = trigram_vocab(&source, a.min_trigram_count, a.max_trigrams)?;
         eprintln!("trigram vocabulary: {} trigrams", t.len());
         t
     } else {
         Vec::new()
     };
-    let mut model = match (a.min_word_count, a.model.words()) {
+    let mut model = match (a.min_word_count, kind.words()) {
         (Some(min), true) => {
             let words = word_vocab(&source, min, a.max_words)?;
             let wdim = a
                 .word_dim
                 .unwrap_or_else(|| init.as_ref().map_or(300, |v| v.dim()));
             let (m, known) = paraforge_trainer::model::init_with_words(
-                a.model,
+                kind,
                 words,
                 wdim,
                 init.as_ref(),
@@ -176,10 +237,59 @@ pub fn train(a: TrainArgs) -> Result<()> {
             );
             m
         }
-        _ => paraforge_trainer::model::init(a.model, init.as_ref(), trigrams, tdim, a.seed)?,
+        _ => paraforge_trainer::model::init(kind, init.as_ref(), trigrams, tdim, a.seed)?,
     };
     drop(init);
-    let o = TrainOptions {
+    if let Encoder::Neural(arch) = a.model {
+        return train_neural(a, arch, model, source);
+    }
+    let o = train_options(&a);
+    let dev_sets = dev_sets(&a)?;
+    let dev_fn =
+        |m: &Model| sts::dev_score(dev_sets.as_deref().unwrap_or_default(), &|s| m.embed(s));
+    let (bar, per_epoch) = progress_bar(&a, &source);
+    let report = if a.epochs == 0 {
+        TrainReport::default()
+    } else {
+        let dev = dev_sets
+            .is_some()
+            .then_some(&dev_fn as paraforge_trainer::train::DevScore);
+        run_training(&mut model, &source, &o, dev, &mut |p| {
+            show(&bar, per_epoch, p)
+        })?
+    };
+    bar.finish_and_clear();
+    model.notes = serde_json::json!({
+        "data": a.data.display().to_string(),
+        "init_vectors": a.init_vectors.as_ref().map(|p| p.display().to_string()),
+        "megabatch": a.megabatch, "batch_size": a.batch_size, "margin": a.margin,
+        "lr": a.lr, "epochs": a.epochs, "seed": a.seed,
+        "report": report,
+    });
+    model.save_as(&a.out, a.precision)?;
+    print_epochs(&report);
+    println!(
+        "model {} (dim {}) written to {}; {} rows read, {} empty and {} null sides skipped, {} pairs without a known word or trigram skipped",
+        model.kind.name(),
+        model.dim(),
+        a.out.display(),
+        report.read.rows,
+        report.read.skipped_empty,
+        report.read.skipped_null,
+        report.skipped_unembeddable
+    );
+    if let Some(dir) = &a.sts {
+        let sets = sts::load(dir)?;
+        let r = sts::evaluate(&sets, &|s| model.embed(s));
+        for (g, p, s) in sts::by_group(&r) {
+            println!("  {g:<8} pearson {p:5.1}  spearman {s:5.1}");
+        }
+    }
+    Ok(())
+}
+
+fn train_options(a: &TrainArgs) -> TrainOptions {
+    TrainOptions {
         megabatch: a.megabatch,
         batch_size: a.batch_size,
         margin: a.margin,
@@ -194,21 +304,28 @@ pub fn train(a: TrainArgs) -> Result<()> {
                 .unwrap_or_else(|| PathBuf::from(format!("{}.ckpt", a.out.display()))),
         ),
         resume: a.resume,
-    };
+    }
+}
+
+/// The dev sets of `--dev`, or None (`--no-dev`, or the default file absent).
+fn dev_sets(a: &TrainArgs) -> Result<Option<Vec<sts::StsSet>>> {
     let default_dev = a.dev == std::path::Path::new("data/sts/stsbenchmark/sts-dev.csv");
-    let dev_sets = if a.no_dev || (default_dev && !a.dev.exists()) {
+    if a.no_dev || (default_dev && !a.dev.exists()) {
         if !a.no_dev {
             eprintln!(
                 "no dev set at {} (the default): the last epoch is kept; --dev names another",
                 a.dev.display()
             );
         }
-        None
-    } else {
-        Some(sts::load_dev(&a.dev).with_context(|| format!("--dev {}", a.dev.display()))?)
-    };
-    let dev_fn =
-        |m: &Model| sts::dev_score(dev_sets.as_deref().unwrap_or_default(), &|s| m.embed(s));
+        return Ok(None);
+    }
+    Ok(Some(
+        sts::load_dev(&a.dev).with_context(|| format!("--dev {}", a.dev.display()))?,
+    ))
+}
+
+/// A bar over every epoch's pairs, and the pairs of one epoch.
+fn progress_bar(a: &TrainArgs, source: &PairSource) -> (ProgressBar, u64) {
     let per_epoch = if a.max_pairs > 0 {
         a.max_pairs.min(source.rows())
     } else {
@@ -222,28 +339,17 @@ pub fn train(a: TrainArgs) -> Result<()> {
         .expect("valid template")
         .progress_chars("=> "),
     );
-    let report = if a.epochs == 0 {
-        TrainReport::default()
-    } else {
-        let dev = dev_sets
-            .is_some()
-            .then_some(&dev_fn as paraforge_trainer::train::DevScore);
-        run_training(&mut model, &source, &o, dev, &mut |p| {
-            // Skipped rows make epochs a little shorter than `per_epoch`.
-            bar.set_position((p.epoch as u64 - 1) * per_epoch + p.pairs);
-            let dev = p.dev.map_or(String::new(), |d| format!(", dev {d:.1}"));
-            bar.set_message(format!("epoch {} loss {:.4}{dev}", p.epoch, p.loss));
-        })?
-    };
-    bar.finish_and_clear();
-    model.notes = serde_json::json!({
-        "data": a.data.display().to_string(),
-        "init_vectors": a.init_vectors.as_ref().map(|p| p.display().to_string()),
-        "megabatch": a.megabatch, "batch_size": a.batch_size, "margin": a.margin,
-        "lr": a.lr, "epochs": a.epochs, "seed": a.seed,
-        "report": report,
-    });
-    model.save_as(&a.out, a.precision)?;
+    (bar, per_epoch)
+}
+
+fn show(bar: &ProgressBar, per_epoch: u64, p: paraforge_trainer::train::Progress) {
+    // Skipped rows make epochs a little shorter than `per_epoch`.
+    bar.set_position((p.epoch as u64 - 1) * per_epoch + p.pairs);
+    let dev = p.dev.map_or(String::new(), |d| format!(", dev {d:.1}"));
+    bar.set_message(format!("epoch {} loss {:.4}{dev}", p.epoch, p.loss));
+}
+
+fn print_epochs(report: &TrainReport) {
     for e in &report.epochs {
         let dev = e.dev.map_or(String::new(), |d| format!(", dev {d:.2}"));
         println!(
@@ -257,9 +363,53 @@ pub fn train(a: TrainArgs) -> Result<()> {
     if let Some(e) = report.best_epoch {
         println!("kept epoch {e} (best dev score)");
     }
+}
+
+fn train_neural(a: TrainArgs, arch: Arch, words: Model, source: PairSource) -> Result<()> {
+    let device = nn_model::device(&a.device)?;
+    let hidden = a.hidden.unwrap_or(words.word_dim);
+    let mut model = NeuralModel::init(arch, words, hidden, a.layers, a.seed, &device)?;
+    let o = NeuralOptions {
+        base: TrainOptions {
+            checkpoint: None,
+            ..train_options(&a)
+        },
+        scramble: a.scramble.unwrap_or(arch.default_scramble()),
+        sampling: a.negatives,
+        lambda_c: a.lambda_c,
+        lambda_w: a.lambda_w,
+        ..NeuralOptions::default()
+    };
+    let dev_sets = dev_sets(&a)?;
+    let dev_fn = |m: &NeuralModel| {
+        let sets = dev_sets.as_deref().unwrap_or_default();
+        let table = m.embed_sets(sets);
+        sts::dev_score(sets, &|s| table[s].clone())
+    };
+    let (bar, per_epoch) = progress_bar(&a, &source);
+    let report = if a.epochs == 0 {
+        TrainReport::default()
+    } else {
+        let dev = dev_sets
+            .is_some()
+            .then_some(&dev_fn as paraforge_trainer::nn_train::NeuralDevScore);
+        paraforge_trainer::nn_train::train(&mut model, &source, &o, &device, dev, &mut |p| {
+            show(&bar, per_epoch, p)
+        })?
+    };
+    bar.finish_and_clear();
+    model.notes = serde_json::json!({
+        "data": a.data.display().to_string(),
+        "init_vectors": a.init_vectors.as_ref().map(|p| p.display().to_string()),
+        "megabatch": a.megabatch, "batch_size": a.batch_size, "margin": a.margin,
+        "lr": a.lr, "epochs": a.epochs, "seed": a.seed, "scramble": o.scramble,
+        "negatives": o.sampling, "lambda_c": o.lambda_c, "lambda_w": o.lambda_w,
+        "report": report,
+    });
+    model.save(&a.out)?;
+    print_epochs(&report);
     println!(
-        "model {} (dim {}) written to {}; {} rows read, {} empty and {} null sides skipped, {} pairs without a known word or trigram skipped",
-        model.kind.name(),
+        "model {arch} (dim {}) written to {}; {} rows read, {} empty and {} null sides skipped, {} pairs without a known word skipped",
         model.dim(),
         a.out.display(),
         report.read.rows,
@@ -269,7 +419,8 @@ pub fn train(a: TrainArgs) -> Result<()> {
     );
     if let Some(dir) = &a.sts {
         let sets = sts::load(dir)?;
-        let r = sts::evaluate(&sets, &|s| model.embed(s));
+        let table = model.embed_sets(&sets);
+        let r = sts::evaluate(&sets, &|s| table[s].clone());
         for (g, p, s) in sts::by_group(&r) {
             println!("  {g:<8} pearson {p:5.1}  spearman {s:5.1}");
         }
@@ -297,6 +448,15 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
         columns.push((name, sts::evaluate(&sets, &|s| m.embed(s))));
     }
     for p in &a.model {
+        if NeuralModel::is_one(p) {
+            let m = NeuralModel::load(p, &nn_model::cpu())?;
+            let table = m.embed_sets(&sets);
+            columns.push((
+                format!("{} ({})", file_name(p), m.arch()),
+                sts::evaluate(&sets, &|s| table[s].clone()),
+            ));
+            continue;
+        }
         let m = Model::load(p)?;
         let name = format!(
             "{} ({})",
@@ -367,8 +527,19 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
     Ok(())
 }
 
+fn file_name(p: &std::path::Path) -> String {
+    p.file_name().map_or_else(
+        || p.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
 pub fn export_vectors(a: ExportArgs) -> Result<()> {
-    let m = Model::load(&a.model)?;
+    let m = if NeuralModel::is_one(&a.model) {
+        NeuralModel::load(&a.model, &nn_model::cpu())?.word_model()?
+    } else {
+        Model::load(&a.model)?
+    };
     let n = paraforge_trainer::model::export_vectors(&m, &a.out)?;
     println!(
         "{n} word vectors ({} dimensions) written to {}",

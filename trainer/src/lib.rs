@@ -11,6 +11,9 @@
 pub mod checkpoint;
 pub mod data;
 pub mod model;
+pub mod neural;
+pub mod nn_model;
+pub mod nn_train;
 pub mod sts;
 pub mod train;
 
@@ -32,6 +35,11 @@ pub enum TrainError {
     Model(#[from] paraforge_core::EncoderError),
     #[error("{0}")]
     Invalid(String),
+    #[error("{path}: {reason}")]
+    BadModel {
+        path: std::path::PathBuf,
+        reason: String,
+    },
     #[error("{path}: {reason}")]
     BadSts {
         path: std::path::PathBuf,

@@ -1,0 +1,298 @@
+//! A trained neural encoder on disk and in use: a directory holding
+//! `model.safetensors` (the word table `emb`, unknown word last, and the
+//! compositional parameters by name, all f32) and `config.json` (the
+//! encoder, its sizes, the vocabulary and the tokenisation), which Python
+//! opens with `safetensors` and `json` alone (docs/encoders.md).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use burn::tensor::{DType, Tensor};
+use paraforge_core::encoder::Kind;
+
+use crate::model::Model;
+use crate::neural::{expected_dims, Arch, Batch, Net, Shape};
+use crate::TrainError;
+
+pub const WEIGHTS: &str = "model.safetensors";
+pub const CONFIG: &str = "config.json";
+const FORMAT: &str = "paraforge-neural-encoder";
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Config {
+    pub format: String,
+    pub version: u32,
+    #[serde(flatten)]
+    pub shape: Shape,
+    /// How text becomes word ids: paraforge's score tokenizer (lowercased,
+    /// words and punctuation apart), a word's id its index here, every
+    /// other word the unknown row (`vocab - 1`).
+    pub tokenization: String,
+    pub words: Vec<String>,
+    /// Names of the parameters after `emb`, in the order the network uses
+    /// them.
+    pub params: Vec<String>,
+    #[serde(default)]
+    pub notes: serde_json::Value,
+}
+
+#[derive(Debug)]
+/// A neural encoder ready to embed text: the network on a plain (no
+/// autodiff) device and a WORD model for tokenisation and word lookup.
+pub struct NeuralModel {
+    pub net: Net,
+    pub words: Model,
+    pub notes: serde_json::Value,
+}
+
+pub use burn::tensor::Device;
+
+pub fn cpu() -> Device {
+    Device::flex()
+}
+
+/// `--device`: cpu, or cuda:N in a build with the `cuda` feature.
+pub fn device(name: &str) -> Result<Device, TrainError> {
+    let bad = |why: &str| TrainError::Invalid(format!("--device {name}: {why}"));
+    if name == "cpu" {
+        return Ok(cpu());
+    }
+    let n: usize = name
+        .strip_prefix("cuda:")
+        .ok_or_else(|| bad("cpu or cuda:N"))?
+        .parse()
+        .map_err(|_| bad("cuda:N with N a GPU index"))?;
+    #[cfg(feature = "cuda")]
+    return Ok(Device::cuda(n));
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = n;
+        Err(bad("this paraforge was built without the `cuda` feature"))
+    }
+}
+
+/// The net's word table as f32 rows.
+pub fn table(t: Tensor<2>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .expect("converted to f32")
+}
+
+impl NeuralModel {
+    /// A fresh encoder: the word table of `words` (a WORD model from
+    /// `model::init` or `model::init_with_words`), the rest from `seed`.
+    pub fn init(
+        arch: Arch,
+        words: Model,
+        hidden: usize,
+        layers: usize,
+        seed: u64,
+        dev: &Device,
+    ) -> Result<NeuralModel, TrainError> {
+        if words.kind != Kind::Word {
+            return Err(TrainError::Invalid(format!(
+                "{arch} reads word vectors, not a {} model",
+                words.kind.name()
+            )));
+        }
+        let shape = Shape {
+            arch,
+            vocab: words.words().len() + 1,
+            word_dim: words.word_dim,
+            hidden,
+            layers,
+        };
+        let net = Net::init(shape, &words.w, seed, dev)?;
+        Ok(NeuralModel {
+            net,
+            words,
+            notes: serde_json::Value::Null,
+        })
+    }
+
+    pub fn arch(&self) -> Arch {
+        self.net.shape.arch
+    }
+
+    pub fn dim(&self) -> usize {
+        self.net.shape.out_dim()
+    }
+
+    /// Embeddings of `texts`, in order; a text with no token gets zeros.
+    pub fn embed_many(&self, texts: &[&str]) -> Vec<Vec<f32>> {
+        let net = burn::module::Module::valid(&self.net);
+        let ids: Vec<Vec<u32>> = texts.iter().map(|t| self.words.encode(t).words).collect();
+        let mut out = vec![vec![0f32; self.dim()]; texts.len()];
+        // Similar lengths together, so that little of a batch is padding.
+        let mut order: Vec<usize> = (0..texts.len()).filter(|&i| !ids[i].is_empty()).collect();
+        order.sort_by_key(|&i| ids[i].len());
+        for chunk in order.chunks(256) {
+            let b: Vec<&[u32]> = chunk.iter().map(|&i| ids[i].as_slice()).collect();
+            let g = table(net.forward(&Batch::new(&b)));
+            for (k, &i) in chunk.iter().enumerate() {
+                out[i].copy_from_slice(&g[k * self.dim()..(k + 1) * self.dim()]);
+            }
+        }
+        out
+    }
+
+    /// Every sentence of `sets` and its embedding (what `sts::evaluate`
+    /// looks up: batched, so much faster than one sentence at a time).
+    pub fn embed_sets(&self, sets: &[crate::sts::StsSet]) -> HashMap<String, Vec<f32>> {
+        let mut texts: Vec<&str> = sets
+            .iter()
+            .flat_map(|s| s.pairs.iter().flat_map(|p| [p.0.as_str(), p.1.as_str()]))
+            .collect();
+        texts.sort_unstable();
+        texts.dedup();
+        let e = self.embed_many(&texts);
+        texts.into_iter().map(String::from).zip(e).collect()
+    }
+
+    /// The WORD model whose table is the net's current word table (for
+    /// export-vectors and the scorer).
+    pub fn word_model(&self) -> Result<Model, TrainError> {
+        Ok(Model::from_tables(
+            Kind::Word,
+            self.words.words().to_vec(),
+            self.net.shape.word_dim,
+            table(self.net.emb.val()),
+            Vec::new(),
+            0,
+            Vec::new(),
+        )?)
+    }
+
+    /// Writes `dir/model.safetensors` and `dir/config.json` (each through a
+    /// temporary file and a rename).
+    pub fn save(&self, dir: &Path) -> Result<(), TrainError> {
+        std::fs::create_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
+        let mut tensors: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
+        let mut push = |name: String, t: Tensor<2>| {
+            let dims = t.dims().to_vec();
+            let bytes = table(t).iter().flat_map(|x| x.to_le_bytes()).collect();
+            tensors.push((name, bytes, dims));
+        };
+        push("emb".into(), self.net.emb.val());
+        let names = self.net.comp_names();
+        for (name, p) in names.iter().zip(&self.net.comp) {
+            push(name.clone(), p.val());
+        }
+        let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
+            .iter()
+            .map(|(n, b, d)| {
+                let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, d.clone(), b)
+                    .expect("shape matches data");
+                (n.clone(), v)
+            })
+            .collect();
+        let meta = HashMap::from([("format".to_string(), FORMAT.to_string())]);
+        let bytes = safetensors::serialize(views, Some(meta))
+            .map_err(|e| TrainError::Invalid(format!("{}: {e}", dir.display())))?;
+        write_atomic(&dir.join(WEIGHTS), &bytes)?;
+        let config = Config {
+            format: FORMAT.into(),
+            version: 1,
+            shape: self.net.shape.clone(),
+            tokenization: "paraforge score tokenizer (lowercase; words and punctuation apart); id = index in words, else vocab - 1".into(),
+            words: self.words.words().to_vec(),
+            params: names,
+            notes: self.notes.clone(),
+        };
+        let json = serde_json::to_vec_pretty(&config).expect("config serializes");
+        write_atomic(&dir.join(CONFIG), &json)
+    }
+
+    /// Is `path` a saved neural encoder (a directory with a config)?
+    pub fn is_one(path: &Path) -> bool {
+        path.join(CONFIG).is_file()
+    }
+
+    pub fn load(dir: &Path, dev: &Device) -> Result<NeuralModel, TrainError> {
+        let cpath = dir.join(CONFIG);
+        let bad = |p: &Path, m: String| TrainError::BadModel {
+            path: p.to_path_buf(),
+            reason: m,
+        };
+        let text = std::fs::read(&cpath).map_err(|e| TrainError::io(&cpath, e))?;
+        let c: Config =
+            serde_json::from_slice(&text).map_err(|e| bad(&cpath, format!("bad config: {e}")))?;
+        if c.format != FORMAT || c.version != 1 {
+            return Err(bad(
+                &cpath,
+                format!(
+                    "format {:?} version {}, expected {FORMAT:?} version 1",
+                    c.format, c.version
+                ),
+            ));
+        }
+        c.shape.validate().map_err(|e| bad(&cpath, e.to_string()))?;
+        if c.words.len() + 1 != c.shape.vocab {
+            return Err(bad(
+                &cpath,
+                format!(
+                    "{} words for a vocabulary of {} rows (words + unknown)",
+                    c.words.len(),
+                    c.shape.vocab
+                ),
+            ));
+        }
+        let wpath = dir.join(WEIGHTS);
+        let bytes = std::fs::read(&wpath).map_err(|e| TrainError::io(&wpath, e))?;
+        let st = safetensors::SafeTensors::deserialize(&bytes)
+            .map_err(|e| bad(&wpath, format!("not safetensors: {e}")))?;
+        let get = |name: &str, dims: [usize; 2]| -> Result<Vec<f64>, TrainError> {
+            let t = st
+                .tensor(name)
+                .map_err(|_| bad(&wpath, format!("no tensor {name:?}")))?;
+            if t.dtype() != safetensors::Dtype::F32 || t.shape() != dims {
+                return Err(bad(
+                    &wpath,
+                    format!(
+                        "tensor {name:?} is {:?} {:?}, expected F32 {dims:?}",
+                        t.dtype(),
+                        t.shape()
+                    ),
+                ));
+            }
+            Ok(t.data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
+                .collect())
+        };
+        let emb = get("emb", [c.shape.vocab, c.shape.word_dim])?;
+        let mut comp = Vec::new();
+        for (name, [r, k]) in expected_dims(&c.shape) {
+            comp.push((get(&name, [r, k])?, r, k));
+        }
+        let net = Net::from_values(c.shape.clone(), &emb, &comp, dev, DType::F32);
+        let w: Vec<f32> = emb.iter().map(|&x| x as f32).collect();
+        let words = Model::from_tables(
+            Kind::Word,
+            c.words,
+            c.shape.word_dim,
+            w,
+            Vec::new(),
+            0,
+            Vec::new(),
+        )?;
+        Ok(NeuralModel {
+            net,
+            words,
+            notes: c.notes,
+        })
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let w = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    };
+    w().map_err(|e| TrainError::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| TrainError::io(path, e))
+}

@@ -1,0 +1,272 @@
+//! Training of the neural encoders: the loss, mega-batching and epoch loop
+//! of [`crate::train`] (seed 000 section 4), with burn computing gradients
+//! and Adam updating every parameter densely.
+
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::optim::{AdamConfig, GradientsParams};
+use burn::tensor::Device;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+use crate::data::{PairSource, ReadStats};
+use crate::neural::{margin_loss, regulariser, Batch, Net, Sampling};
+use crate::nn_model::{table, NeuralModel};
+use crate::train::{EpochReport, Progress, TrainOptions, TrainReport};
+use crate::TrainError;
+
+#[derive(Debug, Clone)]
+pub struct NeuralOptions {
+    pub base: TrainOptions,
+    /// Probability that a training sentence's words are shuffled.
+    pub scramble: f64,
+    pub sampling: Sampling,
+    /// L2 weight on the compositional parameters (seed 002's lambda_c).
+    pub lambda_c: f64,
+    /// L2 weight on the word table's distance from its start (lambda_w).
+    pub lambda_w: f64,
+    /// Sentences are cut to this many tokens (bounds a batch's memory).
+    pub max_tokens: usize,
+}
+
+impl Default for NeuralOptions {
+    fn default() -> Self {
+        NeuralOptions {
+            base: TrainOptions::default(),
+            scramble: 0.0,
+            sampling: Sampling::Max,
+            lambda_c: 0.0,
+            lambda_w: 0.0,
+            max_tokens: 100,
+        }
+    }
+}
+
+/// Scores a model on the dev set (higher is better).
+pub type NeuralDevScore<'a> = &'a dyn Fn(&NeuralModel) -> f64;
+
+/// Unit-length embeddings [n x dim] of `sents` with `net` (no gradients).
+fn embed_rows(net: &Net, sents: &[&[u32]]) -> Vec<f32> {
+    let dim = net.shape.out_dim();
+    let mut out = vec![0f32; sents.len() * dim];
+    for (c, chunk) in sents.chunks(256).enumerate() {
+        let g = table(net.forward(&Batch::new(chunk)));
+        out[c * 256 * dim..c * 256 * dim + g.len()].copy_from_slice(&g);
+    }
+    for row in out.chunks_mut(dim) {
+        let n = row.iter().map(|v| v * v).sum::<f32>().sqrt();
+        if n > 0.0 {
+            row.iter_mut().for_each(|v| *v /= n);
+        }
+    }
+    out
+}
+
+/// For each sentence of the mega-batch (2p = pair p's first side, 2p+1 its
+/// second) a sentence of another pair: the most similar, or with MIX half
+/// the time a random one.
+fn negatives(
+    net: &Net,
+    mb: &[(Vec<u32>, Vec<u32>)],
+    sampling: Sampling,
+    rng: &mut impl Rng,
+) -> Vec<u32> {
+    let sents: Vec<&[u32]> = mb
+        .iter()
+        .flat_map(|(a, b)| [a.as_slice(), b.as_slice()])
+        .collect();
+    let n = sents.len();
+    let dim = net.shape.out_dim();
+    let x = ndarray::Array2::from_shape_vec((n, dim), embed_rows(net, &sents)).expect("n x dim");
+    let sims = x.dot(&x.t());
+    (0..n)
+        .map(|i| {
+            if sampling == Sampling::Mix && rng.random_bool(0.5) {
+                // Any sentence but the two of pair i / 2.
+                let j = rng.random_range(0..n - 2);
+                let j = if j >= (i / 2) * 2 { j + 2 } else { j };
+                return j as u32;
+            }
+            let mut best = (f32::NEG_INFINITY, 0u32);
+            for (j, &v) in sims.row(i).iter().enumerate() {
+                if j / 2 != i / 2 && v > best.0 {
+                    best = (v, j as u32);
+                }
+            }
+            best.1
+        })
+        .collect()
+}
+
+/// Trains `model` in place on `dev` (an autodiff device is made of it).
+/// With `dev_score`, the best epoch's model is the one left in `model`.
+pub fn train(
+    model: &mut NeuralModel,
+    source: &PairSource,
+    o: &NeuralOptions,
+    device: &Device,
+    dev_score: Option<NeuralDevScore>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<TrainReport, TrainError> {
+    let b = &o.base;
+    if b.batch_size < 1 || b.megabatch < 1 || b.epochs < 1 {
+        return Err(TrainError::Invalid(
+            "batch size, mega-batch size and epochs must be at least 1".into(),
+        ));
+    }
+    if !(0.0..=1.0).contains(&o.scramble) {
+        return Err(TrainError::Invalid(format!(
+            "scramble rate {} is not a probability",
+            o.scramble
+        )));
+    }
+    if b.resume {
+        return Err(TrainError::Invalid(format!(
+            "--resume is not supported for {} yet (only word and trigram models checkpoint)",
+            model.arch()
+        )));
+    }
+    let ad = device.clone().autodiff();
+    let mut net = model.net.clone().fork(&ad).train();
+    let start = (o.lambda_c > 0.0 || o.lambda_w > 0.0).then(|| net.clone());
+    let mut opt = AdamConfig::new().with_epsilon(1e-8).init();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(b.seed);
+    let mut stats = ReadStats::default();
+    let mut skipped = 0u64;
+    let mut report: Vec<EpochReport> = Vec::new();
+    let mut best: Option<(usize, f64, Net)> = None;
+    for epoch in 1..=b.epochs {
+        let started = Instant::now();
+        let (mut pairs, mut loss_sum) = (0u64, 0f64);
+        let mut it = source.epoch(b.shuffle_buffer, &mut rng, &mut stats);
+        let mut mrng = rand_chacha::ChaCha8Rng::seed_from_u64(b.seed ^ (epoch as u64) << 32);
+        let mut done = false;
+        while !done {
+            let mut mb: Vec<(Vec<u32>, Vec<u32>)> = Vec::with_capacity(b.megabatch * b.batch_size);
+            while mb.len() < b.megabatch * b.batch_size {
+                if b.max_pairs > 0 && pairs + mb.len() as u64 >= b.max_pairs {
+                    done = true;
+                    break;
+                }
+                match it.next() {
+                    Some(p) => {
+                        let (x, y) = p?;
+                        let ids = |t: &str| {
+                            let mut w = model.words.encode(t).words;
+                            w.truncate(o.max_tokens);
+                            w
+                        };
+                        let (ea, eb) = (ids(&x), ids(&y));
+                        if ea.is_empty() || eb.is_empty() {
+                            skipped += 1;
+                        } else {
+                            mb.push((ea, eb));
+                        }
+                    }
+                    None => {
+                        done = true;
+                        break;
+                    }
+                }
+            }
+            if mb.len() < 2 {
+                break;
+            }
+            let neg = negatives(&net.valid(), &mb, o.sampling, &mut mrng);
+            for lo in (0..mb.len()).step_by(b.batch_size) {
+                let hi = (lo + b.batch_size).min(mb.len());
+                let side = |k: usize, p: usize| -> &[u32] {
+                    if k.is_multiple_of(2) {
+                        &mb[p].0
+                    } else {
+                        &mb[p].1
+                    }
+                };
+                // s, s', t(s), t(s'); sentence i of the mega-batch is side i % 2 of pair i / 2.
+                let mut sents: Vec<Vec<u32>> = Vec::with_capacity(4 * (hi - lo));
+                for part in 0..4 {
+                    for p in lo..hi {
+                        let i = match part {
+                            0 => 2 * p,
+                            1 => 2 * p + 1,
+                            2 => neg[2 * p] as usize,
+                            _ => neg[2 * p + 1] as usize,
+                        };
+                        let mut s = side(i, i / 2).to_vec();
+                        if o.scramble > 0.0 && mrng.random_bool(o.scramble) {
+                            s.shuffle(&mut mrng);
+                        }
+                        sents.push(s);
+                    }
+                }
+                let refs: Vec<&[u32]> = sents.iter().map(|s| s.as_slice()).collect();
+                let g = net.forward(&Batch::new(&refs));
+                let mut loss = margin_loss(g, hi - lo, b.margin as f64);
+                let value: f64 = loss.clone().into_scalar::<f64>() * (hi - lo) as f64;
+                if let Some(r) = start
+                    .as_ref()
+                    .and_then(|s| regulariser(&net, s, o.lambda_c, o.lambda_w))
+                {
+                    loss = loss + r;
+                }
+                if !value.is_finite() {
+                    return Err(TrainError::Invalid(format!(
+                        "epoch {epoch}: the loss became {value} (lower --lr?)"
+                    )));
+                }
+                loss_sum += value;
+                let grads = GradientsParams::from_grads(loss.backward(), &net);
+                net = opt.step(b.lr as f64, net, grads);
+            }
+            pairs += mb.len() as u64;
+            progress(Progress {
+                epoch,
+                pairs,
+                loss: loss_sum / pairs.max(1) as f64,
+                dev: report.last().and_then(|e| e.dev),
+            });
+        }
+        drop(it);
+        let secs = started.elapsed().as_secs_f64();
+        if pairs == 0 {
+            return Err(TrainError::Invalid(
+                "no usable training pairs (every row was empty, null or had no known word)".into(),
+            ));
+        }
+        model.net = net.valid();
+        let score = dev_score.map(|f| f(model));
+        tracing::info!(
+            epoch,
+            pairs,
+            loss = loss_sum / pairs as f64,
+            secs,
+            dev = score,
+            "epoch done"
+        );
+        report.push(EpochReport {
+            epoch,
+            pairs,
+            mean_loss: loss_sum / pairs as f64,
+            seconds: secs,
+            pairs_per_second: pairs as f64 / secs.max(1e-9),
+            dev: score,
+        });
+        if let Some(d) = score {
+            if best.as_ref().is_none_or(|x| d > x.1) {
+                best = Some((epoch, d, model.net.clone()));
+            }
+        }
+    }
+    let best_epoch = best.map(|(e, _, n)| {
+        model.net = n;
+        e
+    });
+    Ok(TrainReport {
+        epochs: report,
+        read: stats,
+        skipped_unembeddable: skipped,
+        best_epoch,
+        resumed_after: None,
+    })
+}
