@@ -55,7 +55,7 @@ scorer: $(ORT_LIB) build
 # its own reference computation. The stamp names the package lists, so an
 # existing environment gets packages added here.
 TESTENV := $(CURDIR)/.cache/testenv
-TESTENV_PKGS := pyarrow duckdb moto[server] sacrebleu
+TESTENV_PKGS := pyarrow duckdb moto[server] sacrebleu safetensors numpy
 TESTENV_OPTIONAL := kenlm
 TESTENV_STAMP := $(TESTENV)/.done-$(shell echo '$(TESTENV_PKGS) / $(TESTENV_OPTIONAL)' | cksum | cut -d' ' -f1)
 testenv: $(TESTENV_STAMP)

@@ -541,3 +541,117 @@ except ImportError:
         cases.len()
     );
 }
+
+/// A neural encoder's directory is what docs/encoders.md says: Python with
+/// `safetensors` and numpy alone, following that page, computes the same
+/// sentence embeddings as paraforge from `model.safetensors` and
+/// `config.json`, for every encoder.
+#[test]
+fn neural_encoders_open_in_python_as_documented() {
+    use paraforge_trainer::neural::Arch;
+    use paraforge_trainer::nn_model::{cpu, NeuralModel};
+    let Some(py) = python() else {
+        eprintln!("SKIPPED: no Python test environment (run `make testenv`)");
+        return;
+    };
+    if !has_module(&py, "safetensors") {
+        eprintln!(
+            "SKIPPED: safetensors is not installed in the test environment (run `make testenv`)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let vectors = paraforge_core::Vectors::from_reader(
+        "a 0.5 0.1 -0.2 0.3\nman 0.3 0.9 0.1 -0.4\nplays 0.2 -0.4 0.8 0.1\nguitar -0.6 0.2 0.5 0.7\n. 0.1 0.1 0.1 0.1\n"
+            .as_bytes(),
+        Path::new("mini.txt"),
+    )
+    .unwrap()
+    .0;
+    let texts = ["A man plays a guitar.", "guitar", "a zebra plays ."];
+    const SCRIPT: &str = r#"
+import json, sys
+import numpy as np
+from safetensors.numpy import load_file
+d, ids = sys.argv[1], json.loads(sys.argv[2])
+t = load_file(d + "/model.safetensors")
+c = json.load(open(d + "/config.json"))
+assert t["emb"].shape == (c["vocab"], c["word_dim"]) and len(c["words"]) + 1 == c["vocab"]
+sig = lambda z: 1 / (1 + np.exp(-z))
+def lstm(p, xs, out_gate=True, gran=False):
+    h_dim = t[p + ".w_hh"].shape[0]
+    h, cell, hs, gs = np.zeros(h_dim), np.zeros(h_dim), [], []
+    for x in xs:
+        z = x @ t[p + ".w_ih"] + h @ t[p + ".w_hh"] + t[p + ".b"][0]
+        i, f, o, g = sig(z[:h_dim]), sig(z[h_dim:2*h_dim]), sig(z[2*h_dim:3*h_dim]), np.tanh(z[3*h_dim:])
+        cell = f * cell + i * g
+        h = (o if out_gate else 1) * np.tanh(cell)
+        hs.append(h)
+        if gran:
+            gs.append(x * sig(x @ t["gate.w_x"] + h @ t["gate.w_h"] + t["gate.b"][0]))
+    return np.mean(gs if gran else hs, axis=0)
+def rnn(xs, act):
+    h = np.zeros(t["rnn.w_h"].shape[0])
+    for x in xs:
+        h = act(x @ t["rnn.w_x"] + h @ t["rnn.w_h"] + t["rnn.b"][0])
+    return h
+for s in ids:
+    xs = t["emb"][s].astype(np.float64)
+    a = c["arch"]
+    if a == "lstm": g = lstm("fwd", xs)
+    elif a == "lstm-no-o": g = lstm("fwd", xs, out_gate=False)
+    elif a in ("blstm", "blstm-concat"):
+        f, b = lstm("fwd", xs), lstm("bwd", xs[::-1])
+        g = (f + b) / 2 if a == "blstm" else np.concatenate([f, b])
+    elif a == "gran": g = lstm("fwd", xs, gran=True)
+    elif a == "rnn": g = rnn(xs, np.tanh)
+    elif a == "irnn": g = rnn(xs, lambda z: z) / len(xs)
+    else:
+        g = xs.mean(axis=0)
+        for l in range(c["layers"] if a == "dan" else 1):
+            g = g @ t[f"dense.{l}.w"] + t[f"dense.{l}.b"][0]
+            if a == "dan": g = np.tanh(g)
+    print(json.dumps([float(v) for v in g]))
+"#;
+    for arch in Arch::ALL {
+        let (words, _) = paraforge_trainer::model::init_with_words(
+            paraforge_trainer::Kind::Word,
+            ["a", "man", "plays", "guitar", "."]
+                .map(String::from)
+                .to_vec(),
+            4,
+            Some(&vectors),
+            Vec::new(),
+            0,
+            3,
+        )
+        .unwrap();
+        let ids: Vec<Vec<u32>> = texts.iter().map(|t| words.encode(t).words).collect();
+        let m = NeuralModel::init(arch, words, 4, 2, 5, &cpu()).unwrap();
+        let out = dir.path().join(arch.name());
+        m.save(&out).unwrap();
+        let o = Command::new(&py)
+            .arg("-c")
+            .arg(SCRIPT)
+            .arg(&out)
+            .arg(serde_json::to_string(&ids).unwrap())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{arch}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let ours = m.embed_many(&texts);
+        for (line, mine) in String::from_utf8(o.stdout).unwrap().lines().zip(&ours) {
+            let theirs: Vec<f64> = serde_json::from_str(line).unwrap();
+            assert_eq!(theirs.len(), mine.len(), "{arch}");
+            for (a, b) in theirs.iter().zip(mine) {
+                assert!(
+                    (a - *b as f64).abs() < 1e-5,
+                    "{arch}: python {theirs:?}, paraforge {mine:?}"
+                );
+            }
+        }
+    }
+}
