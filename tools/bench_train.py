@@ -1,6 +1,9 @@
 """PyTorch peer for the training benchmark: the same WORD / WORD,TRIGRAM
 models, margin loss, mega-batch negatives and lazy (sparse) Adam as
-`paraforge train`, on the same Parquet pairs. Prints one JSON line with
+`paraforge train`, on the same Parquet pairs; LSTM / BLSTM (hidden = word
+dimension, mean of the hidden states, BLSTM's directions averaged, packed
+sequences so that the backward pass starts at the last token, dense Adam)
+as `paraforge train --model lstm|blstm --scramble 0`. Prints one JSON line with
 pairs/s. Usage: bench_train.py DATA_DIR VECTORS MODEL M THREADS [MAX_PAIRS]
 """
 
@@ -67,6 +70,9 @@ def main():
         g = [tri[x] for t in tk for x in trigrams(t) if x in tri]
         return w, g
 
+    if model in ("lstm", "blstm"):
+        return recurrent(model, pairs, words, rows, unk, dim, M, threads)
+
     W = torch.nn.EmbeddingBag(unk + 1, dim, mode="mean", sparse=True)
     with torch.no_grad():
         W.weight[:unk] = torch.tensor(rows)
@@ -110,6 +116,59 @@ def main():
             n1 = embed([sents[neg[2 * j]] for j in idx])
             n2 = embed([sents[neg[2 * j + 1]] for j in idx])
             cos = torch.nn.functional.cosine_similarity
+            loss = (torch.relu(0.4 - cos(s, s2) + cos(s, n1)) + torch.relu(0.4 - cos(s2, s) + cos(s2, n2))).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        done += len(mb)
+    secs = time.time() - t0
+    print(json.dumps({"peer": "pytorch", "model": model, "M": M, "threads": threads, "pairs": done, "seconds": secs, "pairs_per_second": done / secs}))
+
+
+def recurrent(model, pairs, words, rows, unk, dim, M, threads):
+    emb = torch.nn.Embedding(unk + 1, dim)
+    with torch.no_grad():
+        emb.weight[:unk] = torch.tensor(rows)
+        emb.weight[unk] = 0
+    bi = model == "blstm"
+    lstm = torch.nn.LSTM(dim, dim, batch_first=True, bidirectional=bi)
+    opt = torch.optim.Adam(list(emb.parameters()) + list(lstm.parameters()), lr=0.001)
+    pack = torch.nn.utils.rnn.pack_padded_sequence
+    unpack = torch.nn.utils.rnn.pad_packed_sequence
+
+    def encode(s):
+        return [words.get(t, unk) for t in tokens(s)][:100]
+
+    def embed(enc):
+        lens = torch.tensor([len(e) for e in enc])
+        ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(e) for e in enc], batch_first=True)
+        out, _ = lstm(pack(emb(ids), lens, batch_first=True, enforce_sorted=False))
+        out, _ = unpack(out, batch_first=True)
+        if bi:
+            out = (out[:, :, :dim] + out[:, :, dim:]) / 2
+        return out.sum(1) / lens[:, None]
+
+    cos = torch.nn.functional.cosine_similarity
+    t0 = time.time()
+    B = 100
+    done = 0
+    for lo in range(0, len(pairs), B * M):
+        mb = [(encode(a), encode(b)) for a, b in pairs[lo : lo + B * M]]
+        mb = [p for p in mb if p[0] and p[1]]
+        if len(mb) < 2:
+            break
+        sents = [s for p in mb for s in p]
+        with torch.no_grad():
+            x = torch.cat([torch.nn.functional.normalize(embed(sents[k : k + 256]), dim=1) for k in range(0, len(sents), 256)])
+            sim = x @ x.T
+            own = torch.arange(len(sents)) // 2
+            sim[own[:, None] == own[None, :]] = -2
+            neg = sim.argmax(1)
+        for i in range(0, len(mb), B):
+            idx = list(range(i, min(i + B, len(mb))))
+            g = embed([mb[j][0] for j in idx] + [mb[j][1] for j in idx]
+                      + [sents[neg[2 * j]] for j in idx] + [sents[neg[2 * j + 1]] for j in idx])
+            s, s2, n1, n2 = g.split(len(idx))
             loss = (torch.relu(0.4 - cos(s, s2) + cos(s, n1)) + torch.relu(0.4 - cos(s2, s) + cos(s2, n2))).mean()
             opt.zero_grad()
             loss.backward()

@@ -29,14 +29,28 @@ for model in word word,trigram; do
     $PY tools/bench_train.py "$OUT/data" "$VECTORS" "$model" 40 "$t" >> "$OUT/results.jsonl"
   done
 done
+# The recurrent encoders train hundreds of times slower: the first
+# RNN_PAIRS pairs only (both peers), M = 1 as their negatives cost a
+# forward pass of every sentence.
+RNN_PAIRS=${RNN_PAIRS:-2000}
+for model in lstm blstm; do
+  for t in 1 2; do
+    line=$($BIN train --data "$OUT/data" --model "$model" --init-vectors "$VECTORS" --megabatch 1 \
+      --scramble 0 --no-dev --epochs 1 --max-pairs "$RNN_PAIRS" --shuffle-buffer 1 --threads "$t" \
+      --out "$OUT/m.model" 2>/dev/null | grep '^epoch 1')
+    rate=$(echo "$line" | sed -E 's/.* ([0-9]+) pairs\/s.*/\1/')
+    echo "{\"peer\": \"paraforge\", \"model\": \"$model\", \"M\": 1, \"threads\": $t, \"pairs_per_second\": $rate}" >> "$OUT/results.jsonl"
+    $PY tools/bench_train.py "$OUT/data" "$VECTORS" "$model" 1 "$t" "$RNN_PAIRS" >> "$OUT/results.jsonl"
+  done
+done
 $PY - "$OUT/results.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print("| model | threads | paraforge pairs/s | per core | PyTorch pairs/s | per core | ratio |")
 print("|---|---:|---:|---:|---:|---:|---:|")
-for m in ("word", "word,trigram"):
+for m in ("word", "word,trigram", "lstm", "blstm"):
     for t in (1, 2):
         r = {x["peer"]: x["pairs_per_second"] for x in rows if x["model"] == m and x["threads"] == t}
         p, q = r["paraforge"], r["pytorch"]
-        print(f"| {m.upper()} | {t} | {p:,.0f} | {p/t:,.0f} | {q:,.0f} | {q/t:,.0f} | {p/q:.1f}x |")
+        print(f"| {m.upper()} | {t} | {p:,.0f} | {p/t:,.0f} | {q:,.0f} | {q/t:,.0f} | {p/q:.2f}x |")
 PY
