@@ -29,6 +29,33 @@ def trigrams(tok):
     return [w[i : i + 3] for i in range(len(w) - 2)]
 
 
+B = 100
+
+
+def megabatches(pairs, M, encode, usable):
+    """The mega-batches of M x B encoded pairs, unusable pairs left out."""
+    for lo in range(0, len(pairs), B * M):
+        mb = [(encode(a), encode(b)) for a, b in pairs[lo : lo + B * M]]
+        mb = [p for p in mb if usable(p[0]) and usable(p[1])]
+        if len(mb) < 2:
+            return
+        yield mb
+
+
+def hardest(x):
+    """For each row of x (unit length; rows 2p, 2p+1 are pair p) the most
+    similar row of another pair."""
+    sim = x @ x.T
+    own = torch.arange(len(x)) // 2
+    sim[own[:, None] == own[None, :]] = -2
+    return sim.argmax(1)
+
+
+def margin(s, s2, n1, n2):
+    cos = torch.nn.functional.cosine_similarity
+    return (torch.relu(0.4 - cos(s, s2) + cos(s, n1)) + torch.relu(0.4 - cos(s2, s) + cos(s2, n2))).mean()
+
+
 def main():
     data, vec_path, model, M, threads = sys.argv[1:6]
     max_pairs = int(sys.argv[6]) if len(sys.argv) > 6 else 0
@@ -95,28 +122,18 @@ def main():
         return torch.cat(parts, 1)
 
     t0 = time.time()
-    B = 100
     done = 0
-    for lo in range(0, len(pairs), B * M):
-        mb = [(encode(a), encode(b)) for a, b in pairs[lo : lo + B * M]]
-        mb = [p for p in mb if (p[0][0] or p[0][1]) and (p[1][0] or p[1][1])]
-        if len(mb) < 2:
-            break
+    for mb in megabatches(pairs, M, encode, lambda e: e[0] or e[1]):
         sents = [s for p in mb for s in p]
         with torch.no_grad():
-            x = torch.nn.functional.normalize(embed(sents), dim=1)
-            sim = x @ x.T
-            own = torch.arange(len(sents)) // 2
-            sim[own[:, None] == own[None, :]] = -2
-            neg = sim.argmax(1)
+            neg = hardest(torch.nn.functional.normalize(embed(sents), dim=1))
         for i in range(0, len(mb), B):
             idx = list(range(i, min(i + B, len(mb))))
             s = embed([mb[j][0] for j in idx])
             s2 = embed([mb[j][1] for j in idx])
             n1 = embed([sents[neg[2 * j]] for j in idx])
             n2 = embed([sents[neg[2 * j + 1]] for j in idx])
-            cos = torch.nn.functional.cosine_similarity
-            loss = (torch.relu(0.4 - cos(s, s2) + cos(s, n1)) + torch.relu(0.4 - cos(s2, s) + cos(s2, n2))).mean()
+            loss = margin(s, s2, n1, n2)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -148,28 +165,17 @@ def recurrent(model, pairs, words, rows, unk, dim, M, threads):
             out = (out[:, :, :dim] + out[:, :, dim:]) / 2
         return out.sum(1) / lens[:, None]
 
-    cos = torch.nn.functional.cosine_similarity
     t0 = time.time()
-    B = 100
     done = 0
-    for lo in range(0, len(pairs), B * M):
-        mb = [(encode(a), encode(b)) for a, b in pairs[lo : lo + B * M]]
-        mb = [p for p in mb if p[0] and p[1]]
-        if len(mb) < 2:
-            break
+    for mb in megabatches(pairs, M, encode, bool):
         sents = [s for p in mb for s in p]
         with torch.no_grad():
-            x = torch.cat([torch.nn.functional.normalize(embed(sents[k : k + 256]), dim=1) for k in range(0, len(sents), 256)])
-            sim = x @ x.T
-            own = torch.arange(len(sents)) // 2
-            sim[own[:, None] == own[None, :]] = -2
-            neg = sim.argmax(1)
+            neg = hardest(torch.cat([torch.nn.functional.normalize(embed(sents[k : k + 256]), dim=1) for k in range(0, len(sents), 256)]))
         for i in range(0, len(mb), B):
             idx = list(range(i, min(i + B, len(mb))))
             g = embed([mb[j][0] for j in idx] + [mb[j][1] for j in idx]
                       + [sents[neg[2 * j]] for j in idx] + [sents[neg[2 * j + 1]] for j in idx])
-            s, s2, n1, n2 = g.split(len(idx))
-            loss = (torch.relu(0.4 - cos(s, s2) + cos(s, n1)) + torch.relu(0.4 - cos(s2, s) + cos(s2, n2))).mean()
+            loss = margin(*g.split(len(idx)))
             opt.zero_grad()
             loss.backward()
             opt.step()

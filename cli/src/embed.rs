@@ -259,33 +259,16 @@ pub fn train(a: TrainArgs) -> Result<()> {
         })?
     };
     bar.finish_and_clear();
-    model.notes = serde_json::json!({
-        "data": a.data.display().to_string(),
-        "init_vectors": a.init_vectors.as_ref().map(|p| p.display().to_string()),
-        "megabatch": a.megabatch, "batch_size": a.batch_size, "margin": a.margin,
-        "lr": a.lr, "epochs": a.epochs, "seed": a.seed,
-        "report": report,
-    });
+    model.notes = notes(&a, &report, serde_json::json!({}));
     model.save_as(&a.out, a.precision)?;
-    print_epochs(&report);
-    println!(
-        "model {} (dim {}) written to {}; {} rows read, {} empty and {} null sides skipped, {} pairs without a known word or trigram skipped",
+    finish(
+        &a,
+        &report,
         model.kind.name(),
         model.dim(),
-        a.out.display(),
-        report.read.rows,
-        report.read.skipped_empty,
-        report.read.skipped_null,
-        report.skipped_unembeddable
-    );
-    if let Some(dir) = &a.sts {
-        let sets = sts::load(dir)?;
-        let r = sts::evaluate(&sets, &|s| model.embed(s));
-        for (g, p, s) in sts::by_group(&r) {
-            println!("  {g:<8} pearson {p:5.1}  spearman {s:5.1}");
-        }
-    }
-    Ok(())
+        "word or trigram",
+        |sets| sts::evaluate(sets, &|s| model.embed(s)),
+    )
 }
 
 fn train_options(a: &TrainArgs) -> TrainOptions {
@@ -398,19 +381,49 @@ fn train_neural(a: TrainArgs, arch: Arch, words: Model, source: PairSource) -> R
         })?
     };
     bar.finish_and_clear();
-    model.notes = serde_json::json!({
+    model.notes = notes(
+        &a,
+        &report,
+        serde_json::json!({
+            "scramble": o.scramble, "negatives": o.sampling,
+            "lambda_c": o.lambda_c, "lambda_w": o.lambda_w,
+        }),
+    );
+    model.save(&a.out)?;
+    finish(&a, &report, arch.name(), model.dim(), "word", |sets| {
+        let table = model.embed_sets(sets);
+        sts::evaluate(sets, &|s| table[s].clone())
+    })
+}
+
+/// What a saved model records of its training: the options every encoder
+/// shares, `extra`, and the report.
+fn notes(a: &TrainArgs, report: &TrainReport, extra: serde_json::Value) -> serde_json::Value {
+    let mut n = serde_json::json!({
         "data": a.data.display().to_string(),
         "init_vectors": a.init_vectors.as_ref().map(|p| p.display().to_string()),
         "megabatch": a.megabatch, "batch_size": a.batch_size, "margin": a.margin,
-        "lr": a.lr, "epochs": a.epochs, "seed": a.seed, "scramble": o.scramble,
-        "negatives": o.sampling, "lambda_c": o.lambda_c, "lambda_w": o.lambda_w,
+        "lr": a.lr, "epochs": a.epochs, "seed": a.seed,
         "report": report,
     });
-    model.save(&a.out)?;
-    print_epochs(&report);
+    if let (Some(n), serde_json::Value::Object(extra)) = (n.as_object_mut(), extra) {
+        n.extend(extra);
+    }
+    n
+}
+
+/// The summary after a model is written, and its STS results with `--sts`.
+fn finish(
+    a: &TrainArgs,
+    report: &TrainReport,
+    name: &str,
+    dim: usize,
+    units: &str,
+    evaluate: impl Fn(&[sts::StsSet]) -> Vec<sts::SetResult>,
+) -> Result<()> {
+    print_epochs(report);
     println!(
-        "model {arch} (dim {}) written to {}; {} rows read, {} empty and {} null sides skipped, {} pairs without a known word skipped",
-        model.dim(),
+        "model {name} (dim {dim}) written to {}; {} rows read, {} empty and {} null sides skipped, {} pairs without a known {units} skipped",
         a.out.display(),
         report.read.rows,
         report.read.skipped_empty,
@@ -418,9 +431,7 @@ fn train_neural(a: TrainArgs, arch: Arch, words: Model, source: PairSource) -> R
         report.skipped_unembeddable
     );
     if let Some(dir) = &a.sts {
-        let sets = sts::load(dir)?;
-        let table = model.embed_sets(&sets);
-        let r = sts::evaluate(&sets, &|s| table[s].clone());
+        let r = evaluate(&sts::load(dir)?);
         for (g, p, s) in sts::by_group(&r) {
             println!("  {g:<8} pearson {p:5.1}  spearman {s:5.1}");
         }

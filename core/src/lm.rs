@@ -41,6 +41,8 @@ pub enum LmError {
         line: usize,
         message: String,
     },
+    #[error(transparent)]
+    Open(#[from] crate::bitext::BitextError),
     #[error("{0}")]
     Train(String),
 }
@@ -66,21 +68,9 @@ fn fmt_err(path: &Path, line: usize, message: impl Into<String>) -> LmError {
 }
 
 impl ArpaModel {
-    /// Reads an ARPA file (plain or `.gz`).
+    /// Reads an ARPA file (plain, `.gz` or `.zst`; local or object store).
     pub fn load(path: &Path) -> Result<ArpaModel, LmError> {
-        let io = |source| LmError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let reader: Box<dyn BufRead> = if path.extension().is_some_and(|e| e == "gz") {
-            Box::new(std::io::BufReader::new(flate2::read::MultiGzDecoder::new(
-                file,
-            )))
-        } else {
-            Box::new(std::io::BufReader::new(file))
-        };
-        Self::read(reader, path)
+        Self::read(crate::bitext::open_text(path)?, path)
     }
 
     /// Reads ARPA text; `path` names the source in errors.
@@ -581,15 +571,7 @@ pub fn train_files(
             path: path.clone(),
             source,
         };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let reader: Box<dyn BufRead> = if path.extension().is_some_and(|e| e == "gz") {
-            Box::new(std::io::BufReader::new(flate2::read::MultiGzDecoder::new(
-                file,
-            )))
-        } else {
-            Box::new(std::io::BufReader::new(file))
-        };
-        for line in reader.lines() {
+        for line in crate::bitext::open_text(path)?.lines() {
             let line = line.map_err(io)?;
             let text = match column {
                 None => Some(line.as_str()),

@@ -74,10 +74,6 @@ impl Arch {
             _ => 0.0,
         }
     }
-
-    fn recurrent(self) -> bool {
-        !matches!(self, Arch::Dan | Arch::Proj)
-    }
 }
 
 impl std::fmt::Display for Arch {
@@ -508,11 +504,6 @@ pub fn expected_dims(shape: &Shape) -> Vec<(String, [usize; 2])> {
         .into_iter()
         .map(|(name, r, c, _)| (name, [r, c]))
         .collect()
-}
-
-/// Is `arch` one whose state runs over the words in order?
-pub fn is_recurrent(arch: Arch) -> bool {
-    arch.recurrent()
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! `model.safetensors` (the word table `emb`, unknown word last, and the
 //! compositional parameters by name, all f32) and `config.json` (the
 //! encoder, its sizes, the vocabulary and the tokenisation), which Python
-//! opens with `safetensors` and `json` alone (docs/encoders.md).
+//! opens with `safetensors` (numpy) and `json` alone (docs/encoders.md).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -121,20 +121,13 @@ impl NeuralModel {
 
     /// Embeddings of `texts`, in order; a text with no token gets zeros.
     pub fn embed_many(&self, texts: &[&str]) -> Vec<Vec<f32>> {
-        let net = burn::module::Module::valid(&self.net);
         let ids: Vec<Vec<u32>> = texts.iter().map(|t| self.words.encode(t).words).collect();
-        let mut out = vec![vec![0f32; self.dim()]; texts.len()];
-        // Similar lengths together, so that little of a batch is padding.
-        let mut order: Vec<usize> = (0..texts.len()).filter(|&i| !ids[i].is_empty()).collect();
-        order.sort_by_key(|&i| ids[i].len());
-        for chunk in order.chunks(256) {
-            let b: Vec<&[u32]> = chunk.iter().map(|&i| ids[i].as_slice()).collect();
-            let g = table(net.forward(&Batch::new(&b)));
-            for (k, &i) in chunk.iter().enumerate() {
-                out[i].copy_from_slice(&g[k * self.dim()..(k + 1) * self.dim()]);
-            }
-        }
-        out
+        let refs: Vec<&[u32]> = ids.iter().map(|v| v.as_slice()).collect();
+        let dim = self.dim();
+        embed_ids(&burn::module::Module::valid(&self.net), &refs)
+            .chunks(dim)
+            .map(|r| r.to_vec())
+            .collect()
     }
 
     /// Every sentence of `sets` and its embedding (what `sts::evaluate`
@@ -283,6 +276,25 @@ impl NeuralModel {
             notes: c.notes,
         })
     }
+}
+
+/// Embeddings [sentences x out_dim] of word-id sentences, row-major, by
+/// `net` as it is (give it a `valid()` net for no gradients); an empty
+/// sentence gets zeros. Sentences of similar length share a batch, so that
+/// little of a batch is padding.
+pub fn embed_ids(net: &Net, sents: &[&[u32]]) -> Vec<f32> {
+    let dim = net.shape.out_dim();
+    let mut out = vec![0f32; sents.len() * dim];
+    let mut order: Vec<usize> = (0..sents.len()).filter(|&i| !sents[i].is_empty()).collect();
+    order.sort_by_key(|&i| sents[i].len());
+    for chunk in order.chunks(256) {
+        let b: Vec<&[u32]> = chunk.iter().map(|&i| sents[i]).collect();
+        let g = table(net.forward(&Batch::new(&b)));
+        for (k, &i) in chunk.iter().enumerate() {
+            out[i * dim..(i + 1) * dim].copy_from_slice(&g[k * dim..(k + 1) * dim]);
+        }
+    }
+    out
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {

@@ -12,7 +12,8 @@ use rand::{Rng, SeedableRng};
 
 use crate::data::{PairSource, ReadStats};
 use crate::neural::{margin_loss, regulariser, Batch, Net, Sampling};
-use crate::nn_model::{table, NeuralModel};
+use crate::nn_model::{embed_ids, NeuralModel};
+use crate::train::{nearest_of_other_pair, next_megabatch};
 use crate::train::{EpochReport, Progress, TrainOptions, TrainReport};
 use crate::TrainError;
 
@@ -46,23 +47,6 @@ impl Default for NeuralOptions {
 /// Scores a model on the dev set (higher is better).
 pub type NeuralDevScore<'a> = &'a dyn Fn(&NeuralModel) -> f64;
 
-/// Unit-length embeddings [n x dim] of `sents` with `net` (no gradients).
-fn embed_rows(net: &Net, sents: &[&[u32]]) -> Vec<f32> {
-    let dim = net.shape.out_dim();
-    let mut out = vec![0f32; sents.len() * dim];
-    for (c, chunk) in sents.chunks(256).enumerate() {
-        let g = table(net.forward(&Batch::new(chunk)));
-        out[c * 256 * dim..c * 256 * dim + g.len()].copy_from_slice(&g);
-    }
-    for row in out.chunks_mut(dim) {
-        let n = row.iter().map(|v| v * v).sum::<f32>().sqrt();
-        if n > 0.0 {
-            row.iter_mut().for_each(|v| *v /= n);
-        }
-    }
-    out
-}
-
 /// For each sentence of the mega-batch (2p = pair p's first side, 2p+1 its
 /// second) a sentence of another pair: the most similar, or with MIX half
 /// the time a random one.
@@ -77,26 +61,25 @@ fn negatives(
         .flat_map(|(a, b)| [a.as_slice(), b.as_slice()])
         .collect();
     let n = sents.len();
-    let dim = net.shape.out_dim();
-    let x = ndarray::Array2::from_shape_vec((n, dim), embed_rows(net, &sents)).expect("n x dim");
-    let sims = x.dot(&x.t());
-    (0..n)
-        .map(|i| {
-            if sampling == Sampling::Mix && rng.random_bool(0.5) {
+    let mut x = ndarray::Array2::from_shape_vec((n, net.shape.out_dim()), embed_ids(net, &sents))
+        .expect("n x dim");
+    for mut row in x.rows_mut() {
+        let norm = row.dot(&row).sqrt();
+        if norm > 0.0 {
+            row /= norm;
+        }
+    }
+    let mut neg = nearest_of_other_pair(&x);
+    if sampling == Sampling::Mix {
+        for (i, t) in neg.iter_mut().enumerate() {
+            if rng.random_bool(0.5) {
                 // Any sentence but the two of pair i / 2.
                 let j = rng.random_range(0..n - 2);
-                let j = if j >= (i / 2) * 2 { j + 2 } else { j };
-                return j as u32;
+                *t = if j >= (i / 2) * 2 { j + 2 } else { j } as u32;
             }
-            let mut best = (f32::NEG_INFINITY, 0u32);
-            for (j, &v) in sims.row(i).iter().enumerate() {
-                if j / 2 != i / 2 && v > best.0 {
-                    best = (v, j as u32);
-                }
-            }
-            best.1
-        })
-        .collect()
+        }
+    }
+    neg
 }
 
 /// Trains `model` in place on `dev` (an autodiff device is made of it).
@@ -143,47 +126,31 @@ pub fn train(
         let mut mrng = rand_chacha::ChaCha8Rng::seed_from_u64(b.seed ^ (epoch as u64) << 32);
         let mut done = false;
         while !done {
-            let mut mb: Vec<(Vec<u32>, Vec<u32>)> = Vec::with_capacity(b.megabatch * b.batch_size);
-            while mb.len() < b.megabatch * b.batch_size {
-                if b.max_pairs > 0 && pairs + mb.len() as u64 >= b.max_pairs {
-                    done = true;
-                    break;
-                }
-                match it.next() {
-                    Some(p) => {
-                        let (x, y) = p?;
-                        let ids = |t: &str| {
-                            let mut w = model.words.encode(t).words;
-                            w.truncate(o.max_tokens);
-                            w
-                        };
-                        let (ea, eb) = (ids(&x), ids(&y));
-                        if ea.is_empty() || eb.is_empty() {
-                            skipped += 1;
-                        } else {
-                            mb.push((ea, eb));
-                        }
-                    }
-                    None => {
-                        done = true;
-                        break;
-                    }
-                }
-            }
+            let mb = next_megabatch(&mut it, b, pairs, &mut skipped, &mut done, |x, y| {
+                let ids = |t: &str| {
+                    let mut w = model.words.encode(t).words;
+                    w.truncate(o.max_tokens);
+                    w
+                };
+                let (ea, eb) = (ids(x), ids(y));
+                (!ea.is_empty() && !eb.is_empty()).then_some((ea, eb))
+            })?;
             if mb.len() < 2 {
                 break;
             }
             let neg = negatives(&net.valid(), &mb, o.sampling, &mut mrng);
             for lo in (0..mb.len()).step_by(b.batch_size) {
                 let hi = (lo + b.batch_size).min(mb.len());
-                let side = |k: usize, p: usize| -> &[u32] {
-                    if k.is_multiple_of(2) {
-                        &mb[p].0
+                // s, s', t(s), t(s'): sentence i of the mega-batch is side
+                // i % 2 of pair i / 2.
+                let sentence = |i: usize| {
+                    let p = &mb[i / 2];
+                    if i.is_multiple_of(2) {
+                        &p.0
                     } else {
-                        &mb[p].1
+                        &p.1
                     }
                 };
-                // s, s', t(s), t(s'); sentence i of the mega-batch is side i % 2 of pair i / 2.
                 let mut sents: Vec<Vec<u32>> = Vec::with_capacity(4 * (hi - lo));
                 for part in 0..4 {
                     for p in lo..hi {
@@ -193,7 +160,7 @@ pub fn train(
                             2 => neg[2 * p] as usize,
                             _ => neg[2 * p + 1] as usize,
                         };
-                        let mut s = side(i, i / 2).to_vec();
+                        let mut s = sentence(i).clone();
                         if o.scramble > 0.0 && mrng.random_bool(o.scramble) {
                             s.shuffle(&mut mrng);
                         }

@@ -266,7 +266,14 @@ fn negatives(model: &Model, mb: &[(Encoded, Encoded)]) -> Vec<u32> {
                 out.iter_mut().for_each(|v| *v /= norm);
             }
         });
-    let x = Array2::from_shape_vec((n, d), flat).expect("n x d values");
+    nearest_of_other_pair(&Array2::from_shape_vec((n, d), flat).expect("n x d values"))
+}
+
+/// For each row of `x` (unit-length embeddings; rows 2p and 2p+1 are pair
+/// p) the most similar row of another pair, in blocks so that memory stays
+/// at 128 x n similarities.
+pub(crate) fn nearest_of_other_pair(x: &Array2<f32>) -> Vec<u32> {
+    let n = x.nrows();
     const BLOCK: usize = 128;
     let xt = x.t();
     (0..n.div_ceil(BLOCK))
@@ -385,6 +392,38 @@ fn minibatch_grads(
     loss
 }
 
+/// The next mega-batch (M x batch-size pairs) of an epoch that has
+/// `pairs` done so far: `encode` turns a pair into what training needs, or
+/// None when a side has nothing to embed (counted in `skipped`). Sets
+/// `done` when the epoch's input or `max_pairs` ends.
+pub(crate) fn next_megabatch<T>(
+    it: &mut impl Iterator<Item = Result<(String, String), TrainError>>,
+    o: &TrainOptions,
+    pairs: u64,
+    skipped: &mut u64,
+    done: &mut bool,
+    mut encode: impl FnMut(&str, &str) -> Option<T>,
+) -> Result<Vec<T>, TrainError> {
+    let want = o.megabatch * o.batch_size;
+    let mut mb = Vec::with_capacity(want);
+    while mb.len() < want {
+        if o.max_pairs > 0 && pairs + mb.len() as u64 >= o.max_pairs {
+            *done = true;
+            break;
+        }
+        let Some(p) = it.next() else {
+            *done = true;
+            break;
+        };
+        let (a, b) = p?;
+        match encode(&a, &b) {
+            Some(e) => mb.push(e),
+            None => *skipped += 1,
+        }
+    }
+    Ok(mb)
+}
+
 /// Scores a model on the dev set (higher is better).
 pub type DevScore<'a> = &'a (dyn Fn(&Model) -> f64 + Sync);
 
@@ -473,28 +512,10 @@ pub fn train(
         let mut it = source.epoch(o.shuffle_buffer, &mut rng, &mut stats);
         let mut done = false;
         while !done {
-            let mut mb: Vec<(Encoded, Encoded)> = Vec::with_capacity(o.megabatch * o.batch_size);
-            while mb.len() < o.megabatch * o.batch_size {
-                if o.max_pairs > 0 && pairs + mb.len() as u64 >= o.max_pairs {
-                    done = true;
-                    break;
-                }
-                match it.next() {
-                    Some(p) => {
-                        let (a, b) = p?;
-                        let (ea, eb) = (model.encode(&a), model.encode(&b));
-                        if ea.is_empty() || eb.is_empty() {
-                            skipped += 1;
-                        } else {
-                            mb.push((ea, eb));
-                        }
-                    }
-                    None => {
-                        done = true;
-                        break;
-                    }
-                }
-            }
+            let mb = next_megabatch(&mut it, o, pairs, &mut skipped, &mut done, |a, b| {
+                let (ea, eb) = (model.encode(a), model.encode(b));
+                (!ea.is_empty() && !eb.is_empty()).then_some((ea, eb))
+            })?;
             if mb.len() < 2 {
                 break;
             }
