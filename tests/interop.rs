@@ -22,6 +22,22 @@ fn python() -> Option<PathBuf> {
     p.is_file().then_some(p)
 }
 
+/// The test environment's Python, with `module` importable ("" for none);
+/// None, saying why the test is skipped, otherwise.
+fn python_with(module: &str) -> Option<PathBuf> {
+    let Some(py) = python() else {
+        eprintln!("SKIPPED: no Python test environment (run `make testenv`)");
+        return None;
+    };
+    if !module.is_empty() && !has_module(&py, module) {
+        eprintln!(
+            "SKIPPED: {module} is not installed in the test environment (run `make testenv`)"
+        );
+        return None;
+    }
+    Some(py)
+}
+
 /// The first 600 sample lines.
 fn input_text() -> String {
     sample_lines(600).0.join("\n") + "\n"
@@ -76,8 +92,7 @@ async fn run_job(cfg: &JobConfig) -> paraforge_coordinator::run::Manifest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pyarrow_and_duckdb_read_the_output_as_one_table() {
-    let Some(py) = python() else {
-        eprintln!("SKIPPED: no Python test environment (run `make testenv`)");
+    let Some(py) = python_with("") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -122,8 +137,7 @@ impl Drop for Moto {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pipeline_writes_to_s3_through_object_store() {
-    let Some(py) = python() else {
-        eprintln!("SKIPPED: no Python test environment (run `make testenv`)");
+    let Some(py) = python_with("") else {
         return;
     };
     let moto_bin = py.with_file_name("moto_server");
@@ -362,16 +376,9 @@ fn python_lines(py: &Path, script: &str, input: &Path, extra: &[&str]) -> Vec<St
 /// the 13a tokenizer.
 #[test]
 fn sentence_bleu_matches_sacrebleu_on_real_pairs() {
-    let Some(py) = python() else {
-        eprintln!("SKIPPED: no Python test environment (run `make testenv`)");
+    let Some(py) = python_with("sacrebleu") else {
         return;
     };
-    if !has_module(&py, "sacrebleu") {
-        eprintln!(
-            "SKIPPED: sacrebleu is not installed in the test environment (run `make testenv`)"
-        );
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let rows = paraforge_tests::scored_dataset(dir.path(), 500, 1);
     let mut cases: Vec<(String, String, f64)> = Vec::new();
@@ -448,8 +455,7 @@ for line in open(sys.argv[1], encoding="utf-8"):
 /// (written independently of `lm.rs`) and says so.
 #[test]
 fn perplexity_matches_kenlm_on_a_trained_model() {
-    let Some(py) = python() else {
-        eprintln!("SKIPPED: no Python test environment (run `make testenv`)");
+    let Some(py) = python_with("") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -550,16 +556,9 @@ except ImportError:
 fn neural_encoders_open_in_python_as_documented() {
     use paraforge_trainer::neural::Arch;
     use paraforge_trainer::nn_model::{cpu, NeuralModel};
-    let Some(py) = python() else {
-        eprintln!("SKIPPED: no Python test environment (run `make testenv`)");
+    let Some(py) = python_with("safetensors") else {
         return;
     };
-    if !has_module(&py, "safetensors") {
-        eprintln!(
-            "SKIPPED: safetensors is not installed in the test environment (run `make testenv`)"
-        );
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let vectors = paraforge_core::Vectors::from_reader(
         "a 0.5 0.1 -0.2 0.3\nman 0.3 0.9 0.1 -0.4\nplays 0.2 -0.4 0.8 0.1\nguitar -0.6 0.2 0.5 0.7\n. 0.1 0.1 0.1 0.1\n"
