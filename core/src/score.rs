@@ -610,7 +610,13 @@ mod tests {
         let all = Scorer::new(None).score(r, t);
         let rest = Scorer::new(None).without_bleu().score(r, t);
         assert!(all.sentence_bleu > 30.0, "{all:?}");
-        assert_eq!(PairScores { sentence_bleu: all.sentence_bleu, ..rest }, all);
+        assert_eq!(
+            PairScores {
+                sentence_bleu: all.sentence_bleu,
+                ..rest
+            },
+            all
+        );
     }
 
     #[test]
