@@ -29,6 +29,10 @@ use sha2::Digest;
 
 const LEASE_SECONDS: u64 = 5;
 const DIRTY: usize = 4;
+/// Lines added that the job's `[filters]` drop (two copies, one of
+/// numbers only); the sample has real ones too.
+const FILTERED: usize = 3;
+const FILTERS: &str = "drop_copies = true\nmin_letter_ratio = 0.3\n";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Fault {
@@ -186,17 +190,35 @@ fn refused(config: &Path) -> String {
     err
 }
 
-/// The job: `lines` sample pairs plus four dirty lines, shards of 50, at
-/// most `attempts` leases per shard.
+/// The job: `lines` sample pairs plus four dirty lines and three that its
+/// `[filters]` drop, shards of 50, at most `attempts` leases per shard.
+/// Returns the config, the ids the output must hold (the sample's pairs
+/// the filters keep, computed by the filter code itself) and the number of
+/// shards.
 fn write_job(dir: &Path, lines: usize, attempts: u32) -> (PathBuf, Vec<String>, usize) {
-    let (mut rows, ids) = sample_lines(lines);
+    let (mut rows, _) = sample_lines(lines);
+    let filter =
+        paraforge_core::filters::PreFilter::new(&toml::from_str(FILTERS).unwrap()).unwrap();
+    let ids: Vec<String> = rows
+        .iter()
+        .filter_map(|l| {
+            let c: Vec<&str> = l.split('\t').collect();
+            filter.check(c[2], c[3]).is_none().then(|| c[0].to_string())
+        })
+        .collect();
     rows.insert(7, "no tabs at all".into());
+    rows.insert(60, "f1\t1.0\tHome page\thome  page".into());
     rows.insert(100, "d2\t1.0\t\tempty source".into());
+    rows.insert(
+        220,
+        "f2\t1.0\t2014 - 2015: 12,5 %\t2014 - 2015: 12.5 %".into(),
+    );
     rows.insert(301, "d3\t1.0\tjen tři sloupce".into());
     rows.insert(450, "d4\t1.0\tčesky\t".into());
+    rows.insert(470, "f3\t1.0\tKontakt\tKontakt".into());
     let input = dir.join("input.tsv");
     std::fs::write(&input, rows.join("\n") + "\n").unwrap();
-    let shards = (lines + DIRTY).div_ceil(50);
+    let shards = (lines + DIRTY + FILTERED).div_ceil(50);
     let text = job_toml(
         "faults",
         &input.display().to_string(),
@@ -204,7 +226,7 @@ fn write_job(dir: &Path, lines: usize, attempts: u32) -> (PathBuf, Vec<String>, 
         &format!("shard_pairs = 50\nlease_seconds = {LEASE_SECONDS}\nmax_attempts = {attempts}"),
         "beam = 4\nbatch_size = 16\nmax_new_tokens = 24",
         &format!(
-            "[coordinator]\nlisten = \"127.0.0.1:{}\"\nmetrics = \"127.0.0.1:0\"",
+            "[filters]\n{FILTERS}\n[coordinator]\nlisten = \"127.0.0.1:{}\"\nmetrics = \"127.0.0.1:0\"",
             free_port()
         ),
     );
@@ -416,7 +438,25 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usi
     // The manifest: rejects counted, checksums and row counts right.
     let m: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("_manifest.json")).unwrap()).unwrap();
-    assert_eq!(m["rejects"], DIRTY as u64, "seed {seed}");
+    let in_sample = lines - want.len();
+    assert_eq!(
+        m["rejects"],
+        (DIRTY + FILTERED + in_sample) as u64,
+        "seed {seed}"
+    );
+    let by = &m["rejects_by_reason"];
+    assert_eq!(
+        (
+            &by["columns"],
+            &by["empty_source"],
+            &by["empty_reference"],
+            &by["few_letters"]
+        ),
+        (&2.into(), &1.into(), &1.into(), &1.into()),
+        "seed {seed}: counted once per line, whichever attempt committed: {by}"
+    );
+    // The sample's own drops are copies (a French line in the WMT set).
+    assert_eq!(by["copy"], (2 + in_sample) as u64, "seed {seed}: {by}");
     assert_eq!(m["shards_committed"], shards as u64, "seed {seed}");
     let mut listed = Vec::new();
     for f in m["files"]

@@ -330,6 +330,11 @@ async fn completions_their_files_do_not_back_are_refused_and_the_shard_is_redone
     files[0].rows = 3;
     files[1].rows = 2;
     lies.push(("rejects", complete(&mut cl, &w, &l, files, 3, 2).await));
+    // Reasons become metric labels: a worker cannot invent one.
+    let l = lease(&mut cl, &w).await;
+    let mut files = put_attempt(&storage, &l, &three, b"{\"code\":\"made_up\"}\n").await;
+    files[0].rows = 3;
+    lies.push(("reason code", complete(&mut cl, &w, &l, files, 3, 1).await));
     let l = lease(&mut cl, &w).await;
     let mut files = put_attempt(&storage, &l, b"not parquet at all", b"").await;
     files[0].rows = 3;

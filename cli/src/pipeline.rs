@@ -161,6 +161,9 @@ async fn finish(cfg: &JobConfig, c: Running) -> Result<()> {
         "job {}: {} of {} shards committed; {} pairs, {} rejected lines; output {}",
         m.job, m.shards_committed, m.shards_total, m.pairs, m.rejects, cfg.job.output
     );
+    if !m.rejects_by_reason.is_empty() {
+        println!("  rejected by reason: {}", by_reason(&m.rejects_by_reason));
+    }
     if !m.removed_uncommitted.is_empty() {
         println!(
             "  removed {} files of uncommitted attempts",
@@ -587,6 +590,11 @@ pub fn status(a: StatusArgs) -> Result<()> {
             "pairs: {} written, {} rejected lines",
             s.pairs_written, s.rejects
         );
+        if !s.rejects_by_reason.is_empty() {
+            let by: std::collections::BTreeMap<String, u64> =
+                s.rejects_by_reason.clone().into_iter().collect();
+            println!("rejected by reason: {}", by_reason(&by));
+        }
         let eta = if s.eta_seconds >= 0.0 {
             format!("{:.0} s", s.eta_seconds)
         } else {
@@ -603,4 +611,21 @@ pub fn status(a: StatusArgs) -> Result<()> {
         println!("output: {}", s.output_url);
         Ok(())
     })
+}
+
+/// `code n, code n, ...` with `[filters]` codes marked, largest first.
+fn by_reason(by: &std::collections::BTreeMap<String, u64>) -> String {
+    let mut v: Vec<(&String, &u64)> = by.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .map(|(code, n)| {
+            let kind = if paraforge_core::bitext::RejectReason::is_filter_code(code) {
+                " (filter)"
+            } else {
+                ""
+            };
+            format!("{code}{kind} {n}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

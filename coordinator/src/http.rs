@@ -295,6 +295,17 @@ pub fn render_metrics(shared: &Shared) -> String {
         "1 when every shard is committed or failed.",
         if s.finished { 1.0 } else { 0.0 },
     );
+    // Codes come from a fixed set (the coordinator refuses others), so
+    // they need no escaping as label values.
+    let _ = writeln!(
+        out,
+        "# HELP paraforge_rejects_by_reason Input lines rejected in committed shards, by reason code (malformed lines and [filters] rules).\n# TYPE paraforge_rejects_by_reason gauge"
+    );
+    let mut by: Vec<_> = s.rejects_by_reason.iter().collect();
+    by.sort();
+    for (code, n) in by {
+        let _ = writeln!(out, "paraforge_rejects_by_reason{{reason=\"{code}\"}} {n}");
+    }
     out
 }
 
@@ -318,6 +329,7 @@ async fn status_json(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         },
         "pairs_written": s.pairs_written,
         "rejects": s.rejects,
+        "rejects_by_reason": s.rejects_by_reason,
         "pairs_per_second": s.pairs_per_second,
         "eta_seconds": s.eta_seconds,
         "finished": s.finished,
@@ -367,7 +379,15 @@ mod tests {
         .unwrap();
         let l = state.lease("w", 0, 1000).unwrap().unwrap();
         state
-            .complete(0, "w", l.token, vec![], 3, 1)
+            .complete(
+                0,
+                "w",
+                l.token,
+                vec![],
+                3,
+                1,
+                [("columns".to_string(), 1)].into(),
+            )
             .unwrap()
             .unwrap();
         let shared = Arc::new(Shared::new(
@@ -393,6 +413,11 @@ mod tests {
             serde_json::from_str(body.trim()).unwrap_or_else(|e| panic!("{e}: {body}"));
         assert_eq!(v["job_id"], "job-x");
         assert_eq!(v["rejects"], 1);
+        assert_eq!(v["rejects_by_reason"]["columns"], 1);
+        assert!(
+            m.contains("paraforge_rejects_by_reason{reason=\"columns\"} 1"),
+            "{m}"
+        );
         server.abort();
     }
 }

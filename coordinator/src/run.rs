@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use paraforge_core::bitext::RejectReason;
 use paraforge_core::config::JobConfig;
 use paraforge_core::proto::coordinator_server::CoordinatorServer;
 use paraforge_core::storage::{Storage, StorageError};
@@ -448,6 +449,9 @@ pub struct Manifest {
     pub shards_committed: u64,
     pub pairs: u64,
     pub rejects: u64,
+    /// Rejects by reason code: malformed lines and `[filters]` rules
+    /// (`RejectReason::is_filter_code`); they sum to `rejects`.
+    pub rejects_by_reason: std::collections::BTreeMap<String, u64>,
     pub files: Vec<ManifestFile>,
     pub rejects_files: Vec<ManifestFile>,
     pub removed_uncommitted: Vec<String>,
@@ -545,13 +549,22 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
                 lines, counts.rejects
             ));
         } else {
-            let rate = counts.rejects as f64 / lines.max(1) as f64;
+            // Pairs `[filters]` dropped were dropped on purpose; the limit
+            // is for lines the job could not read.
+            let filtered: u64 = counts
+                .rejects_by_reason
+                .iter()
+                .filter(|(code, _)| RejectReason::is_filter_code(code))
+                .map(|(_, n)| n)
+                .sum();
+            let malformed = counts.rejects - filtered.min(counts.rejects);
+            let rate = malformed as f64 / lines.max(1) as f64;
             let limit = shared.max_reject_rate;
             if rate > limit {
                 problems.push(format!(
-                    "{:.1}% of the input lines were rejected ({} of {}), more than job.max_reject_rate = {limit} allows: check input.format, the columns and the encoding (see _rejects/)",
+                    "{:.1}% of the input lines were rejected as malformed ({} of {}), more than job.max_reject_rate = {limit} allows: check input.format, the columns and the encoding (see _rejects/)",
                     100.0 * rate,
-                    counts.rejects,
+                    malformed,
                     lines
                 ));
             }
@@ -579,6 +592,7 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
         shards_committed: counts.committed,
         pairs: counts.pairs,
         rejects: counts.rejects,
+        rejects_by_reason: counts.rejects_by_reason.clone(),
         files,
         rejects_files,
         removed_uncommitted: removed,

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use paraforge_core::bitext::RejectReason;
 use paraforge_core::proto::coordinator_server::Coordinator;
 use paraforge_core::proto::{self as pb, lease_shard_response};
 use paraforge_core::schema::{part_path, rejects_path, temp_part_path, temp_rejects_path};
@@ -300,6 +301,12 @@ enum Mismatch {
         actual: u64,
         claimed: u64,
     },
+    #[error("rejects file {path} line {line}: {message}")]
+    RejectLine {
+        path: String,
+        line: u64,
+        message: String,
+    },
     #[error("the completion's totals claim {pairs} pairs and {rejects} rejects, its files hold {rows} pairs and {lines} rejects")]
     Totals {
         pairs: u64,
@@ -317,6 +324,37 @@ struct Checked {
     bytes: bytes::Bytes,
     rows: u64,
     sha256: String,
+    /// Rejects files: lines by reason code.
+    by_reason: BTreeMap<String, u64>,
+}
+
+/// Counts a rejects file's lines by their `code`, which must be one a
+/// worker writes ([`RejectReason::CODES`]): the counts become metric
+/// labels, so no worker can invent them.
+fn count_reasons(path: &str, bytes: &[u8]) -> Result<BTreeMap<String, u64>, Mismatch> {
+    let mut by = BTreeMap::new();
+    if bytes.is_empty() {
+        return Ok(by);
+    }
+    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+        let bad = |message: String| Mismatch::RejectLine {
+            path: path.to_string(),
+            line: i as u64 + 1,
+            message,
+        };
+        let v: serde_json::Value =
+            serde_json::from_slice(line).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let code = v["code"]
+            .as_str()
+            .ok_or_else(|| bad("no \"code\"".into()))?;
+        let known = RejectReason::CODES
+            .iter()
+            .find(|c| **c == code)
+            .ok_or_else(|| bad(format!("unknown reason code {:?}", truncate(code, 40))))?;
+        *by.entry(known.to_string()).or_default() += 1;
+    }
+    Ok(by)
 }
 
 /// Rows of a pairs file by its Parquet footer, which must describe a
@@ -370,7 +408,7 @@ fn check_file(
     claimed: &pb::OutputFile,
     kind: &'static str,
     bytes: &bytes::Bytes,
-) -> Result<(u64, String), Mismatch> {
+) -> Result<(u64, String, BTreeMap<String, u64>), Mismatch> {
     use sha2::Digest;
     let path = claimed.path.clone();
     if bytes.len() as u64 != claimed.bytes {
@@ -410,7 +448,12 @@ fn check_file(
             }
         });
     }
-    Ok((rows, sha))
+    let by_reason = if kind == "rejects" {
+        count_reasons(&path, bytes)?
+    } else {
+        BTreeMap::new()
+    };
+    Ok((rows, sha, by_reason))
 }
 
 /// The tonic service.
@@ -512,7 +555,7 @@ impl CoordinatorService {
             let verdict = tokio::task::spawn_blocking(move || check_file(&claimed, kind, &b))
                 .await
                 .map_err(|e| ServiceError::Invalid(format!("checking {temp}: {e}")))?;
-            let (rows, sha256) = match verdict {
+            let (rows, sha256, by_reason) = match verdict {
                 Ok(v) => v,
                 Err(m) => return Ok(Err(m)),
             };
@@ -523,6 +566,7 @@ impl CoordinatorService {
                 bytes,
                 rows,
                 sha256,
+                by_reason,
             });
         }
         let totals = r.totals.unwrap_or_default();
@@ -757,7 +801,9 @@ impl Coordinator for CoordinatorService {
             message: e.to_string(),
         })?;
         let mut committed = Vec::with_capacity(files.len());
+        let mut by_reason = BTreeMap::new();
         for f in files {
+            by_reason.extend(f.by_reason);
             let len = f.bytes.len() as u64;
             storage
                 .put(&f.publish, f.bytes)
@@ -783,6 +829,7 @@ impl Coordinator for CoordinatorService {
                 committed,
                 totals.pairs_written,
                 totals.rejects,
+                by_reason,
             )
             .map_err(ServiceError::from)?;
         if outcome.is_ok() {
@@ -906,6 +953,7 @@ pub fn status(shared: &Shared) -> pb::JobStatusResponse {
         failed,
         output_url: shared.output.clone(),
         workers_total: ws.len() as u64,
+        rejects_by_reason: c.rejects_by_reason.into_iter().collect(),
     }
 }
 

@@ -72,6 +72,10 @@ pub enum Status {
         files: Vec<OutputFile>,
         pairs: u64,
         rejects: u64,
+        /// The rejects by reason code (malformed lines and `[filters]`), as
+        /// the coordinator counted them in the committed rejects file.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        rejects_by_reason: BTreeMap<String, u64>,
     },
     Failed {
         reason: String,
@@ -131,6 +135,8 @@ pub struct Counts {
     pub failed: u64,
     pub pairs: u64,
     pub rejects: u64,
+    /// Committed rejects by reason code.
+    pub rejects_by_reason: BTreeMap<String, u64>,
     /// Lines in committed shards, and in all shards (for the ETA).
     pub lines_done: u64,
     pub lines_total: u64,
@@ -555,6 +561,7 @@ impl JobState {
     }
 
     /// Commits a shard's output from its current lease, exactly once.
+    #[allow(clippy::too_many_arguments)] // the lease (3), what it wrote (4)
     pub fn complete(
         &mut self,
         shard_id: u64,
@@ -563,6 +570,7 @@ impl JobState {
         files: Vec<OutputFile>,
         pairs: u64,
         rejects: u64,
+        rejects_by_reason: BTreeMap<String, u64>,
     ) -> Result<Result<(), Refusal>, StateError> {
         if let Err(r) = self.check_holder(shard_id, worker, token) {
             return Ok(Err(r));
@@ -575,6 +583,7 @@ impl JobState {
             files,
             pairs,
             rejects,
+            rejects_by_reason,
         };
         self.leased.remove(&shard_id);
         self.persist(&[shard_id], true)?;
@@ -631,10 +640,18 @@ impl JobState {
                     c.leased += 1;
                     c.pairs += s.progress_pairs;
                 }
-                Status::Committed { pairs, rejects, .. } => {
+                Status::Committed {
+                    pairs,
+                    rejects,
+                    rejects_by_reason,
+                    ..
+                } => {
                     c.committed += 1;
                     c.pairs += pairs;
                     c.rejects += rejects;
+                    for (code, n) in rejects_by_reason {
+                        *c.rejects_by_reason.entry(code.clone()).or_default() += n;
+                    }
                     c.lines_done += s.spec.lines;
                 }
                 Status::Failed { .. } => c.failed += 1,
@@ -694,31 +711,47 @@ mod tests {
         assert!(b.token > a.token);
         assert_eq!(b.attempt, 2);
         assert_eq!(
-            st.complete(0, "w1", a.token, vec![file("a")], 10, 0)
+            st.complete(0, "w1", a.token, vec![file("a")], 10, 0, Default::default())
                 .unwrap(),
             Err(Refusal::Superseded)
         );
         assert_eq!(
-            st.complete(0, "w2", b.token, vec![file("b")], 10, 0)
+            st.complete(0, "w2", b.token, vec![file("b")], 10, 0, Default::default())
                 .unwrap(),
             Ok(())
         );
         assert_eq!(
-            st.complete(0, "w2", b.token, vec![file("b")], 10, 0)
+            st.complete(0, "w2", b.token, vec![file("b")], 10, 0, Default::default())
                 .unwrap(),
             Err(Refusal::AlreadyCommitted)
         );
         // Another worker holding a copied token cannot commit or fail it.
         let c = st.lease("w3", 2000, 1000).unwrap().unwrap();
         assert_eq!(
-            st.complete(c.spec.shard_id, "w2", c.token, vec![], 1, 0)
-                .unwrap(),
+            st.complete(
+                c.spec.shard_id,
+                "w2",
+                c.token,
+                vec![],
+                1,
+                0,
+                Default::default()
+            )
+            .unwrap(),
             Err(Refusal::NotHolder)
         );
         assert!(!st.fail(c.spec.shard_id, "w2", c.token, "x", true).unwrap());
         assert_eq!(
-            st.complete(c.spec.shard_id, "w3", c.token, vec![], 1, 0)
-                .unwrap(),
+            st.complete(
+                c.spec.shard_id,
+                "w3",
+                c.token,
+                vec![],
+                1,
+                0,
+                Default::default()
+            )
+            .unwrap(),
             Ok(())
         );
         // The stale holder's heartbeat is told to stop.
@@ -742,7 +775,7 @@ mod tests {
         );
         let l = st.lease("w", 0, 1000).unwrap().unwrap();
         assert_eq!(l.spec.shard_id, 1);
-        st.complete(1, "w", l.token, vec![], 10, 1)
+        st.complete(1, "w", l.token, vec![], 10, 1, Default::default())
             .unwrap()
             .unwrap();
         assert!(st.finished());
@@ -766,9 +799,17 @@ mod tests {
         {
             let mut st = JobState::open(&path, "job", 3, || plan(3)).unwrap();
             let l = st.lease("w", 0, 1000).unwrap().unwrap();
-            st.complete(l.spec.shard_id, "w", l.token, vec![file("x")], 10, 0)
-                .unwrap()
-                .unwrap();
+            st.complete(
+                l.spec.shard_id,
+                "w",
+                l.token,
+                vec![file("x")],
+                10,
+                0,
+                Default::default(),
+            )
+            .unwrap()
+            .unwrap();
             old_token = l.token;
             leased_token = st.lease("w", 0, 1000).unwrap().unwrap().token;
         }
@@ -784,7 +825,8 @@ mod tests {
         assert!(l.token > leased_token && leased_token > old_token);
         // The pre-restart lease of shard 1 is refused now.
         assert_eq!(
-            st.complete(1, "w", leased_token, vec![], 1, 0).unwrap(),
+            st.complete(1, "w", leased_token, vec![], 1, 0, Default::default())
+                .unwrap(),
             Err(Refusal::Superseded)
         );
         // Another job's id on the same file is refused.

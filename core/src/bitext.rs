@@ -43,8 +43,9 @@ pub struct Pair {
     pub line: u64,
 }
 
-/// Why a line was not used.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a line was not used: malformed input, or a `[filters]` rule
+/// ([`crate::filters`]).
+#[derive(Debug, Clone, PartialEq)]
 pub enum RejectReason {
     ColumnCount {
         found: usize,
@@ -67,6 +68,97 @@ pub enum RejectReason {
         side: &'static str,
         code: u32,
     },
+    /// `[filters]`: fewer tokens than `min_tokens` on a side.
+    TooFewTokens {
+        side: &'static str,
+        tokens: usize,
+        min: usize,
+    },
+    /// `[filters]`: more tokens than `max_tokens` on a side.
+    TooManyTokens {
+        side: &'static str,
+        tokens: usize,
+        max: usize,
+    },
+    /// `[filters]`: the longer side over the shorter, in tokens, is above
+    /// `max_length_ratio`.
+    LengthRatio {
+        source: usize,
+        reference: usize,
+        max: f64,
+    },
+    /// `[filters] drop_copies`: the source is the reference (an untranslated copy).
+    Copy,
+    /// `[filters]`: letters are less than `min_letter_ratio` of a side's
+    /// non-space characters.
+    FewLetters {
+        side: &'static str,
+        letters: usize,
+        chars: usize,
+        min: f64,
+    },
+    /// `[filters]`: a side is in another language than the job says.
+    Language {
+        side: &'static str,
+        expected: &'static str,
+        detected: &'static str,
+        confidence: f64,
+    },
+}
+
+impl RejectReason {
+    /// Every [`RejectReason::code`].
+    pub const CODES: &'static [&'static str] = &[
+        "columns",
+        "invalid_utf8",
+        "legacy_encoding",
+        "empty_source",
+        "empty_reference",
+        "too_long",
+        "unaligned",
+        "control_character",
+        "too_few_tokens",
+        "too_many_tokens",
+        "length_ratio",
+        "copy",
+        "few_letters",
+        "language",
+    ];
+
+    /// A stable name for counting rejects by reason (`_manifest.json`,
+    /// status, metrics): one per variant.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RejectReason::ColumnCount { .. } => "columns",
+            RejectReason::InvalidUtf8 => "invalid_utf8",
+            RejectReason::LegacyEncoding => "legacy_encoding",
+            RejectReason::EmptySource => "empty_source",
+            RejectReason::EmptyReference => "empty_reference",
+            RejectReason::TooLong { .. } => "too_long",
+            RejectReason::Unaligned => "unaligned",
+            RejectReason::ControlCharacter { .. } => "control_character",
+            RejectReason::TooFewTokens { .. } => "too_few_tokens",
+            RejectReason::TooManyTokens { .. } => "too_many_tokens",
+            RejectReason::LengthRatio { .. } => "length_ratio",
+            RejectReason::Copy => "copy",
+            RejectReason::FewLetters { .. } => "few_letters",
+            RejectReason::Language { .. } => "language",
+        }
+    }
+
+    /// Whether the codes name a `[filters]` rule (a pair dropped on
+    /// purpose) rather than a malformed line.
+    pub fn is_filter_code(code: &str) -> bool {
+        matches!(
+            code,
+            "too_few_tokens"
+                | "too_many_tokens"
+                | "length_ratio"
+                | "copy"
+                | "few_letters"
+                | "language"
+        )
+    }
 }
 
 impl std::fmt::Display for RejectReason {
@@ -91,6 +183,41 @@ impl std::fmt::Display for RejectReason {
             RejectReason::ControlCharacter { side, code } => {
                 write!(f, "{side} side contains control character U+{code:04X}")
             }
+            RejectReason::TooFewTokens { side, tokens, min } => write!(
+                f,
+                "{side} side has {tokens} tokens, fewer than filters.min_tokens = {min}"
+            ),
+            RejectReason::TooManyTokens { side, tokens, max } => write!(
+                f,
+                "{side} side has {tokens} tokens, more than filters.max_tokens = {max}"
+            ),
+            RejectReason::LengthRatio {
+                source,
+                reference,
+                max,
+            } => write!(
+                f,
+                "{source} source tokens against {reference} reference tokens, a ratio above filters.max_length_ratio = {max}"
+            ),
+            RejectReason::Copy => write!(f, "the source is the reference (filters.drop_copies)"),
+            RejectReason::FewLetters {
+                side,
+                letters,
+                chars,
+                min,
+            } => write!(
+                f,
+                "{side} side has {letters} letters in {chars} characters, less than filters.min_letter_ratio = {min}"
+            ),
+            RejectReason::Language {
+                side,
+                expected,
+                detected,
+                confidence,
+            } => write!(
+                f,
+                "{side} side looks like {detected} (confidence {confidence:.2}), not {expected}"
+            ),
         }
     }
 }
@@ -143,7 +270,7 @@ fn not_utf8(bytes: &[u8]) -> RejectReason {
 }
 
 /// A line that was not used, with where it was.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Reject {
     pub file: String,
     pub line: u64,
@@ -153,7 +280,7 @@ pub struct Reject {
 }
 
 /// One item of the bitext.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     Pair(Pair),
     Reject(Reject),

@@ -33,6 +33,9 @@ pub struct JobConfig {
     pub job: Job,
     pub input: Input,
     pub model: Model,
+    /// Rules that drop pairs before translation (`crate::filters`).
+    #[serde(default, skip_serializing_if = "crate::filters::Filters::is_empty")]
+    pub filters: crate::filters::Filters,
     #[serde(default)]
     pub scoring: Scoring,
     #[serde(default)]
@@ -356,6 +359,22 @@ impl JobConfig {
         if self.input.paths.is_empty() {
             return bad("input.paths", "needs at least one file".into());
         }
+        if let Err(e) = self.filters.validate() {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                key: match e.key {
+                    "min_tokens" => "filters.min_tokens",
+                    "max_tokens" => "filters.max_tokens",
+                    "max_length_ratio" => "filters.max_length_ratio",
+                    "min_letter_ratio" => "filters.min_letter_ratio",
+                    "source_lang" => "filters.source_lang",
+                    "reference_lang" => "filters.reference_lang",
+                    "lang_min_confidence" => "filters.lang_min_confidence",
+                    _ => "filters.lang_candidates",
+                },
+                message: e.message,
+            });
+        }
         if self.scoring.model.is_some() && self.scoring.vectors.is_some() {
             return bad(
                 "scoring.model",
@@ -566,6 +585,10 @@ impl JobConfig {
         put("model.beam", &self.model.beam);
         put("model.max_new_tokens", &self.model.max_new_tokens);
         put("scoring", &self.scoring);
+        // Left out when empty, so jobs from before `[filters]` keep their key.
+        if !self.filters.is_empty() {
+            put("filters", &self.filters);
+        }
         out
     }
 }

@@ -6,6 +6,7 @@ pub mod bitext;
 pub mod bleu;
 pub mod config;
 pub mod encoder;
+pub mod filters;
 pub mod lm;
 pub mod proto;
 pub mod schema;

@@ -211,6 +211,9 @@ pub struct Report {
     pub no_para_score: u64,
     pub truncated: u64,
     pub ranges: Vec<RangeRow>,
+    /// Input lines the job did not use, by reason code, from the job's
+    /// `_manifest.json` (empty for a dataset without one).
+    pub rejects_by_reason: std::collections::BTreeMap<String, u64>,
 }
 
 /// A fixed-range histogram; values outside are clamped to the end bins.
@@ -245,6 +248,7 @@ const SCATTER_POINTS: usize = 4000;
 pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError> {
     let idf = Idf::load(freq)?;
     let files = dataset_files(input)?;
+    let rejects_by_reason = manifest_rejects(input)?;
     let mut r = Report {
         input: input.display().to_string(),
         ranges: PARA_RANGES
@@ -254,6 +258,7 @@ pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError>
                 ..Default::default()
             })
             .collect(),
+        rejects_by_reason,
         ..Default::default()
     };
     let mut hists: Vec<(&str, &str, Hist)> = vec![
@@ -477,6 +482,23 @@ fn pm(m: &Moments, digits: usize) -> String {
     format!("{:.*} ± {:.*}", digits, m.mean, digits, m.std())
 }
 
+/// `rejects_by_reason` of a job output's `_manifest.json` (bins and
+/// rescores have none).
+fn manifest_rejects(input: &Path) -> Result<std::collections::BTreeMap<String, u64>, ReportError> {
+    let path = input.join("_manifest.json");
+    if !input.is_dir() || !path.exists() {
+        return Ok(Default::default());
+    }
+    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ReportError::Io {
+        path: path.clone(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+    })?;
+    Ok(v.get("rejects_by_reason")
+        .and_then(|m| serde_json::from_value(m.clone()).ok())
+        .unwrap_or_default())
+}
+
 fn tables(r: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "## Corpus statistics (seed 000, Table 1)\n");
@@ -529,6 +551,22 @@ fn tables(r: &Report) -> String {
         s,
         "\nParaNMT-50M for comparison: 4.0M / 3.8M / 6.9M / 14.4M / 18.0M pairs, mean trigram overlap 0.00 / 0.02 / 0.07 / 0.17 / 0.35.\n"
     );
+    if !r.rejects_by_reason.is_empty() {
+        let _ = writeln!(s, "## Input lines not used (`_rejects/`)\n");
+        let _ = writeln!(s, "| reason | kind | lines |");
+        let _ = writeln!(s, "|---|---|---:|");
+        let mut by: Vec<_> = r.rejects_by_reason.iter().collect();
+        by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (code, n) in by {
+            let kind = if paraforge_core::bitext::RejectReason::is_filter_code(code) {
+                "[filters] rule"
+            } else {
+                "malformed"
+            };
+            let _ = writeln!(s, "| {code} | {kind} | {n} |");
+        }
+        s.push('\n');
+    }
     s
 }
 

@@ -3,7 +3,7 @@
 pub mod node;
 pub mod shard;
 
-pub use shard::{process, Progress, Scorers, ShardError, ShardInput, ShardOutput};
+pub use shard::{process, Progress, Scorers, ShardError, ShardInput, ShardOutput, Stages};
 
 #[cfg(test)]
 mod tests {
@@ -11,6 +11,7 @@ mod tests {
 
     use arrow_array::{Array, StringArray};
     use paraforge_core::bitext::Format;
+    use paraforge_core::filters::{Filters, PreFilter};
     use paraforge_core::Vectors;
     use paraforge_nmt::{GenerateOptions, LoadOptions, Translator};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -70,9 +71,12 @@ mod tests {
             &shard,
             &mut t,
             &o,
-            Scorers {
-                encoder: Some(&v),
-                lm: Some(&lm),
+            Stages {
+                filters: &PreFilter::new(&Filters::default()).unwrap(),
+                scorers: Scorers {
+                    encoder: Some(&v),
+                    lm: Some(&lm),
+                },
             },
             &[("paraforge.model", "tiny".into())],
             &progress,
@@ -155,5 +159,111 @@ mod tests {
             .collect();
         assert_eq!(ids, want);
         assert_eq!(out.parquet_sha256.len(), 64);
+    }
+
+    /// `[filters]` in the worker on real lines of the sample with the junk
+    /// crawled bitexts hold: each rule drops its lines with its code, the
+    /// rest are translated in input order.
+    #[test]
+    fn filters_drop_junk_before_translation_with_a_code_per_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let text =
+            std::fs::read_to_string(root().join("data/sample/czeng16-heldout.cs-en.tsv")).unwrap();
+        let real: Vec<&str> = text.lines().skip(1000).take(40).collect();
+        let en = |i: usize| real[i].split('\t').nth(3).unwrap().to_string();
+        let mut lines: Vec<String> = real.iter().map(|l| l.to_string()).collect();
+        let junk = [
+            (5, format!("j-1\t1.0\t{}\t{}", en(0), en(0)), "copy"),
+            (10, format!("j-2\t1.0\t{}\t{}", en(1), en(2)), "language"),
+            (
+                15,
+                "j-3\t1.0\t2014 - 2015 | 12,5 %\t2014 - 2015 | 12.5 %".into(),
+                "few_letters",
+            ),
+            (20, "j-4\t1.0\tAno.\tYes.".into(), "too_few_tokens"),
+            (
+                25,
+                format!("j-5\t1.0\tAno, to je ono.\t{}", en(3) + " " + &en(4)),
+                "length_ratio",
+            ),
+        ];
+        for (at, line, _) in &junk {
+            lines.insert(*at, line.clone());
+        }
+        let input = dir.path().join("in.tsv");
+        std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+        let cfg: Filters = toml::from_str(
+            "min_tokens = 3\nmax_length_ratio = 3.0\ndrop_copies = true\n\
+             min_letter_ratio = 0.5\nsource_lang = \"ces\"\nreference_lang = \"eng\"",
+        )
+        .unwrap();
+        let mut t =
+            Translator::load(&root().join("models/tiny-cs-en"), &LoadOptions::default()).unwrap();
+        let shard = ShardInput {
+            path: input.display().to_string(),
+            format: Format::Czeng16,
+            byte_start: 0,
+            byte_end: 0,
+            first_line: 1,
+            lines: 0,
+            max_chars: 1000,
+        };
+        let o = GenerateOptions {
+            num_beams: 1,
+            max_new_tokens: Some(8),
+            ..GenerateOptions::default()
+        };
+        let out = process(
+            &shard,
+            &mut t,
+            &o,
+            Stages {
+                filters: &PreFilter::new(&cfg).unwrap(),
+                scorers: Scorers::default(),
+            },
+            &[],
+            &Progress::default(),
+            &|| false,
+        )
+        .unwrap();
+        let rejects: Vec<serde_json::Value> = String::from_utf8(out.rejects_jsonl)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let got: Vec<(u64, &str)> = rejects
+            .iter()
+            .map(|r| (r["line"].as_u64().unwrap(), r["code"].as_str().unwrap()))
+            .collect();
+        let want: Vec<(u64, &str)> = junk
+            .iter()
+            .map(|(at, _, code)| (*at as u64 + 1, *code))
+            .collect();
+        assert_eq!(got, want, "{rejects:#?}");
+        assert_eq!((out.pairs, out.rejects), (40, 5));
+        let ids: Vec<String> =
+            ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(out.parquet))
+                .unwrap()
+                .build()
+                .unwrap()
+                .flat_map(|b| {
+                    let b = b.unwrap();
+                    let c = b
+                        .column_by_name("id")
+                        .unwrap()
+                        .as_any()
+                        .downcast_ref::<StringArray>()
+                        .unwrap()
+                        .clone();
+                    (0..c.len())
+                        .map(|i| c.value(i).to_string())
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+        let kept: Vec<String> = real
+            .iter()
+            .map(|l| l.split('\t').next().unwrap().to_string())
+            .collect();
+        assert_eq!(ids, kept);
     }
 }

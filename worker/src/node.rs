@@ -13,7 +13,7 @@ use paraforge_core::proto::{self as pb, lease_shard_response};
 use paraforge_core::storage::Storage;
 use paraforge_nmt::{Device, GenerateOptions, LoadOptions, Translator};
 
-use crate::shard::{process, Progress, Scorers, ShardInput, ShardOutput};
+use crate::shard::{process, Progress, Scorers, ShardInput, ShardOutput, Stages};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -158,6 +158,10 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
         .map_err(|e| WorkerError::Config(e.to_string()))?
         .map_err(WorkerError::Config)?
         .map(Arc::new);
+    let filters = Arc::new(
+        paraforge_core::filters::PreFilter::new(&cfg.filters)
+            .map_err(|e| WorkerError::Config(e.to_string()))?,
+    );
     let storage = Storage::open(&cfg.job.output)?;
     let gen = GenerateOptions {
         num_beams: cfg.model.beam,
@@ -292,7 +296,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             })
         };
         let result = {
-            let (t, v, lm, gen, md, progress, revoked) = (
+            let (t, v, lm, gen, md, progress, revoked, filters) = (
                 translator.clone(),
                 vectors.clone(),
                 lm.clone(),
@@ -300,6 +304,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                 metadata.clone(),
                 progress.clone(),
                 revoked.clone(),
+                filters.clone(),
             );
             tokio::task::spawn_blocking(move || {
                 let mut t = t.lock().unwrap_or_else(|p| p.into_inner());
@@ -308,9 +313,12 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                     &input,
                     &mut t,
                     &gen,
-                    Scorers {
-                        encoder: v.as_deref(),
-                        lm: lm.as_deref(),
+                    Stages {
+                        filters: &filters,
+                        scorers: Scorers {
+                            encoder: v.as_deref(),
+                            lm: lm.as_deref(),
+                        },
                     },
                     &md,
                     &progress,

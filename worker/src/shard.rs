@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 
-use paraforge_core::bitext::{BitextReader, Format, ReadOptions, Record, Reject};
+use paraforge_core::bitext::{BitextReader, Format, ReadOptions, Record, Reject, RejectReason};
+use paraforge_core::filters::PreFilter;
 use paraforge_core::schema::{schema, writer_properties, PairRow, RowsBuilder};
 use paraforge_core::{ArpaModel, EncoderError, Scorer, SentenceEncoder};
 use paraforge_nmt::{Flag, GenerateOptions, Translator};
@@ -74,8 +75,29 @@ impl ShardError {
 /// Pairs per chunk passed between the stages.
 const CHUNK: usize = 256;
 
+/// One line of `_rejects/`: where, why (`code` is what the coordinator
+/// counts by reason), and the text.
 fn reject_json(r: &Reject) -> String {
-    serde_json::json!({"file": r.file, "line": r.line, "reason": r.reason.to_string(), "text": r.text}).to_string()
+    serde_json::json!({"file": r.file, "line": r.line, "code": r.reason.code(), "reason": r.reason.to_string(), "text": r.text}).to_string()
+}
+
+/// A pair `[filters]` dropped, as a reject: the text is the two sides
+/// joined by a tab, at most 1 KB.
+fn filtered(path: &str, p: &paraforge_core::bitext::Pair, reason: RejectReason) -> Reject {
+    let mut text = format!("{}\t{}", p.source, p.reference);
+    if text.len() > 1024 {
+        let mut end = 1024;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    Reject {
+        file: path.to_string(),
+        line: p.line,
+        reason,
+        text,
+    }
 }
 
 /// The para_score encoder `[scoring]` names (a trained model or word
@@ -112,12 +134,20 @@ pub struct Scorers<'a> {
     pub lm: Option<&'a ArpaModel>,
 }
 
+/// What a worker holds for every shard it runs, built once: the
+/// pre-translation filters and the scorers.
+#[derive(Clone, Copy)]
+pub struct Stages<'a> {
+    pub filters: &'a PreFilter,
+    pub scorers: Scorers<'a>,
+}
+
 /// Runs one shard. `cancel` is polled between chunks.
 pub fn process(
     input: &ShardInput,
     translator: &mut Translator,
     opts: &GenerateOptions,
-    scorers: Scorers<'_>,
+    stages: Stages<'_>,
     metadata: &[(&str, String)],
     progress: &Progress,
     cancel: &(dyn Fn() -> bool + Sync),
@@ -146,6 +176,7 @@ pub fn process(
         Vec<paraforge_nmt::Translation>,
     )>(2);
     let path = input.path.clone();
+    let (filters, scorers) = (stages.filters, stages.scorers);
 
     std::thread::scope(|scope| {
         // Stage 1: read.
@@ -160,17 +191,20 @@ pub fn process(
             let mut repeated = 0u64;
             for rec in reader {
                 match rec {
-                    Ok(Record::Pair(p)) => {
-                        if !p.id.is_empty() {
-                            if let Some(first) = seen.insert(p.id.clone(), p.line) {
-                                repeated += 1;
-                                if repeated <= 10 {
-                                    tracing::warn!(path = %path, id = %p.id, line = p.line, first_line = first, "a pair id appears twice in one shard");
+                    Ok(Record::Pair(p)) => match filters.check(&p.source, &p.reference) {
+                        Some(reason) => rejects.push(filtered(&path, &p, reason)),
+                        None => {
+                            if !p.id.is_empty() {
+                                if let Some(first) = seen.insert(p.id.clone(), p.line) {
+                                    repeated += 1;
+                                    if repeated <= 10 {
+                                        tracing::warn!(path = %path, id = %p.id, line = p.line, first_line = first, "a pair id appears twice in one shard");
+                                    }
                                 }
                             }
+                            pairs.push(p)
                         }
-                        pairs.push(p)
-                    }
+                    },
                     Ok(Record::Reject(r)) => rejects.push(r),
                     Err(e) => {
                         let _ = to_translate.send(Err(ShardError::Read {
@@ -180,7 +214,8 @@ pub fn process(
                         return;
                     }
                 }
-                if pairs.len() == CHUNK {
+                // Rejects flush too: a shard that is all junk stays bounded.
+                if pairs.len() == CHUNK || rejects.len() == CHUNK {
                     let chunk = (
                         std::mem::replace(&mut pairs, Vec::with_capacity(CHUNK)),
                         std::mem::take(&mut rejects),
