@@ -22,17 +22,40 @@ $BIN translate --model models/tiny-cs-en --beam 12 --batch-size 16 --max-new-tok
   --threads 2 --timing "$OUT/cs.txt" -o /dev/null 2> "$OUT/engine.log"
 ENGINE=$(grep '^{' "$OUT/engine.log" | tail -1)
 
-# The whole pipeline, wall clock from start to _SUCCESS (includes model load).
-START=$(date +%s.%N)
-$BIN run --config "$OUT/job.toml" > "$OUT/run.log" 2>&1
-END=$(date +%s.%N)
+# The same job with every [filters] rule on and the perplexity column (a
+# 3-gram model of the sample's references): what they cost end to end.
+cut -f4 data/sample/czeng16-heldout.cs-en.tsv > "$OUT/refs.txt"
+$BIN lm-train --order 3 "$OUT/refs.txt" -o "$OUT/refs.arpa" > "$OUT/lm.log" 2>&1
+sed -e 's#^output = .*#output = "'"$OUT"'/out-filters"#' "$OUT/job.toml" \
+  | sed -e 's#^\[scoring\]#[filters]\nmin_tokens = 3\nmax_tokens = 80\nmax_length_ratio = 3.0\ndrop_copies = true\nmin_letter_ratio = 0.5\nsource_lang = "ces"\nreference_lang = "eng"\n\n[scoring]\nlm = "'"$OUT"'/refs.arpa"#' \
+  > "$OUT/job-filters.toml"
 
-python3 - "$ENGINE" "$START" "$END" "$N" <<'PY'
+# The whole pipeline, wall clock from start to _SUCCESS (includes model
+# load); plain and with filters alternate, two runs each.
+run() {
+  local cfg=$1 start end
+  rm -rf "$(grep '^output' "$cfg" | cut -d'"' -f2)"
+  start=$(date +%s.%N)
+  $BIN run --config "$cfg" > "$OUT/run-$(basename "$cfg" .toml).log" 2>&1
+  end=$(date +%s.%N)
+  python3 -c "print($end - $start)"
+}
+PLAIN=(); FILTERS=()
+for _ in 1 2; do
+  PLAIN+=("$(run "$OUT/job.toml")")
+  FILTERS+=("$(run "$OUT/job-filters.toml")")
+done
+grep "rejected by reason" "$OUT/run-job-filters.log" || true
+
+python3 - "$ENGINE" "$N" "${PLAIN[*]}" "${FILTERS[*]}" <<'PY'
 import json, sys
-e = json.loads(sys.argv[1]); start, end, n = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+e = json.loads(sys.argv[1]); n = int(sys.argv[2])
+plain = min(float(x) for x in sys.argv[3].split()); filt = min(float(x) for x in sys.argv[4].split())
 engine = e["sentences"] / e["seconds"]
-pipe = n / (end - start)
+pipe, pipe_f = n / plain, n / filt
 print(f"engine alone:  {engine:8.1f} pairs/s ({e['sentences']} sentences, {e['seconds']:.1f} s)")
-print(f"paraforge run: {pipe:8.1f} pairs/s ({n} pairs, {end - start:.1f} s wall, model load included)")
+print(f"paraforge run: {pipe:8.1f} input pairs/s ({n} pairs, {plain:.1f} s wall, model load included; best of {sys.argv[3]})")
 print(f"ratio:         {pipe / engine:.2f}")
+print(f"with [filters] and translation_perplexity: {pipe_f:8.1f} input pairs/s ({filt:.1f} s; best of {sys.argv[4]}); "
+      f"cost {100 * (1 - pipe_f / pipe):.1f}% of end-to-end throughput")
 PY
