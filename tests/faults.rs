@@ -17,7 +17,7 @@
 //! `faults_short` (in `make test`) injects each fault once; `make soak`
 //! runs `soak` for PARAFORGE_SOAK_ROUNDS (default 200) randomized rounds.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -30,9 +30,9 @@ use sha2::Digest;
 const LEASE_SECONDS: u64 = 5;
 const DIRTY: usize = 4;
 /// Lines added that the job's `[filters]` drop (two copies, one of
-/// numbers only); the sample has real ones too.
-const FILTERED: usize = 3;
-const FILTERS: &str = "drop_copies = true\nmin_letter_ratio = 0.3\n";
+/// numbers only, a repeated source); the sample has real ones too.
+const FILTERED: usize = 4;
+const FILTERS: &str = "drop_copies = true\nmin_letter_ratio = 0.3\ndedup_sources = true\n";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Fault {
@@ -190,22 +190,18 @@ fn refused(config: &Path) -> String {
     err
 }
 
-/// The job: `lines` sample pairs plus four dirty lines and three that its
+/// The job: `lines` sample pairs plus four dirty lines and four that its
 /// `[filters]` drop, shards of 50, at most `attempts` leases per shard.
-/// Returns the config, the ids the output must hold (the sample's pairs
-/// the filters keep, computed by the filter code itself) and the number of
-/// shards.
-fn write_job(dir: &Path, lines: usize, attempts: u32) -> (PathBuf, Vec<String>, usize) {
+/// Returns the config, the ids the output must hold and the rejects by
+/// reason its manifest must count (both worked out here: the sample's own
+/// repeats and copies by a plain pass, the rules by the filter code), and
+/// the number of shards.
+fn write_job(
+    dir: &Path,
+    lines: usize,
+    attempts: u32,
+) -> (PathBuf, Vec<String>, BTreeMap<String, u64>, usize) {
     let (mut rows, _) = sample_lines(lines);
-    let filter =
-        paraforge_core::filters::PreFilter::new(&toml::from_str(FILTERS).unwrap()).unwrap();
-    let ids: Vec<String> = rows
-        .iter()
-        .filter_map(|l| {
-            let c: Vec<&str> = l.split('\t').collect();
-            filter.check(c[2], c[3]).is_none().then(|| c[0].to_string())
-        })
-        .collect();
     rows.insert(7, "no tabs at all".into());
     rows.insert(60, "f1\t1.0\tHome page\thome  page".into());
     rows.insert(100, "d2\t1.0\t\tempty source".into());
@@ -216,6 +212,32 @@ fn write_job(dir: &Path, lines: usize, attempts: u32) -> (PathBuf, Vec<String>, 
     rows.insert(301, "d3\t1.0\tjen tři sloupce".into());
     rows.insert(450, "d4\t1.0\tčesky\t".into());
     rows.insert(470, "f3\t1.0\tKontakt\tKontakt".into());
+    // A real source again, with another id and reference.
+    let again = rows[30].split('\t').nth(2).unwrap().to_string();
+    rows.insert(600, format!("f4\t1.0\t{again}\tThe same source once more."));
+    let filter =
+        paraforge_core::filters::PreFilter::new(&toml::from_str(FILTERS).unwrap()).unwrap();
+    let (mut ids, mut by) = (Vec::new(), BTreeMap::<String, u64>::new());
+    let mut seen = std::collections::HashSet::new();
+    for l in &rows {
+        let c: Vec<&str> = l.split('\t').collect();
+        let code = match c.as_slice() {
+            [_, _, s, r] if !s.is_empty() && !r.is_empty() => {
+                if !seen.insert(s.to_string()) {
+                    Some("duplicate")
+                } else {
+                    filter.check(s, r).map(|why| why.code())
+                }
+            }
+            [_, _, "", _] => Some("empty_source"),
+            [_, _, _, ""] => Some("empty_reference"),
+            _ => Some("columns"),
+        };
+        match code {
+            Some(code) => *by.entry(code.to_string()).or_default() += 1,
+            None => ids.push(c[0].to_string()),
+        }
+    }
     let input = dir.join("input.tsv");
     std::fs::write(&input, rows.join("\n") + "\n").unwrap();
     let shards = (lines + DIRTY + FILTERED).div_ceil(50);
@@ -232,7 +254,7 @@ fn write_job(dir: &Path, lines: usize, attempts: u32) -> (PathBuf, Vec<String>, 
     );
     let cfg = dir.join("job.toml");
     std::fs::write(&cfg, text).unwrap();
-    (cfg, ids, shards)
+    (cfg, ids, by, shards)
 }
 
 /// Starts the coordinator again on the same state file and port (the
@@ -264,7 +286,7 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usi
     } else {
         100
     };
-    let (cfg, ids, shards) = write_job(dir.path(), lines, attempts);
+    let (cfg, ids, by_reason, shards) = write_job(dir.path(), lines, attempts);
     let input = dir.path().join("input.tsv");
     let out = dir.path().join("out");
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -438,25 +460,22 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usi
     // The manifest: rejects counted, checksums and row counts right.
     let m: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("_manifest.json")).unwrap()).unwrap();
-    let in_sample = lines - want.len();
+    assert_eq!(m["rejects"], by_reason.values().sum::<u64>(), "seed {seed}");
+    // Counted once per line, whichever attempt committed it.
     assert_eq!(
-        m["rejects"],
-        (DIRTY + FILTERED + in_sample) as u64,
+        m["rejects_by_reason"],
+        serde_json::json!(by_reason),
         "seed {seed}"
     );
-    let by = &m["rejects_by_reason"];
     assert_eq!(
         (
-            &by["columns"],
-            &by["empty_source"],
-            &by["empty_reference"],
-            &by["few_letters"]
+            by_reason["columns"],
+            by_reason["duplicate"],
+            by_reason["copy"]
         ),
-        (&2.into(), &1.into(), &1.into(), &1.into()),
-        "seed {seed}: counted once per line, whichever attempt committed: {by}"
+        (2, 2, 3),
+        "the job's own junk, the sample's one repeated source and its French copy"
     );
-    // The sample's own drops are copies (a French line in the WMT set).
-    assert_eq!(by["copy"], (2 + in_sample) as u64, "seed {seed}: {by}");
     assert_eq!(m["shards_committed"], shards as u64, "seed {seed}");
     let mut listed = Vec::new();
     for f in m["files"]

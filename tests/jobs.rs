@@ -357,9 +357,18 @@ async fn the_corpus_does_not_depend_on_shards_batches_or_workers() {
     let mut outputs = Vec::new();
     for (per, workers, batch) in [(40, 2, 16), (n, 1, 5)] {
         let dir = tempfile::tempdir().unwrap();
-        let (rows, _) = sample_lines(n);
+        // With repeated sources dropped: line 51's source also comes first
+        // as line 21 (so the copy is kept and line 51 dropped), and line 6's
+        // again at the end, in another shard.
+        let (mut rows, _) = sample_lines(n);
+        let src = |l: &str| l.split('\t').nth(2).unwrap().to_string();
+        let early = format!("rep-1\t1.0\t{}\tAn earlier copy.", src(&rows[50]));
+        let late = format!("rep-2\t1.0\t{}\tA later copy.", src(&rows[5]));
+        rows.insert(20, early);
+        rows.push(late);
         std::fs::write(dir.path().join("input.tsv"), rows.join("\n") + "\n").unwrap();
         let mut cfg = config(dir.path(), "invariance", per, "", "beam = 12");
+        cfg.filters.dedup_sources = true;
         cfg.model.dir = paraforge_tests::model("demo-cs-en").display().to_string();
         cfg.model.batch_size = batch;
         cfg.model.max_new_tokens = None;
@@ -386,6 +395,11 @@ async fn the_corpus_does_not_depend_on_shards_batches_or_workers() {
         outputs.push(all_rows(&dir.path().join("out")));
     }
     assert_eq!(outputs[0].len(), n);
+    let ids: Vec<&str> = outputs[0]
+        .iter()
+        .map(|r| r.split('\t').next().unwrap())
+        .collect();
+    assert!(ids.contains(&"rep-1") && !ids.contains(&"rep-2"), "{ids:?}");
     let differ = outputs[0]
         .iter()
         .zip(&outputs[1])

@@ -17,8 +17,9 @@ sed -e 's#^output = .*#output = "'"$OUT"'/out"#' \
     -e '/^\[bins\]/,/^train_sample/d' \
     pipeline-configs/demo.toml > "$OUT/job.toml"
 
-# The engine alone (timing excludes model loading).
-$BIN translate --model models/tiny-cs-en --beam 12 --batch-size 16 --max-new-tokens 96 \
+# The engine alone (timing excludes model loading), on the job's model.
+MODEL=$(sed -n 's/^dir = "\([^"]*\)".*/\1/p' "$OUT/job.toml" | head -1)
+$BIN translate --model "$MODEL" --beam 12 --batch-size 16 --max-new-tokens 96 \
   --threads 2 --timing "$OUT/cs.txt" -o /dev/null 2> "$OUT/engine.log"
 ENGINE=$(grep '^{' "$OUT/engine.log" | tail -1)
 

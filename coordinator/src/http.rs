@@ -374,6 +374,7 @@ mod tests {
                 byte_end: 9,
                 first_line: 1,
                 lines: 3,
+                drop_lines: Vec::new(),
             }]
         })
         .unwrap();

@@ -1,6 +1,7 @@
 //! The coordinator: plans shards, hands out leases with fencing tokens,
 //! and keeps the job's state durable (`state`).
 
+pub mod dedup;
 pub mod http;
 pub mod plan;
 pub mod run;

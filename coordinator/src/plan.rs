@@ -156,6 +156,7 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
                 byte_end,
                 first_line,
                 lines,
+                drop_lines: Vec::new(),
             })
         };
         if by_lines {
@@ -229,6 +230,14 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
         if !prints.iter().any(|f| f.input == p) {
             prints.push(fingerprint(&p)?);
         }
+    }
+    if cfg.filters.dedup_sources {
+        let r = crate::dedup::mark_duplicates(cfg, &mut out)?;
+        tracing::info!(
+            pairs = r.pairs,
+            duplicates = r.duplicates,
+            "sources repeated in the job found; the workers will drop them"
+        );
     }
     Ok(Plan {
         shards: out,

@@ -682,6 +682,7 @@ impl Coordinator for CoordinatorService {
                         } else {
                             0
                         },
+                        drop_lines: l.spec.drop_lines.clone(),
                     }),
                     lease_token: l.token,
                     deadline_unix_ms: l.deadline_ms,
@@ -975,6 +976,7 @@ mod tests {
                     byte_end: (i + 1) * 10,
                     first_line: i * 5 + 1,
                     lines: 5,
+                    drop_lines: Vec::new(),
                 })
                 .collect()
         })

@@ -48,6 +48,10 @@ pub struct ShardSpec {
     pub first_line: u64,
     /// Lines in the shard (read `lines` lines from `first_line`).
     pub lines: u64,
+    /// Lines (numbers in the file, ascending) whose source repeats an
+    /// earlier one of the job: `[filters] dedup_sources`, fixed at planning.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drop_lines: Vec<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -685,6 +689,7 @@ mod tests {
                 byte_end: (i + 1) * 100,
                 first_line: i * 10 + 1,
                 lines: 10,
+                drop_lines: Vec::new(),
             })
             .collect()
     }

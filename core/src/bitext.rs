@@ -97,6 +97,9 @@ pub enum RejectReason {
         chars: usize,
         min: f64,
     },
+    /// `[filters] dedup_sources`: the same source text as an earlier line
+    /// of the job.
+    Duplicate,
     /// `[filters]`: a side is in another language than the job says.
     Language {
         side: &'static str,
@@ -123,6 +126,7 @@ impl RejectReason {
         "copy",
         "few_letters",
         "language",
+        "duplicate",
     ];
 
     /// A stable name for counting rejects by reason (`_manifest.json`,
@@ -143,6 +147,7 @@ impl RejectReason {
             RejectReason::Copy => "copy",
             RejectReason::FewLetters { .. } => "few_letters",
             RejectReason::Language { .. } => "language",
+            RejectReason::Duplicate => "duplicate",
         }
     }
 
@@ -157,6 +162,7 @@ impl RejectReason {
                 | "copy"
                 | "few_letters"
                 | "language"
+                | "duplicate"
         )
     }
 }
@@ -200,6 +206,10 @@ impl std::fmt::Display for RejectReason {
                 "{source} source tokens against {reference} reference tokens, a ratio above filters.max_length_ratio = {max}"
             ),
             RejectReason::Copy => write!(f, "the source is the reference (filters.drop_copies)"),
+            RejectReason::Duplicate => write!(
+                f,
+                "the same source as an earlier line of the job (filters.dedup_sources)"
+            ),
             RejectReason::FewLetters {
                 side,
                 letters,

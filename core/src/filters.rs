@@ -43,6 +43,12 @@ pub struct Filters {
     /// often detected wrongly with low confidence (docs/filters.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lang_min_confidence: Option<f64>,
+    /// Drop every pair whose source text occurred earlier in the job (input
+    /// files in config order, lines in file order), exactly, byte for byte.
+    /// Found when the job is planned, in a pass that spills source hashes to
+    /// disk (`coordinator::dedup`), so no process holds the job's pairs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dedup_sources: bool,
     /// The languages the detector chooses among (ISO 639-3). Default: the
     /// job's two languages when both are given (which side is in which
     /// language: the common junk, and the most accurate setting), all the

@@ -47,6 +47,7 @@ mod tests {
             first_line: 1,
             lines: 0,
             max_chars: 1000,
+            drop_lines: Vec::new(),
         };
         let o = GenerateOptions {
             num_beams: 2,
@@ -207,6 +208,8 @@ mod tests {
             first_line: 1,
             lines: 0,
             max_chars: 1000,
+            // As the coordinator's dedup pass would mark a repeated source.
+            drop_lines: vec![3],
         };
         let o = GenerateOptions {
             num_beams: 1,
@@ -235,12 +238,12 @@ mod tests {
             .iter()
             .map(|r| (r["line"].as_u64().unwrap(), r["code"].as_str().unwrap()))
             .collect();
-        let want: Vec<(u64, &str)> = junk
-            .iter()
-            .map(|(at, _, code)| (*at as u64 + 1, *code))
+        let want: Vec<(u64, &str)> = [(3, "duplicate")]
+            .into_iter()
+            .chain(junk.iter().map(|(at, _, code)| (*at as u64 + 1, *code)))
             .collect();
         assert_eq!(got, want, "{rejects:#?}");
-        assert_eq!((out.pairs, out.rejects), (40, 5));
+        assert_eq!((out.pairs, out.rejects), (39, 6));
         let ids: Vec<String> =
             ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(out.parquet))
                 .unwrap()
@@ -262,6 +265,9 @@ mod tests {
                 .collect();
         let kept: Vec<String> = real
             .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != 2)
+            .map(|(_, l)| l)
             .map(|l| l.split('\t').next().unwrap().to_string())
             .collect();
         assert_eq!(ids, kept);

@@ -240,6 +240,11 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                 0
             },
             max_chars: cfg.input.max_chars,
+            drop_lines: {
+                let mut d = spec.drop_lines.clone();
+                d.sort_unstable();
+                d
+            },
         };
         tracing::info!(worker = %worker_id, shard = spec.shard_id, token = lease.lease_token, attempt = lease.attempt, "processing shard");
 

@@ -30,6 +30,9 @@ pub struct ShardInput {
     pub first_line: u64,
     pub lines: u64,
     pub max_chars: usize,
+    /// Lines (ascending) to drop as repeated sources (`[filters]
+    /// dedup_sources`, decided by the coordinator when it planned the job).
+    pub drop_lines: Vec<u64>,
 }
 
 /// Counters a heartbeat reports while the shard runs.
@@ -177,6 +180,7 @@ pub fn process(
     )>(2);
     let path = input.path.clone();
     let (filters, scorers) = (stages.filters, stages.scorers);
+    let drop_lines = &input.drop_lines;
 
     std::thread::scope(|scope| {
         // Stage 1: read.
@@ -191,7 +195,12 @@ pub fn process(
             let mut repeated = 0u64;
             for rec in reader {
                 match rec {
-                    Ok(Record::Pair(p)) => match filters.check(&p.source, &p.reference) {
+                    Ok(Record::Pair(p)) => match drop_lines
+                        .binary_search(&p.line)
+                        .is_ok()
+                        .then_some(RejectReason::Duplicate)
+                        .or_else(|| filters.check(&p.source, &p.reference))
+                    {
                         Some(reason) => rejects.push(filtered(&path, &p, reason)),
                         None => {
                             if !p.id.is_empty() {
