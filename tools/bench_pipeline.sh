@@ -28,7 +28,7 @@ ENGINE=$(grep '^{' "$OUT/engine.log" | tail -1)
 cut -f4 data/sample/czeng16-heldout.cs-en.tsv > "$OUT/refs.txt"
 $BIN lm-train --order 3 "$OUT/refs.txt" -o "$OUT/refs.arpa" > "$OUT/lm.log" 2>&1
 sed -e 's#^output = .*#output = "'"$OUT"'/out-filters"#' "$OUT/job.toml" \
-  | sed -e 's#^\[scoring\]#[filters]\nmin_tokens = 3\nmax_tokens = 80\nmax_length_ratio = 3.0\ndrop_copies = true\nmin_letter_ratio = 0.5\nsource_lang = "ces"\nreference_lang = "eng"\n\n[scoring]\nlm = "'"$OUT"'/refs.arpa"#' \
+  | sed -e 's#^\[scoring\]#[filters]\nmin_tokens = 3\nmax_tokens = 80\nmax_length_ratio = 3.0\ndrop_copies = true\nmin_letter_ratio = 0.5\nsource_lang = "ces"\nreference_lang = "eng"\ndedup_sources = true\n\n[scoring]\nlm = "'"$OUT"'/refs.arpa"#' \
   > "$OUT/job-filters.toml"
 
 # The whole pipeline, wall clock from start to _SUCCESS (includes model
