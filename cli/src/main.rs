@@ -75,9 +75,23 @@ fn main() {
         Command::ExportVectors(a) => embed::export_vectors(a),
     };
     if let Err(e) = result {
-        eprintln!("paraforge: error: {e:#}");
+        eprintln!("paraforge: error: {}", error_text(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes joined by ": ", leaving out a cause whose text
+/// the message already ends with: the library errors name their path and
+/// include their source (`{path}: {source}`), which `{:#}` would print twice.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.ends_with(&c) {
+            text = format!("{text}: {c}");
+        }
+    }
+    text
 }
 
 /// Refuses `--threads` past [`paraforge_core::config::max_threads`] (a
@@ -119,5 +133,25 @@ fn init_logging(filter: &str, json: bool) {
         b.json().init();
     } else {
         b.init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let e =
+            paraforge_core::Model::load(std::path::Path::new("/nonexistent/m.pfe")).unwrap_err();
+        let e = anyhow::Error::new(e).context("evaluating");
+        let text = error_text(&e);
+        assert_eq!(text.matches("No such file").count(), 1, "{text}");
+        assert!(
+            text.starts_with("evaluating: /nonexistent/m.pfe: "),
+            "{text}"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_text(&plain), "outer: inner");
     }
 }
