@@ -385,9 +385,11 @@ mod tests {
                 "w",
                 l.token,
                 vec![],
-                3,
-                1,
-                [("columns".to_string(), 1)].into(),
+                crate::state::Tally {
+                    pairs: 3,
+                    rejects: 1,
+                    rejects_by_reason: [("columns".to_string(), 1)].into(),
+                },
             )
             .unwrap()
             .unwrap();

@@ -17,7 +17,7 @@ use paraforge_core::proto::{self as pb, lease_shard_response};
 use paraforge_core::schema::{part_path, rejects_path, temp_part_path, temp_rejects_path};
 use tonic::{Request, Response, Status};
 
-use crate::state::{JobState, OutputFile, StateError};
+use crate::state::{JobState, OutputFile, StateError, Tally};
 
 /// Longest worker name accepted at registration, in bytes.
 pub const MAX_NAME_BYTES: usize = 128;
@@ -828,9 +828,11 @@ impl Coordinator for CoordinatorService {
                 &r.worker_id,
                 r.lease_token,
                 committed,
-                totals.pairs_written,
-                totals.rejects,
-                by_reason,
+                Tally {
+                    pairs: totals.pairs_written,
+                    rejects: totals.rejects,
+                    rejects_by_reason: by_reason,
+                },
             )
             .map_err(ServiceError::from)?;
         if outcome.is_ok() {

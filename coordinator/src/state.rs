@@ -130,6 +130,26 @@ impl std::fmt::Display for Refusal {
     }
 }
 
+/// What a committed attempt wrote, as the coordinator checked it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub pairs: u64,
+    pub rejects: u64,
+    /// The rejects by reason code, counted in the rejects file.
+    pub rejects_by_reason: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    /// Pairs and rejects, no reasons counted.
+    pub fn counts(pairs: u64, rejects: u64) -> Tally {
+        Tally {
+            pairs,
+            rejects,
+            ..Tally::default()
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Counts {
     pub total: u64,
@@ -565,17 +585,19 @@ impl JobState {
     }
 
     /// Commits a shard's output from its current lease, exactly once.
-    #[allow(clippy::too_many_arguments)] // the lease (3), what it wrote (4)
     pub fn complete(
         &mut self,
         shard_id: u64,
         worker: &str,
         token: u64,
         files: Vec<OutputFile>,
-        pairs: u64,
-        rejects: u64,
-        rejects_by_reason: BTreeMap<String, u64>,
+        tally: Tally,
     ) -> Result<Result<(), Refusal>, StateError> {
+        let Tally {
+            pairs,
+            rejects,
+            rejects_by_reason,
+        } = tally;
         if let Err(r) = self.check_holder(shard_id, worker, token) {
             return Ok(Err(r));
         }
@@ -716,47 +738,31 @@ mod tests {
         assert!(b.token > a.token);
         assert_eq!(b.attempt, 2);
         assert_eq!(
-            st.complete(0, "w1", a.token, vec![file("a")], 10, 0, Default::default())
+            st.complete(0, "w1", a.token, vec![file("a")], Tally::counts(10, 0))
                 .unwrap(),
             Err(Refusal::Superseded)
         );
         assert_eq!(
-            st.complete(0, "w2", b.token, vec![file("b")], 10, 0, Default::default())
+            st.complete(0, "w2", b.token, vec![file("b")], Tally::counts(10, 0))
                 .unwrap(),
             Ok(())
         );
         assert_eq!(
-            st.complete(0, "w2", b.token, vec![file("b")], 10, 0, Default::default())
+            st.complete(0, "w2", b.token, vec![file("b")], Tally::counts(10, 0))
                 .unwrap(),
             Err(Refusal::AlreadyCommitted)
         );
         // Another worker holding a copied token cannot commit or fail it.
         let c = st.lease("w3", 2000, 1000).unwrap().unwrap();
         assert_eq!(
-            st.complete(
-                c.spec.shard_id,
-                "w2",
-                c.token,
-                vec![],
-                1,
-                0,
-                Default::default()
-            )
-            .unwrap(),
+            st.complete(c.spec.shard_id, "w2", c.token, vec![], Tally::counts(1, 0))
+                .unwrap(),
             Err(Refusal::NotHolder)
         );
         assert!(!st.fail(c.spec.shard_id, "w2", c.token, "x", true).unwrap());
         assert_eq!(
-            st.complete(
-                c.spec.shard_id,
-                "w3",
-                c.token,
-                vec![],
-                1,
-                0,
-                Default::default()
-            )
-            .unwrap(),
+            st.complete(c.spec.shard_id, "w3", c.token, vec![], Tally::counts(1, 0))
+                .unwrap(),
             Ok(())
         );
         // The stale holder's heartbeat is told to stop.
@@ -780,7 +786,7 @@ mod tests {
         );
         let l = st.lease("w", 0, 1000).unwrap().unwrap();
         assert_eq!(l.spec.shard_id, 1);
-        st.complete(1, "w", l.token, vec![], 10, 1, Default::default())
+        st.complete(1, "w", l.token, vec![], Tally::counts(10, 1))
             .unwrap()
             .unwrap();
         assert!(st.finished());
@@ -809,9 +815,7 @@ mod tests {
                 "w",
                 l.token,
                 vec![file("x")],
-                10,
-                0,
-                Default::default(),
+                Tally::counts(10, 0),
             )
             .unwrap()
             .unwrap();
@@ -830,7 +834,7 @@ mod tests {
         assert!(l.token > leased_token && leased_token > old_token);
         // The pre-restart lease of shard 1 is refused now.
         assert_eq!(
-            st.complete(1, "w", leased_token, vec![], 1, 0, Default::default())
+            st.complete(1, "w", leased_token, vec![], Tally::counts(1, 0))
                 .unwrap(),
             Err(Refusal::Superseded)
         );
