@@ -329,7 +329,7 @@ struct Checked {
 }
 
 /// Counts a rejects file's lines by their `code`, which must be one a
-/// worker writes ([`RejectReason::CODES`]): the counts become metric
+/// worker writes ([`RejectReason::known_code`]): the counts become metric
 /// labels, so no worker can invent them.
 fn count_reasons(path: &str, bytes: &[u8]) -> Result<BTreeMap<String, u64>, Mismatch> {
     let mut by = BTreeMap::new();
@@ -348,9 +348,7 @@ fn count_reasons(path: &str, bytes: &[u8]) -> Result<BTreeMap<String, u64>, Mism
         let code = v["code"]
             .as_str()
             .ok_or_else(|| bad("no \"code\"".into()))?;
-        let known = RejectReason::CODES
-            .iter()
-            .find(|c| **c == code)
+        let known = RejectReason::known_code(code)
             .ok_or_else(|| bad(format!("unknown reason code {:?}", truncate(code, 40))))?;
         *by.entry(known.to_string()).or_default() += 1;
     }

@@ -110,8 +110,8 @@ pub enum RejectReason {
 }
 
 impl RejectReason {
-    /// Every [`RejectReason::code`].
-    pub const CODES: &'static [&'static str] = &[
+    /// The codes of malformed lines.
+    pub const MALFORMED_CODES: &'static [&'static str] = &[
         "columns",
         "invalid_utf8",
         "legacy_encoding",
@@ -120,6 +120,10 @@ impl RejectReason {
         "too_long",
         "unaligned",
         "control_character",
+    ];
+
+    /// The codes of `[filters]` rules (pairs dropped on purpose).
+    pub const FILTER_CODES: &'static [&'static str] = &[
         "too_few_tokens",
         "too_many_tokens",
         "length_ratio",
@@ -151,19 +155,18 @@ impl RejectReason {
         }
     }
 
-    /// Whether the codes name a `[filters]` rule (a pair dropped on
-    /// purpose) rather than a malformed line.
+    /// Whether the code names a `[filters]` rule rather than a malformed line.
     pub fn is_filter_code(code: &str) -> bool {
-        matches!(
-            code,
-            "too_few_tokens"
-                | "too_many_tokens"
-                | "length_ratio"
-                | "copy"
-                | "few_letters"
-                | "language"
-                | "duplicate"
-        )
+        RejectReason::FILTER_CODES.contains(&code)
+    }
+
+    /// The code as one of the known codes (the `'static` copy), if it is one.
+    pub fn known_code(code: &str) -> Option<&'static str> {
+        RejectReason::MALFORMED_CODES
+            .iter()
+            .chain(RejectReason::FILTER_CODES)
+            .find(|c| **c == code)
+            .copied()
     }
 }
 

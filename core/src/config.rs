@@ -360,20 +360,7 @@ impl JobConfig {
             return bad("input.paths", "needs at least one file".into());
         }
         if let Err(e) = self.filters.validate() {
-            return Err(ConfigError::Invalid {
-                path: path.to_path_buf(),
-                key: match e.key {
-                    "min_tokens" => "filters.min_tokens",
-                    "max_tokens" => "filters.max_tokens",
-                    "max_length_ratio" => "filters.max_length_ratio",
-                    "min_letter_ratio" => "filters.min_letter_ratio",
-                    "source_lang" => "filters.source_lang",
-                    "reference_lang" => "filters.reference_lang",
-                    "lang_min_confidence" => "filters.lang_min_confidence",
-                    _ => "filters.lang_candidates",
-                },
-                message: e.message,
-            });
+            return bad(e.key, e.message);
         }
         if self.scoring.model.is_some() && self.scoring.vectors.is_some() {
             return bad(

@@ -203,22 +203,7 @@ pub fn train(
         }
         model.net = net.valid();
         let score = dev_score.map(|f| f(model));
-        tracing::info!(
-            epoch,
-            pairs,
-            loss = loss_sum / pairs as f64,
-            secs,
-            dev = score,
-            "epoch done"
-        );
-        report.push(EpochReport {
-            epoch,
-            pairs,
-            mean_loss: loss_sum / pairs as f64,
-            seconds: secs,
-            pairs_per_second: pairs as f64 / secs.max(1e-9),
-            dev: score,
-        });
+        report.push(EpochReport::logged(epoch, pairs, loss_sum, secs, score));
         if let Some(d) = score {
             if best.as_ref().is_none_or(|x| d > x.1) {
                 best = Some((epoch, d, model.net.clone()));

@@ -82,6 +82,28 @@ pub struct EpochReport {
     pub dev: Option<f64>,
 }
 
+impl EpochReport {
+    /// An epoch's row from its totals, logged as it is made (both trainers).
+    pub fn logged(
+        epoch: usize,
+        pairs: u64,
+        loss_sum: f64,
+        secs: f64,
+        dev: Option<f64>,
+    ) -> EpochReport {
+        let mean_loss = loss_sum / pairs.max(1) as f64;
+        tracing::info!(epoch, pairs, loss = mean_loss, secs, dev, "epoch done");
+        EpochReport {
+            epoch,
+            pairs,
+            mean_loss,
+            seconds: secs,
+            pairs_per_second: pairs as f64 / secs.max(1e-9),
+            dev,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct TrainReport {
     pub epochs: Vec<EpochReport>,
@@ -544,22 +566,7 @@ pub fn train(
             ));
         }
         let score = dev.map(|f| f(model));
-        tracing::info!(
-            epoch,
-            pairs,
-            loss = loss_sum / pairs.max(1) as f64,
-            secs,
-            dev = score,
-            "epoch done"
-        );
-        report.push(EpochReport {
-            epoch,
-            pairs,
-            mean_loss: loss_sum / pairs.max(1) as f64,
-            seconds: secs,
-            pairs_per_second: pairs as f64 / secs.max(1e-9),
-            dev: score,
-        });
+        report.push(EpochReport::logged(epoch, pairs, loss_sum, secs, score));
         if let Some(d) = score {
             if best.as_ref().is_none_or(|b| d > b.1) {
                 best = Some((epoch, d, model.clone()));

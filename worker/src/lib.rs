@@ -22,6 +22,20 @@ mod tests {
         Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
     }
 
+    /// A CzEng 1.6 file read whole as one shard.
+    fn whole_file(input: &Path) -> ShardInput {
+        ShardInput {
+            path: input.display().to_string(),
+            format: Format::Czeng16,
+            byte_start: 0,
+            byte_end: 0,
+            first_line: 1,
+            lines: 0,
+            max_chars: 1000,
+            drop_lines: Vec::new(),
+        }
+    }
+
     #[test]
     fn a_shard_becomes_one_parquet_row_per_pair_in_input_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -39,16 +53,7 @@ mod tests {
             Translator::load(&root().join("models/tiny-cs-en"), &LoadOptions::default()).unwrap();
         let (v, _) =
             Vectors::load(&root().join("data/vectors/glove.6B.50d.top25k.txt.gz")).unwrap();
-        let shard = ShardInput {
-            path: input.display().to_string(),
-            format: Format::Czeng16,
-            byte_start: 0,
-            byte_end: 0,
-            first_line: 1,
-            lines: 0,
-            max_chars: 1000,
-            drop_lines: Vec::new(),
-        };
+        let shard = whole_file(&input);
         let o = GenerateOptions {
             num_beams: 2,
             max_new_tokens: Some(24),
@@ -201,15 +206,9 @@ mod tests {
         let mut t =
             Translator::load(&root().join("models/tiny-cs-en"), &LoadOptions::default()).unwrap();
         let shard = ShardInput {
-            path: input.display().to_string(),
-            format: Format::Czeng16,
-            byte_start: 0,
-            byte_end: 0,
-            first_line: 1,
-            lines: 0,
-            max_chars: 1000,
             // As the coordinator's dedup pass would mark a repeated source.
             drop_lines: vec![3],
+            ..whole_file(&input)
         };
         let o = GenerateOptions {
             num_beams: 1,
