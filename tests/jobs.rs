@@ -431,3 +431,83 @@ fn a_repeated_pair_id_is_reported() {
         "{err}"
     );
 }
+
+/// `model.beam_candidates = k` keeps the k best hypotheses of every pair:
+/// k rows per pair, ranked 1..k in the beam's order, each with its own
+/// translation score and scores, and rank 1 the row a one-candidate job
+/// writes. Checked against the translator's own n-best list and the scorer
+/// run here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beam_candidates_keep_the_k_best_hypotheses_as_ranked_rows() {
+    use arrow_array::{Float32Array, Int32Array, StringArray};
+    use paraforge_core::schema::{col, column, dataset_files, PairReader};
+    use paraforge_nmt::{GenerateOptions, LoadOptions, Translator};
+
+    let (n, k) = (12, 3);
+    let mut outputs = Vec::new();
+    for candidates in [k, 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let (cfg, _) = job(dir.path(), "kbest", n, 5, "");
+        let mut cfg = cfg;
+        cfg.model.beam = 4;
+        cfg.model.beam_candidates = candidates;
+        let c = coordinator(&cfg).await.unwrap();
+        work(&c).await;
+        let storage = Storage::open(&cfg.job.output).unwrap();
+        let m = finalize(&c.shared, &storage).await.unwrap();
+        c.stop().await;
+        assert_eq!(
+            (m.pairs, m.beam_candidates),
+            ((n * candidates) as u64, candidates as u64)
+        );
+        // (id, rank) -> (translation, translation_score, trigram_overlap)
+        let mut rows = std::collections::BTreeMap::new();
+        let out = dir.path().join("out");
+        for f in dataset_files(&out).unwrap() {
+            for b in PairReader::open(&f, &[col::CANDIDATE_RANK]).unwrap() {
+                let b = b.unwrap();
+                let id = column::<StringArray>(&b, col::ID, &f).unwrap();
+                let rank = column::<Int32Array>(&b, col::CANDIDATE_RANK, &f).unwrap();
+                let text = column::<StringArray>(&b, col::TRANSLATION, &f).unwrap();
+                let ts = column::<Float32Array>(&b, col::TRANSLATION_SCORE, &f).unwrap();
+                let tri = column::<Float32Array>(&b, col::TRIGRAM_OVERLAP, &f).unwrap();
+                for i in 0..b.num_rows() {
+                    let key = (id.value(i).to_string(), rank.value(i));
+                    let v = (text.value(i).to_string(), ts.value(i), tri.value(i));
+                    assert!(rows.insert(key, v).is_none(), "a (pair, rank) twice");
+                }
+            }
+        }
+        outputs.push(rows);
+    }
+    let (kbest, one) = (&outputs[0], &outputs[1]);
+    assert_eq!(kbest.len(), n * k);
+
+    let pairs = paraforge_tests::sample_pairs(n);
+    let mut t = Translator::load(
+        &paraforge_tests::model("tiny-cs-en"),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let o = GenerateOptions {
+        num_beams: 4,
+        nbest: k,
+        max_new_tokens: Some(16),
+        ..GenerateOptions::default()
+    };
+    let cs: Vec<&str> = pairs.iter().map(|p| p.1.as_str()).collect();
+    let tr = t.translate(&cs, &o).unwrap();
+    let mut scorer = paraforge_core::Scorer::new(None);
+    let mut distinct = 0;
+    for ((id, _, en), tr) in pairs.iter().zip(&tr) {
+        assert_eq!(tr.nbest.len(), k);
+        for (r, h) in tr.nbest.iter().enumerate() {
+            let (text, score, tri) = &kbest[&(id.clone(), r as i32 + 1)];
+            assert_eq!((text, *score), (&h.text, h.score), "{id} rank {}", r + 1);
+            assert_eq!(*tri, scorer.score(en, &h.text).trigram_overlap);
+        }
+        assert_eq!(one[&(id.clone(), 1)], kbest[&(id.clone(), 1)], "{id}");
+        distinct += usize::from(tr.nbest[0].text != tr.nbest[k - 1].text);
+    }
+    assert!(distinct > 0, "the candidates all equal the best one");
+}

@@ -129,6 +129,7 @@ pub fn scored_dataset_with(
             source: cs.clone(),
             reference: en.clone(),
             translation: tr.text.clone(),
+            candidate_rank: 1,
             translation_score: tr.score,
             source_len: tr.source_tokens as i32,
             truncated: tr.flag.is_some(),

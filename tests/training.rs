@@ -325,6 +325,7 @@ fn write(path: &Path, rows: &[(&str, &str)]) {
             source: "s".into(),
             reference: r.to_string(),
             translation: t.to_string(),
+            candidate_rank: 1,
             translation_score: -0.5,
             source_len: 1,
             truncated: false,

@@ -116,6 +116,7 @@ fn parquet_rows(n: usize) -> Vec<u8> {
             source: "zdroj".into(),
             reference: "a reference".into(),
             translation: "a translation".into(),
+            candidate_rank: 1,
             translation_score: -1.0,
             source_len: 2,
             truncated: false,
@@ -297,7 +298,9 @@ async fn a_forged_completion_under_another_workers_id_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completions_their_files_do_not_back_are_refused_and_the_shard_is_redone() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), 60, "shard_pairs = 60\nmax_attempts = 8", "");
+    let mut cfg = config(dir.path(), 60, "shard_pairs = 60\nmax_attempts = 9", "");
+    // Two rows per pair: a pairs file of three rows cannot be whole pairs.
+    cfg.model.beam_candidates = 2;
     let c = serve(&cfg).await;
     let storage = Storage::open(&cfg.job.output).unwrap();
     let mut cl = client(&c, None).await;
@@ -339,6 +342,13 @@ async fn completions_their_files_do_not_back_are_refused_and_the_shard_is_redone
     let mut files = put_attempt(&storage, &l, b"not parquet at all", b"").await;
     files[0].rows = 3;
     lies.push(("Parquet", complete(&mut cl, &w, &l, files, 3, 0).await));
+    let l = lease(&mut cl, &w).await;
+    let mut files = put_attempt(&storage, &l, &three, b"").await;
+    files[0].rows = 3;
+    lies.push((
+        "model.beam_candidates",
+        complete(&mut cl, &w, &l, files, 3, 0).await,
+    ));
     for (what, r) in &lies {
         assert!(!r.accepted, "{what}: a lie was accepted");
         assert!(r.reason.contains(what), "{what}: {}", r.reason);
@@ -369,9 +379,9 @@ async fn completions_their_files_do_not_back_are_refused_and_the_shard_is_redone
     assert_eq!(summary.shards_committed, 1);
     let m = finalize(&c.shared, &storage).await.unwrap();
     c.stop().await;
-    assert_eq!(m.pairs, 60);
+    assert_eq!((m.pairs, m.beam_candidates), (120, 2));
     let rows: u64 = m.files.iter().map(|f| f.rows).sum();
-    assert_eq!((m.files.len(), rows), (1, 60), "{:?}", m.files);
+    assert_eq!((m.files.len(), rows), (1, 120), "{:?}", m.files);
     let on_disk = std::fs::read(Path::new(&cfg.job.output).join(&m.files[0].path)).unwrap();
     assert_eq!(sha(&on_disk), m.files[0].sha256);
 }

@@ -41,6 +41,7 @@ fn one_row_parquet() -> bytes::Bytes {
         source: "cs".into(),
         reference: "en".into(),
         translation: "en".into(),
+        candidate_rank: 1,
         translation_score: -1.0,
         source_len: 1,
         truncated: false,

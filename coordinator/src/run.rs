@@ -327,6 +327,7 @@ async fn serve(
         Duration::from_secs(cfg.job.lease_seconds as u64),
     );
     shared.max_reject_rate = cfg.job.max_reject_rate;
+    shared.beam_candidates = cfg.model.beam_candidates as u64;
     let shared = Arc::new(shared);
     let parse = |what: &'static str, s: &str| {
         s.parse::<SocketAddr>().map_err(|e| RunError::Bind {
@@ -447,7 +448,10 @@ pub struct Manifest {
     pub paraforge_version: String,
     pub shards_total: u64,
     pub shards_committed: u64,
+    /// Rows in the pairs files: `beam_candidates` per kept input pair.
     pub pairs: u64,
+    /// `model.beam_candidates`.
+    pub beam_candidates: u64,
     pub rejects: u64,
     /// Rejects by reason code: malformed lines and `[filters]` rules
     /// (`RejectReason::is_filter_code`); they sum to `rejects`.
@@ -541,7 +545,8 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
             format!("shard {id}'s committed file {p} is missing or changed in the output")
         }));
     }
-    let lines = counts.pairs + counts.rejects;
+    let k = shared.beam_candidates.max(1);
+    let lines = counts.pairs / k + counts.rejects;
     if counts.committed == counts.total && problems.is_empty() {
         if counts.pairs == 0 {
             problems.push(format!(
@@ -591,6 +596,7 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
         shards_total: counts.total,
         shards_committed: counts.committed,
         pairs: counts.pairs,
+        beam_candidates: k,
         rejects: counts.rejects,
         rejects_by_reason: counts.rejects_by_reason.clone(),
         files,

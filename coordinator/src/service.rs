@@ -128,6 +128,8 @@ pub struct Shared {
     pub lease: Duration,
     /// `job.max_reject_rate`: a job that rejects more fails at its end.
     pub max_reject_rate: f64,
+    /// `model.beam_candidates`: rows per kept pair in every pairs file.
+    pub beam_candidates: u64,
     pub heartbeat: Duration,
     pub started: std::time::Instant,
     storage: std::sync::OnceLock<paraforge_core::storage::Storage>,
@@ -187,6 +189,7 @@ impl Shared {
             device,
             lease,
             max_reject_rate: 0.5,
+            beam_candidates: 1,
             heartbeat: (lease / 4).max(Duration::from_millis(100)),
             started: std::time::Instant::now(),
             storage: std::sync::OnceLock::new(),
@@ -307,6 +310,8 @@ enum Mismatch {
         line: u64,
         message: String,
     },
+    #[error("pairs file {path} has {rows} rows, not a multiple of model.beam_candidates = {k} (every kept pair has that many)")]
+    Candidates { path: String, rows: u64, k: u64 },
     #[error("the completion's totals claim {pairs} pairs and {rejects} rejects, its files hold {rows} pairs and {lines} rejects")]
     Totals {
         pairs: u64,
@@ -575,6 +580,14 @@ impl CoordinatorService {
                 rejects: totals.rejects,
                 rows,
                 lines,
+            }));
+        }
+        let k = self.shared.beam_candidates.max(1);
+        if rows % k != 0 {
+            return Ok(Err(Mismatch::Candidates {
+                path: checked[0].temp.clone(),
+                rows,
+                k,
             }));
         }
         Ok(Ok(checked))
@@ -1034,6 +1047,7 @@ mod tests {
                 source: "s".into(),
                 reference: "a b".into(),
                 translation: "a c".into(),
+                candidate_rank: 1,
                 translation_score: -1.0,
                 source_len: 1,
                 truncated: false,

@@ -25,6 +25,8 @@ pub mod col {
     pub const SOURCE: &str = "source";
     pub const REFERENCE: &str = "reference";
     pub const TRANSLATION: &str = "translation";
+    /// 1 for the best hypothesis of the beam, up to `model.beam_candidates`.
+    pub const CANDIDATE_RANK: &str = "candidate_rank";
     pub const TRANSLATION_SCORE: &str = "translation_score";
     pub const PARA_SCORE: &str = "para_score";
     pub const UNIGRAM_OVERLAP: &str = "unigram_overlap";
@@ -134,6 +136,7 @@ pub fn schema() -> SchemaRef {
         text(col::SOURCE),
         text(col::REFERENCE),
         text(col::TRANSLATION),
+        i32n(col::CANDIDATE_RANK),
         f32n(col::TRANSLATION_SCORE, false),
         f32n(col::PARA_SCORE, true),
         f32n(col::UNIGRAM_OVERLAP, false),
@@ -155,6 +158,8 @@ pub struct PairRow {
     pub source: String,
     pub reference: String,
     pub translation: String,
+    /// The hypothesis's place in the beam's finished list, 1 = best.
+    pub candidate_rank: i32,
     pub translation_score: f32,
     pub source_len: i32,
     pub truncated: bool,
@@ -213,6 +218,7 @@ pub struct RowsBuilder {
     source: StringBuilder,
     reference: StringBuilder,
     translation: StringBuilder,
+    candidate_rank: Int32Builder,
     translation_score: Float32Builder,
     para_score: Float32Builder,
     unigram: Float32Builder,
@@ -234,6 +240,7 @@ impl Default for RowsBuilder {
             source: StringBuilder::new(),
             reference: StringBuilder::new(),
             translation: StringBuilder::new(),
+            candidate_rank: Int32Builder::new(),
             translation_score: Float32Builder::new(),
             para_score: Float32Builder::new(),
             unigram: Float32Builder::new(),
@@ -256,6 +263,7 @@ impl RowsBuilder {
         self.source.append_value(&r.source);
         self.reference.append_value(&r.reference);
         self.translation.append_value(&r.translation);
+        self.candidate_rank.append_value(r.candidate_rank);
         self.translation_score.append_value(r.translation_score);
         self.para_score.append_option(r.scores.para_score);
         self.unigram.append_value(r.scores.unigram_overlap);
@@ -288,6 +296,7 @@ impl RowsBuilder {
             Arc::new(self.source.finish()),
             Arc::new(self.reference.finish()),
             Arc::new(self.translation.finish()),
+            Arc::new(self.candidate_rank.finish()),
             Arc::new(self.translation_score.finish()),
             Arc::new(self.para_score.finish()),
             Arc::new(self.unigram.finish()),

@@ -30,6 +30,7 @@ fn main() {
                 source: c[1].into(),
                 reference: c[2].into(),
                 translation: c[3].into(),
+                candidate_rank: 1,
                 translation_score: c[4].parse().unwrap_or(f32::NAN),
                 source_len: c[1].split_whitespace().count() as i32,
                 truncated: false,

@@ -342,6 +342,7 @@ mod tests {
             source: "zdroj".into(),
             reference: reference.into(),
             translation: translation.into(),
+            candidate_rank: 1,
             translation_score: -0.5,
             source_len: 1,
             truncated: false,

@@ -165,6 +165,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
     let storage = Storage::open(&cfg.job.output)?;
     let gen = GenerateOptions {
         num_beams: cfg.model.beam,
+        nbest: cfg.model.beam_candidates,
         max_new_tokens: cfg.model.max_new_tokens,
         batch_size: cfg.model.batch_size,
         ..GenerateOptions::default()

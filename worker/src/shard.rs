@@ -181,6 +181,7 @@ pub fn process(
     let path = input.path.clone();
     let (filters, scorers) = (stages.filters, stages.scorers);
     let drop_lines = &input.drop_lines;
+    let k = opts.nbest.max(1);
 
     std::thread::scope(|scope| {
         // Stage 1: read.
@@ -251,18 +252,34 @@ pub fn process(
                     .zip(translations.par_iter())
                     .map_init(
                         || Scorer::new(scorers.encoder).with_lm(scorers.lm),
-                        |scorer, (p, t)| PairRow {
-                            id: p.id.clone(),
-                            source: p.source.clone(),
-                            reference: p.reference.clone(),
-                            translation: t.text.clone(),
-                            translation_score: t.score,
-                            source_len: t.source_tokens as i32,
-                            truncated: matches!(t.flag, Some(Flag::Truncated { .. })),
-                            scores: scorer.score(&p.reference, &t.text),
+                        |scorer, (p, t)| {
+                            candidates(t, k)
+                                .enumerate()
+                                .map(|(rank, (text, score))| PairRow {
+                                    id: p.id.clone(),
+                                    source: p.source.clone(),
+                                    reference: p.reference.clone(),
+                                    translation: text.to_string(),
+                                    candidate_rank: rank as i32 + 1,
+                                    translation_score: score,
+                                    source_len: t.source_tokens as i32,
+                                    truncated: matches!(t.flag, Some(Flag::Truncated { .. })),
+                                    scores: scorer.score(&p.reference, text),
+                                })
+                                .collect::<Vec<_>>()
                         },
                     )
+                    .flatten()
                     .collect();
+                // The coordinator derives pairs from rows / k, so a pair
+                // with fewer hypotheses would be miscounted, never skipped.
+                if scored.len() != pairs.len() * k {
+                    return Err(ShardError::Internal(format!(
+                        "{} rows for {} pairs at model.beam_candidates = {k}: the beam returned fewer hypotheses than asked",
+                        scored.len(),
+                        pairs.len()
+                    )));
+                }
                 let mut b = RowsBuilder::default();
                 for r in &scored {
                     b.push(r);
@@ -337,6 +354,22 @@ pub fn process(
             rejects,
         })
     })
+}
+
+/// The `k` best hypotheses of a translation as (text, score), best first.
+fn candidates(t: &paraforge_nmt::Translation, k: usize) -> impl Iterator<Item = (&str, f32)> {
+    let best = std::iter::once((t.text.as_str(), t.score));
+    // An empty input has no hypotheses; it keeps its one (empty) row.
+    let ranked: Vec<(&str, f32)> = if t.nbest.is_empty() {
+        best.collect()
+    } else {
+        t.nbest
+            .iter()
+            .take(k)
+            .map(|h| (h.text.as_str(), h.score))
+            .collect()
+    };
+    ranked.into_iter()
 }
 
 /// Shared cancellation flag for a shard.
