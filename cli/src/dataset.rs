@@ -185,11 +185,16 @@ pub struct RescoreArgs {
     /// A model from `paraforge train` (`.pfe`, or a directory holding
     /// `model.pfe`, such as models/scorer-trigram): para_score becomes the
     /// cosine of its two sentence embeddings.
-    #[arg(long, required_unless_present = "vectors", conflicts_with = "vectors")]
+    #[arg(long, conflicts_with = "vectors")]
     model: Option<PathBuf>,
     /// GloVe-format word vectors instead (averaged).
     #[arg(long)]
     vectors: Option<PathBuf>,
+    /// A classifier from `paraforge train-classifier`: `reference_probability`
+    /// becomes its P(reference) of each translation (seed 001's quality
+    /// filter). With neither --model nor --vectors, para_score is kept.
+    #[arg(long, required_unless_present_any = ["model", "vectors"])]
+    classifier: Option<PathBuf>,
     /// A new, empty directory or object-store prefix for the rescored
     /// dataset (same layout, own `_manifest.json`); the input is only read.
     #[arg(long)]
@@ -210,10 +215,20 @@ fn local_path(url: &str) -> PathBuf {
 pub fn rescore(a: RescoreArgs) -> Result<()> {
     use paraforge_dataset::rescore::{self, ScorerPath};
     let scorer = match (&a.model, &a.vectors) {
-        (Some(m), None) => ScorerPath::Model(m),
-        (None, Some(v)) => ScorerPath::Vectors(v),
-        _ => anyhow::bail!("give --model or --vectors"),
+        (Some(m), None) => Some(ScorerPath::Model(m)),
+        (None, Some(v)) => Some(ScorerPath::Vectors(v)),
+        (None, None) if a.classifier.is_some() => None,
+        _ => anyhow::bail!("give --model or --vectors, and/or --classifier"),
     };
+    let classifier = a
+        .classifier
+        .as_deref()
+        .map(crate::classify::load)
+        .transpose()?;
+    let class_file = a
+        .classifier
+        .as_ref()
+        .map(|d| d.join(paraforge_trainer::classifier::WEIGHTS));
     let (remote_in, remote_out) = (is_remote(&a.data), is_remote(&a.out));
     if remote_in && remote_out {
         let (d, o) = (a.data.trim_end_matches('/'), a.out.trim_end_matches('/'));
@@ -281,10 +296,24 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
         .expect("valid template"),
     );
     crate::threads(a.threads)?;
-    let name = scorer.file().display().to_string();
+    let name = scorer
+        .map(|s| s.file().display().to_string())
+        .into_iter()
+        .chain(a.classifier.as_ref().map(|c| c.display().to_string()))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let class = classifier
+        .as_ref()
+        .zip(class_file.as_deref())
+        .map(|((c, describe), file)| rescore::Classifier {
+            scorer: c,
+            file,
+            describe,
+        });
     let m = rescore::run(
         &input,
         scorer,
+        class,
         &out,
         remote_in.then_some(a.data.as_str()),
         &|n| bar.inc(n),
@@ -296,13 +325,15 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
         eprintln!("uploaded {n} files to {}", a.out);
     }
     println!(
-        "{} pairs in {} files rescored with {name} ({}); mean para_score {:.3} -> {:.3}",
+        "{} pairs in {} files rescored with {name}; mean para_score {:.3} -> {:.3}",
         m.rows,
         m.files.len(),
-        m.scorer_kind,
         m.mean_before,
         m.mean_after
     );
+    if let Some(p) = m.mean_reference_probability {
+        println!("  mean reference_probability {p:.3}");
+    }
     println!("  para_range        before      after");
     let labels = bins::PARA_RANGES.iter().map(|r| r.2);
     for label in labels.chain(["none"]) {

@@ -1,5 +1,6 @@
 //! `paraforge`: the one binary users run.
 
+mod classify;
 mod dataset;
 mod embed;
 mod lm;
@@ -46,8 +47,10 @@ enum Command {
     Report(dataset::ReportArgs),
     /// Train an n-gram language model (ARPA) for the translation_perplexity column.
     LmTrain(lm::LmTrainArgs),
-    /// Recompute para_score of a dataset with other vectors (no new translation).
+    /// Recompute para_score and/or P(reference) of a dataset (no new translation).
     Rescore(dataset::RescoreArgs),
+    /// Train a reference/translation classifier (seed 001) for `rescore --classifier`.
+    TrainClassifier(classify::TrainClassifierArgs),
     /// Train paraphrastic sentence embeddings (WORD, TRIGRAM, WORD,TRIGRAM) on binned pairs.
     Train(embed::TrainArgs),
     /// Pearson and Spearman correlations on STS 2012-2016, STS Benchmark and SICK-R.
@@ -69,6 +72,7 @@ fn main() {
         Command::Filter(a) => dataset::filter(a),
         Command::Report(a) => dataset::report(a),
         Command::Rescore(a) => dataset::rescore(a),
+        Command::TrainClassifier(a) => classify::train(a),
         Command::LmTrain(a) => lm::train(a),
         Command::Train(a) => embed::train(a),
         Command::EvalSts(a) => embed::eval_sts(a),

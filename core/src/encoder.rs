@@ -59,6 +59,12 @@ pub struct Scratch {
     pub encoded: Encoded,
 }
 
+/// Scores sentences one number each, in batches (a trained classifier's
+/// P(reference)); `None` for a sentence it cannot score (no token).
+pub trait TextScorer {
+    fn score_texts(&self, texts: &[&str]) -> Vec<Option<f32>>;
+}
+
 /// Embeds a tokenized sentence (the tokens of [`crate::tokenize`]).
 pub trait SentenceEncoder: Send + Sync {
     /// Embedding size.

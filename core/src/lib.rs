@@ -14,7 +14,7 @@ pub mod score;
 pub mod storage;
 pub mod vectors;
 
-pub use encoder::{load_encoder, EncoderError, Model, SentenceEncoder};
+pub use encoder::{load_encoder, EncoderError, Model, SentenceEncoder, TextScorer};
 pub use lm::ArpaModel;
 pub use schema::{DataError, PairReader, PairRow, RowsBuilder};
 pub use score::{tokenize, PairScores, Scorer, Tokens};

@@ -34,6 +34,8 @@ pub mod col {
     pub const TRIGRAM_OVERLAP: &str = "trigram_overlap";
     pub const SENTENCE_BLEU: &str = "sentence_bleu";
     pub const TRANSLATION_PERPLEXITY: &str = "translation_perplexity";
+    /// Set by `paraforge rescore --classifier`; null from the workers.
+    pub const REFERENCE_PROBABILITY: &str = "reference_probability";
     pub const SOURCE_LEN: &str = "source_len";
     pub const REFERENCE_LEN: &str = "reference_len";
     pub const TRANSLATION_LEN: &str = "translation_len";
@@ -101,7 +103,7 @@ pub fn parse_attempt_path(path: &str) -> Option<(u64, u64)> {
 }
 
 /// The scores a dataset can be ranked or binned by.
-pub const SCORE_COLUMNS: [&str; 7] = [
+pub const SCORE_COLUMNS: [&str; 8] = [
     col::PARA_SCORE,
     col::TRIGRAM_OVERLAP,
     col::TRANSLATION_SCORE,
@@ -109,6 +111,7 @@ pub const SCORE_COLUMNS: [&str; 7] = [
     col::UNIGRAM_OVERLAP,
     col::SENTENCE_BLEU,
     col::TRANSLATION_PERPLEXITY,
+    col::REFERENCE_PROBABILITY,
 ];
 
 /// Metadata keys written into every Parquet file's footer.
@@ -125,6 +128,10 @@ pub mod meta {
     /// What rescore wrote before it took trained models (dropped on rescoring).
     pub const PARA_VECTORS: &str = "paraforge.para_vectors";
     pub const PARA_VECTORS_SHA256: &str = "paraforge.para_vectors_sha256";
+    /// Set by `paraforge rescore --classifier`: the classifier that filled
+    /// `reference_probability` and the SHA-256 of its weights.
+    pub const REFERENCE_CLASSIFIER: &str = "paraforge.reference_classifier";
+    pub const REFERENCE_CLASSIFIER_SHA256: &str = "paraforge.reference_classifier_sha256";
 }
 
 pub fn schema() -> SchemaRef {
@@ -144,6 +151,7 @@ pub fn schema() -> SchemaRef {
         f32n(col::TRIGRAM_OVERLAP, false),
         f32n(col::SENTENCE_BLEU, false),
         f32n(col::TRANSLATION_PERPLEXITY, true),
+        f32n(col::REFERENCE_PROBABILITY, true),
         i32n(col::SOURCE_LEN),
         i32n(col::REFERENCE_LEN),
         i32n(col::TRANSLATION_LEN),
@@ -226,6 +234,7 @@ pub struct RowsBuilder {
     trigram: Float32Builder,
     bleu: Float32Builder,
     perplexity: Float32Builder,
+    reference_probability: Float32Builder,
     source_len: Int32Builder,
     reference_len: Int32Builder,
     translation_len: Int32Builder,
@@ -248,6 +257,7 @@ impl Default for RowsBuilder {
             trigram: Float32Builder::new(),
             bleu: Float32Builder::new(),
             perplexity: Float32Builder::new(),
+            reference_probability: Float32Builder::new(),
             source_len: Int32Builder::new(),
             reference_len: Int32Builder::new(),
             translation_len: Int32Builder::new(),
@@ -272,6 +282,8 @@ impl RowsBuilder {
         self.bleu.append_value(r.scores.sentence_bleu);
         self.perplexity
             .append_option(r.scores.translation_perplexity);
+        self.reference_probability
+            .append_option(r.scores.reference_probability);
         self.source_len.append_value(r.source_len);
         self.reference_len
             .append_value(r.scores.reference_len as i32);
@@ -304,6 +316,7 @@ impl RowsBuilder {
             Arc::new(self.trigram.finish()),
             Arc::new(self.bleu.finish()),
             Arc::new(self.perplexity.finish()),
+            Arc::new(self.reference_probability.finish()),
             Arc::new(self.source_len.finish()),
             Arc::new(self.reference_len.finish()),
             Arc::new(self.translation_len.finish()),

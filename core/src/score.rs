@@ -312,6 +312,11 @@ pub struct PairScores {
     /// Perplexity of the translation's tokens under the `[scoring] lm`
     /// n-gram model ([`crate::lm`]); `None` without one.
     pub translation_perplexity: Option<f32>,
+    /// P(reference) of the translation under a reference/translation
+    /// classifier (seed 001 section 5.6.1): set by `paraforge rescore
+    /// --classifier`, which needs a classifier trained on translations, so
+    /// `None` when a worker scores.
+    pub reference_probability: Option<f32>,
     pub reference_len: u32,
     pub translation_len: u32,
     /// Tokens without a row of their own in the encoder, per side.
@@ -400,6 +405,7 @@ impl<'v> Scorer<'v> {
                 0.0
             },
             translation_perplexity: self.lm.map(|m| m.perplexity_tokens(&self.t) as f32),
+            reference_probability: None,
             reference_len: self.r.len() as u32,
             translation_len: self.t.len() as u32,
             reference_oov: oov_r,

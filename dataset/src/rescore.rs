@@ -1,5 +1,7 @@
 //! `paraforge rescore`: recompute para_score of an existing dataset with
 //! another encoder (a model from `paraforge train`, or word vectors),
+//! and/or fill `reference_probability` with a reference/translation
+//! classifier (`paraforge train-classifier`, seed 001 section 5.6.1),
 //! without translating again.
 //!
 //! Translation is the expensive stage (hours of GPU per million pairs);
@@ -20,7 +22,7 @@ use arrow_array::{Array, ArrayRef, Float32Array, RecordBatch, StringArray};
 use paraforge_core::schema::{
     self, col, dataset_files, meta, DataError, PairFileWriter, PairReader,
 };
-use paraforge_core::{EncoderError, Scorer, SentenceEncoder};
+use paraforge_core::{EncoderError, Scorer, SentenceEncoder, TextScorer};
 use rayon::prelude::*;
 use serde::Serialize;
 use sha2::Digest;
@@ -45,6 +47,8 @@ pub enum RescoreError {
     OutputNotEmpty { out: PathBuf },
     #[error("{out}: the output must not be the input or lie inside it ({input})")]
     OutputInsideInput { out: PathBuf, input: PathBuf },
+    #[error("nothing to rescore with: give a para_score model or vectors, or a classifier")]
+    NothingToDo,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RescoreError + '_ {
@@ -62,6 +66,14 @@ pub struct RescoreManifest {
     pub scorer: String,
     pub scorer_kind: String,
     pub scorer_sha256: String,
+    /// The reference classifier that filled `reference_probability`, its
+    /// weights' SHA-256, and the mean it gave (empty without one).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub classifier: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub classifier_sha256: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_reference_probability: Option<f64>,
     pub rows: u64,
     /// Range label (and `none` for rows without a score) -> rows.
     pub ranges_before: BTreeMap<String, u64>,
@@ -87,6 +99,8 @@ struct Tally {
     n_before: u64,
     sum_after: f64,
     n_after: u64,
+    sum_prob: f64,
+    n_prob: u64,
 }
 
 impl Tally {
@@ -113,6 +127,8 @@ impl Tally {
         self.n_before += o.n_before;
         self.sum_after += o.sum_after;
         self.n_after += o.n_after;
+        self.sum_prob += o.sum_prob;
+        self.n_prob += o.n_prob;
         self
     }
 }
@@ -148,13 +164,24 @@ impl ScorerPath<'_> {
     }
 }
 
+/// A reference classifier and what the footers and manifest say of it.
+#[derive(Clone, Copy)]
+pub struct Classifier<'a> {
+    pub scorer: &'a (dyn TextScorer + Sync),
+    /// The file that identifies it (its weights), hashed for the record.
+    pub file: &'a Path,
+    pub describe: &'a str,
+}
+
 /// Rescores every file of `input` (a local dataset) into `out` (a new
-/// local directory), files in parallel. `input_name` is what the manifest
+/// local directory), files in parallel: para_score with `scorer`, and
+/// `reference_probability` with `classifier`; at least one is needed. `input_name` is what the manifest
 /// records as the input (default: its path; the URL of a staged dataset).
 /// `progress` is called with rows done.
 pub fn run(
     input: &Path,
-    scorer: ScorerPath<'_>,
+    scorer: Option<ScorerPath<'_>>,
+    classifier: Option<Classifier<'_>>,
     out: &Path,
     input_name: Option<&str>,
     progress: &(dyn Fn(u64) + Sync),
@@ -175,12 +202,27 @@ pub fn run(
         }
         None => {}
     }
-    let encoder = scorer.load()?;
-    let stamp = Stamp {
-        file: scorer.file().display().to_string(),
-        kind: encoder.describe(),
-        sha256: file_sha256(&scorer.file())?,
+    if scorer.is_none() && classifier.is_none() {
+        return Err(RescoreError::NothingToDo);
+    }
+    let encoder = scorer.map(|s| s.load()).transpose()?;
+    let stamp = match (scorer, &encoder) {
+        (Some(s), Some(e)) => Some(Stamp {
+            file: s.file().display().to_string(),
+            kind: e.describe(),
+            sha256: file_sha256(&s.file())?,
+        }),
+        _ => None,
     };
+    let class_stamp = classifier
+        .map(|c| -> Result<Stamp, RescoreError> {
+            Ok(Stamp {
+                file: c.file.display().to_string(),
+                kind: c.describe.to_string(),
+                sha256: file_sha256(c.file)?,
+            })
+        })
+        .transpose()?;
     std::fs::create_dir_all(out).map_err(io(out))?;
 
     let root = if input.is_file() {
@@ -192,15 +234,23 @@ pub fn run(
         .par_iter()
         .map(|path| {
             let rel = path.strip_prefix(&root).unwrap_or(path);
-            rescore_file(path, rel, out, &*encoder, &stamp, progress)
+            let para = encoder.as_deref().zip(stamp.as_ref());
+            let class = classifier.map(|c| c.scorer).zip(class_stamp.as_ref());
+            rescore_file(path, rel, out, para, class, progress)
         })
         .collect::<Result<_, _>>()?;
 
+    let (scorer, scorer_kind, scorer_sha256) =
+        stamp.map_or_else(Default::default, |s| (s.file, s.kind, s.sha256));
+    let (classifier, classifier_sha256) =
+        class_stamp.map_or_else(Default::default, |s| (s.file, s.sha256));
     let mut m = RescoreManifest {
         input: input_name.map_or_else(|| input.display().to_string(), String::from),
-        scorer: stamp.file,
-        scorer_kind: stamp.kind,
-        scorer_sha256: stamp.sha256,
+        scorer,
+        scorer_kind,
+        scorer_sha256,
+        classifier,
+        classifier_sha256,
         ..Default::default()
     };
     let mut total = Tally::default();
@@ -215,6 +265,9 @@ pub fn run(
     }
     m.mean_before = total.sum_before / total.n_before.max(1) as f64;
     m.mean_after = total.sum_after / total.n_after.max(1) as f64;
+    if !m.classifier.is_empty() {
+        m.mean_reference_probability = Some(total.sum_prob / total.n_prob.max(1) as f64);
+    }
     let manifest = out.join("_manifest.json");
     let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
     std::fs::write(&manifest, text).map_err(io(&manifest))?;
@@ -232,32 +285,47 @@ fn rescore_file(
     path: &Path,
     rel: &Path,
     out: &Path,
-    encoder: &dyn SentenceEncoder,
-    stamp: &Stamp,
+    para: Option<(&dyn SentenceEncoder, &Stamp)>,
+    class: Option<(&(dyn TextScorer + Sync), &Stamp)>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(RescoredFile, Tally), RescoreError> {
     let reader = PairReader::open(path, &[col::REFERENCE, col::TRANSLATION, col::PARA_SCORE])?;
+    // What a step rewrites, its footer keys are replaced; the rest is kept.
+    let mut replaced = vec!["ARROW:schema"];
+    if para.is_some() {
+        replaced.extend([
+            meta::PARA_SCORER,
+            meta::PARA_SCORER_KIND,
+            meta::PARA_SCORER_SHA256,
+            meta::PARA_VECTORS,
+            meta::PARA_VECTORS_SHA256,
+        ]);
+    }
+    if class.is_some() {
+        replaced.extend([
+            meta::REFERENCE_CLASSIFIER,
+            meta::REFERENCE_CLASSIFIER_SHA256,
+        ]);
+    }
     let mut metadata: Vec<(String, String)> = reader
         .metadata()
         .iter()
-        .filter(|(k, _)| {
-            // The writer adds its own schema; the scorer is set below.
-            ![
-                "ARROW:schema",
-                meta::PARA_SCORER,
-                meta::PARA_SCORER_KIND,
-                meta::PARA_SCORER_SHA256,
-                meta::PARA_VECTORS,
-                meta::PARA_VECTORS_SHA256,
-            ]
-            .contains(&k.as_str())
-        })
+        .filter(|(k, _)| !replaced.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     metadata.sort();
-    metadata.push((meta::PARA_SCORER.into(), stamp.file.clone()));
-    metadata.push((meta::PARA_SCORER_KIND.into(), stamp.kind.clone()));
-    metadata.push((meta::PARA_SCORER_SHA256.into(), stamp.sha256.clone()));
+    if let Some((_, stamp)) = para {
+        metadata.push((meta::PARA_SCORER.into(), stamp.file.clone()));
+        metadata.push((meta::PARA_SCORER_KIND.into(), stamp.kind.clone()));
+        metadata.push((meta::PARA_SCORER_SHA256.into(), stamp.sha256.clone()));
+    }
+    if let Some((_, stamp)) = class {
+        metadata.push((meta::REFERENCE_CLASSIFIER.into(), stamp.file.clone()));
+        metadata.push((
+            meta::REFERENCE_CLASSIFIER_SHA256.into(),
+            stamp.sha256.clone(),
+        ));
+    }
     let md: Vec<(&str, String)> = metadata
         .iter()
         .map(|(k, v)| (k.as_str(), v.clone()))
@@ -267,32 +335,66 @@ fn rescore_file(
     // Written under a name no reader picks up, renamed when complete.
     let partial = target.with_extension("parquet.partial");
     let mut writer: Option<PairFileWriter> = None;
-    let mut scorer = Scorer::new(Some(encoder));
+    let mut scorer = Scorer::new(para.map(|p| p.0));
     let mut tally = Tally::default();
+    let arrow = |source| DataError::Arrow {
+        path: path.to_path_buf(),
+        source,
+    };
     for batch in reader {
-        let batch = batch?;
+        let mut batch = batch?;
         let refs = schema::column::<StringArray>(&batch, col::REFERENCE, path)?;
         let trans = schema::column::<StringArray>(&batch, col::TRANSLATION, path)?;
         let old = schema::column::<Float32Array>(&batch, col::PARA_SCORE, path)?;
-        let new: Float32Array = (0..batch.num_rows())
-            .map(|r| {
-                let s = scorer.score(refs.value(r), trans.value(r)).para_score;
-                let before = (!old.is_null(r)).then(|| old.value(r));
-                tally.add(before, s);
-                s
-            })
-            .collect();
-        let idx = batch
-            .schema()
-            .index_of(col::PARA_SCORE)
-            .expect("checked by PairReader::open");
         let mut cols: Vec<ArrayRef> = batch.columns().to_vec();
-        cols[idx] = Arc::new(new);
-        let batch =
-            RecordBatch::try_new(batch.schema(), cols).map_err(|source| DataError::Arrow {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        if para.is_some() {
+            let new: Float32Array = (0..batch.num_rows())
+                .map(|r| {
+                    let s = scorer.score(refs.value(r), trans.value(r)).para_score;
+                    let before = (!old.is_null(r)).then(|| old.value(r));
+                    tally.add(before, s);
+                    s
+                })
+                .collect();
+            let idx = batch
+                .schema()
+                .index_of(col::PARA_SCORE)
+                .expect("checked by PairReader::open");
+            cols[idx] = Arc::new(new);
+        } else {
+            for r in 0..batch.num_rows() {
+                let s = (!old.is_null(r)).then(|| old.value(r));
+                tally.add(s, s);
+            }
+        }
+        let mut fields: Vec<arrow_schema::FieldRef> =
+            batch.schema().fields().iter().cloned().collect();
+        if let Some((c, _)) = class {
+            let texts: Vec<&str> = (0..batch.num_rows()).map(|r| trans.value(r)).collect();
+            let p = c.score_texts(&texts);
+            for v in p.iter().flatten() {
+                tally.sum_prob += *v as f64;
+                tally.n_prob += 1;
+            }
+            let p: ArrayRef = Arc::new(Float32Array::from(p));
+            match batch.schema().index_of(col::REFERENCE_PROBABILITY) {
+                Ok(idx) => cols[idx] = p,
+                // Outputs from before the column: it goes last.
+                Err(_) => {
+                    cols.push(p);
+                    fields.push(Arc::new(arrow_schema::Field::new(
+                        col::REFERENCE_PROBABILITY,
+                        arrow_schema::DataType::Float32,
+                        true,
+                    )));
+                }
+            }
+        }
+        let schema = Arc::new(arrow_schema::Schema::new_with_metadata(
+            fields,
+            batch.schema().metadata().clone(),
+        ));
+        batch = RecordBatch::try_new(schema, cols).map_err(arrow)?;
         if writer.is_none() {
             writer = Some(PairFileWriter::create(&partial, batch.schema(), &md)?);
         }
@@ -353,6 +455,7 @@ mod tests {
                 trigram_overlap: 0.0625,
                 sentence_bleu: 12.5,
                 translation_perplexity: None,
+                reference_probability: None,
                 reference_len: 3,
                 translation_len: 3,
                 reference_oov: 0,
@@ -423,9 +526,16 @@ mod tests {
         .unwrap();
         let out = dir.path().join("rescored");
         let done = std::sync::atomic::AtomicU64::new(0);
-        let m = run(&data, ScorerPath::Vectors(&vec_path), &out, None, &|n| {
-            done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        })
+        let m = run(
+            &data,
+            Some(ScorerPath::Vectors(&vec_path)),
+            None,
+            &out,
+            None,
+            &|n| {
+                done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            },
+        )
         .unwrap();
         assert_eq!(m.rows, 3);
         assert_eq!(done.into_inner(), 3);
@@ -467,20 +577,28 @@ mod tests {
         let vec_path = dir.path().join("v.txt");
         std::fs::write(&vec_path, "x 1 0\n").unwrap();
         let v = ScorerPath::Vectors(&vec_path);
-        let e = run(&data, v, &data.join("rescored"), None, &|_| {}).unwrap_err();
+        let e = run(&data, Some(v), None, &data.join("rescored"), None, &|_| {}).unwrap_err();
         assert!(matches!(e, RescoreError::OutputInsideInput { .. }), "{e}");
-        let e = run(&data, v, &data, None, &|_| {}).unwrap_err();
+        let e = run(&data, Some(v), None, &data, None, &|_| {}).unwrap_err();
         assert!(matches!(e, RescoreError::OutputInsideInput { .. }), "{e}");
         let busy = dir.path().join("busy");
         std::fs::create_dir_all(&busy).unwrap();
         std::fs::write(busy.join("x"), "").unwrap();
-        let e = run(&data, v, &busy, None, &|_| {}).unwrap_err();
+        let e = run(&data, Some(v), None, &busy, None, &|_| {}).unwrap_err();
         assert!(e.to_string().contains("not empty"), "{e}");
         for missing in [
             ScorerPath::Vectors(&dir.path().join("missing.txt")),
             ScorerPath::Model(&dir.path().join("missing.pfe")),
         ] {
-            let e = run(&data, missing, &dir.path().join("o"), None, &|_| {}).unwrap_err();
+            let e = run(
+                &data,
+                Some(missing),
+                None,
+                &dir.path().join("o"),
+                None,
+                &|_| {},
+            )
+            .unwrap_err();
             assert!(e.to_string().contains("missing."), "{e}");
         }
     }

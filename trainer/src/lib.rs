@@ -9,6 +9,7 @@
 //! file, GloVe export) -> [`sts`] (evaluation).
 
 pub mod checkpoint;
+pub mod classifier;
 pub mod data;
 pub mod model;
 pub mod neural;

@@ -37,6 +37,10 @@ pub enum Arch {
     Dan,
     /// The average, then one linear projection with bias.
     Proj,
+    /// The plain word average, no parameters besides the word table: the
+    /// encoder of seed 001's averaging reference classifier (`classifier.rs`;
+    /// not a `train --model`, where `word` is the fast average).
+    Avg,
 }
 
 impl Arch {
@@ -63,6 +67,7 @@ impl Arch {
             Arch::Irnn => "irnn",
             Arch::Dan => "dan",
             Arch::Proj => "proj",
+            Arch::Avg => "avg",
         }
     }
 
@@ -135,7 +140,7 @@ impl Shape {
     pub fn out_dim(&self) -> usize {
         match self.arch {
             Arch::BlstmConcat => 2 * self.hidden,
-            Arch::Gran => self.word_dim,
+            Arch::Gran | Arch::Avg => self.word_dim,
             _ => self.hidden,
         }
     }
@@ -177,6 +182,7 @@ impl Shape {
                 ("rnn.w_h".into(), h, h, Init::Identity),
                 ("rnn.b".into(), 1, h, Init::Zero),
             ],
+            Arch::Avg => Vec::new(),
             Arch::Proj => vec![
                 ("dense.0.w".into(), d, h, glorot(d, h)),
                 ("dense.0.b".into(), 1, h, Init::Zero),
@@ -216,9 +222,9 @@ pub struct Net {
 pub struct Batch {
     pub n: usize,
     pub len: usize,
-    ids: Vec<i64>,
-    mask: Vec<f32>,
-    lens: Vec<f32>,
+    pub(crate) ids: Vec<i64>,
+    pub(crate) mask: Vec<f32>,
+    pub(crate) lens: Vec<f32>,
 }
 
 impl Batch {
@@ -345,7 +351,7 @@ impl Net {
                     h
                 }
             }
-            Arch::Dan | Arch::Proj => {
+            Arch::Dan | Arch::Proj | Arch::Avg => {
                 let mut g = (x * mask.unsqueeze_dim::<3>(2))
                     .sum_dim(1)
                     .reshape([n as i64, -1])

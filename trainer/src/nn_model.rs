@@ -161,34 +161,22 @@ impl NeuralModel {
     /// temporary file and a rename).
     pub fn save(&self, dir: &Path) -> Result<(), TrainError> {
         std::fs::create_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
-        let mut tensors: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
-        let mut push = |name: String, t: Tensor<2>| {
-            let dims = t.dims().to_vec();
-            let bytes = table(t).iter().flat_map(|x| x.to_le_bytes()).collect();
-            tensors.push((name, bytes, dims));
-        };
-        push("emb".into(), self.net.emb.val());
         let names = self.net.comp_names();
-        for (name, p) in names.iter().zip(&self.net.comp) {
-            push(name.clone(), p.val());
-        }
-        let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
-            .iter()
-            .map(|(n, b, d)| {
-                let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, d.clone(), b)
-                    .expect("shape matches data");
-                (n.clone(), v)
-            })
-            .collect();
-        let meta = HashMap::from([("format".to_string(), FORMAT.to_string())]);
-        let bytes = safetensors::serialize(views, Some(meta))
+        let mut tensors = vec![("emb".to_string(), self.net.emb.val())];
+        tensors.extend(
+            names
+                .iter()
+                .cloned()
+                .zip(self.net.comp.iter().map(|p| p.val())),
+        );
+        let bytes = safetensors_bytes(tensors, FORMAT)
             .map_err(|e| TrainError::Invalid(format!("{}: {e}", dir.display())))?;
         write_atomic(&dir.join(WEIGHTS), &bytes)?;
         let config = Config {
             format: FORMAT.into(),
             version: 1,
             shape: self.net.shape.clone(),
-            tokenization: "paraforge score tokenizer (lowercase; words and punctuation apart); id = index in words, else vocab - 1".into(),
+            tokenization: TOKENIZATION.into(),
             words: self.words.words().to_vec(),
             params: names,
             notes: self.notes.clone(),
@@ -233,27 +221,8 @@ impl NeuralModel {
         }
         let wpath = dir.join(WEIGHTS);
         let bytes = std::fs::read(&wpath).map_err(|e| TrainError::io(&wpath, e))?;
-        let st = safetensors::SafeTensors::deserialize(&bytes)
-            .map_err(|e| bad(&wpath, format!("not safetensors: {e}")))?;
-        let get = |name: &str, dims: [usize; 2]| -> Result<Vec<f64>, TrainError> {
-            let t = st
-                .tensor(name)
-                .map_err(|_| bad(&wpath, format!("no tensor {name:?}")))?;
-            if t.dtype() != safetensors::Dtype::F32 || t.shape() != dims {
-                return Err(bad(
-                    &wpath,
-                    format!(
-                        "tensor {name:?} is {:?} {:?}, expected F32 {dims:?}",
-                        t.dtype(),
-                        t.shape()
-                    ),
-                ));
-            }
-            Ok(t.data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
-                .collect())
-        };
+        let file = TensorFile::parse(&bytes, &wpath)?;
+        let get = |n: &str, d| file.get(n, d);
         let emb = get("emb", [c.shape.vocab, c.shape.word_dim])?;
         let mut comp = Vec::new();
         for (name, [r, k]) in expected_dims(&c.shape) {
@@ -297,7 +266,79 @@ pub fn embed_ids(net: &Net, sents: &[&[u32]]) -> Vec<f32> {
     out
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
+/// How every saved neural model turns text into word ids.
+pub const TOKENIZATION: &str = "paraforge score tokenizer (lowercase; words and punctuation apart); id = index in words, else vocab - 1";
+
+/// A safetensors file of named f32 rank-2 tensors, `format` in its metadata.
+pub fn safetensors_bytes(
+    tensors: Vec<(String, Tensor<2>)>,
+    format: &str,
+) -> Result<Vec<u8>, safetensors::SafeTensorError> {
+    let raw: Vec<(String, Vec<u8>, Vec<usize>)> = tensors
+        .into_iter()
+        .map(|(n, t)| {
+            let dims = t.dims().to_vec();
+            (
+                n,
+                table(t).iter().flat_map(|x| x.to_le_bytes()).collect(),
+                dims,
+            )
+        })
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView)> = raw
+        .iter()
+        .map(|(n, b, d)| {
+            let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, d.clone(), b)
+                .expect("shape matches data");
+            (n.clone(), v)
+        })
+        .collect();
+    let meta = HashMap::from([("format".to_string(), format.to_string())]);
+    safetensors::serialize(views, Some(meta))
+}
+
+/// A safetensors file's bytes, read tensor by tensor with shape checks;
+/// errors name the file.
+pub struct TensorFile<'a> {
+    st: safetensors::SafeTensors<'a>,
+    path: &'a Path,
+}
+
+impl<'a> TensorFile<'a> {
+    pub fn parse(bytes: &'a [u8], path: &'a Path) -> Result<TensorFile<'a>, TrainError> {
+        let st =
+            safetensors::SafeTensors::deserialize(bytes).map_err(|e| TrainError::BadModel {
+                path: path.to_path_buf(),
+                reason: format!("not safetensors: {e}"),
+            })?;
+        Ok(TensorFile { st, path })
+    }
+
+    /// The f32 tensor `name`, which must have shape `dims`, as f64s.
+    pub fn get(&self, name: &str, dims: [usize; 2]) -> Result<Vec<f64>, TrainError> {
+        let bad = |m: String| TrainError::BadModel {
+            path: self.path.to_path_buf(),
+            reason: m,
+        };
+        let t = self
+            .st
+            .tensor(name)
+            .map_err(|_| bad(format!("no tensor {name:?}")))?;
+        if t.dtype() != safetensors::Dtype::F32 || t.shape() != dims {
+            return Err(bad(format!(
+                "tensor {name:?} is {:?} {:?}, expected F32 {dims:?}",
+                t.dtype(),
+                t.shape()
+            )));
+        }
+        Ok(t.data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
+            .collect())
+    }
+}
+
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let w = || -> std::io::Result<()> {
