@@ -84,7 +84,11 @@ fn tokenizer_matches_marian_tokenizer() {
 }
 
 /// Runs the engine with the reference settings and compares.
-fn parity(num_beams: usize, opts: &LoadOptions) -> (usize, usize, f32) {
+fn parity(
+    num_beams: usize,
+    opts: &LoadOptions,
+    batch_tokens: Option<usize>,
+) -> (usize, usize, f32) {
     let settings: RefSettings = serde_json::from_str(
         &std::fs::read_to_string(reference_dir().join("settings.json")).unwrap(),
     )
@@ -98,6 +102,7 @@ fn parity(num_beams: usize, opts: &LoadOptions) -> (usize, usize, f32) {
         num_beams,
         max_new_tokens: Some(settings.max_new_tokens),
         batch_size: settings.batch_size,
+        batch_tokens,
         ..GenerateOptions::default()
     };
     let out = t.translate(&sources, &o).expect("translate");
@@ -123,7 +128,11 @@ fn parity(num_beams: usize, opts: &LoadOptions) -> (usize, usize, f32) {
 }
 
 fn assert_parity(num_beams: usize, opts: &LoadOptions) {
-    let (same, n, worst) = parity(num_beams, opts);
+    assert_parity_with(num_beams, opts, None)
+}
+
+fn assert_parity_with(num_beams: usize, opts: &LoadOptions, batch_tokens: Option<usize>) {
+    let (same, n, worst) = parity(num_beams, opts, batch_tokens);
     assert!(
         same as f64 >= 0.995 * n as f64,
         "beam {num_beams}: only {same} of {n} sentences have transformers' tokens"
@@ -131,19 +140,55 @@ fn assert_parity(num_beams: usize, opts: &LoadOptions) {
     assert!(worst < 1e-4, "beam {num_beams}: a score differs by {worst}");
 }
 
+/// The parity runs cut batches by a token budget (`batch_tokens`): 160
+/// padded source tokens give batches of up to 64 short sentences and of a
+/// few long ones, unlike the reference's fixed batch size; every other
+/// call here cuts by count, and `token_batches_equal_count_batches` ties
+/// the two together.
+const PARITY_TOKENS: Option<usize> = Some(160);
+
 #[test]
 fn greedy_matches_transformers() {
-    assert_parity(1, &LoadOptions::default());
+    assert_parity_with(1, &LoadOptions::default(), PARITY_TOKENS);
 }
 
 #[test]
 fn beam4_matches_transformers() {
-    assert_parity(4, &LoadOptions::default());
+    assert_parity_with(4, &LoadOptions::default(), PARITY_TOKENS);
 }
 
 #[test]
 fn beam12_matches_transformers() {
-    assert_parity(12, &LoadOptions::default());
+    assert_parity_with(12, &LoadOptions::default(), PARITY_TOKENS);
+}
+
+#[test]
+fn token_batches_equal_count_batches() {
+    let sentences: Vec<String> = std::fs::read_to_string(data("parity-cs.txt"))
+        .unwrap()
+        .lines()
+        .take(96)
+        .map(String::from)
+        .collect();
+    let mut t = load(&LoadOptions::default());
+    let run = |t: &mut paraforge_nmt::Translator, batch_size, batch_tokens| {
+        let o = GenerateOptions {
+            num_beams: 4,
+            max_new_tokens: Some(32),
+            batch_size,
+            batch_tokens,
+            ..GenerateOptions::default()
+        };
+        t.translate(&sentences, &o).unwrap()
+    };
+    let by_count = run(&mut t, 8, None);
+    for budget in [1, 60, 400] {
+        let by_tokens = run(&mut t, 64, Some(budget));
+        for (a, b) in by_count.iter().zip(&by_tokens) {
+            assert_eq!(a.tokens, b.tokens, "budget {budget}");
+            assert!((a.score - b.score).abs() < 1e-4, "budget {budget}");
+        }
+    }
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use paraforge_core::bitext::{looks_legacy_8bit, open_text, LEGACY_HINT};
-use paraforge_core::config::{MAX_BATCH_SIZE, MAX_BEAM};
+use paraforge_core::config::{MAX_BATCH_SIZE, MAX_BATCH_TOKENS, MAX_BEAM};
 use paraforge_nmt::{Device, Flag, GenerateOptions, LoadOptions, Translator};
 
 #[derive(clap::Args)]
@@ -27,6 +27,10 @@ pub struct Args {
     /// Sentences per batch (at most 1024).
     #[arg(long, default_value_t = 16)]
     batch_size: usize,
+    /// Cut batches by tokens instead: as many length-sorted sentences as fit
+    /// in this many padded source tokens (at most --batch-size sentences).
+    #[arg(long)]
+    batch_tokens: Option<usize>,
     /// Print the translation score before each translation (tab-separated).
     #[arg(long)]
     scores: bool,
@@ -93,6 +97,7 @@ pub fn run(a: Args) -> Result<()> {
         early_stopping: None,
         nbest: a.nbest.unwrap_or(1),
         batch_size: a.batch_size,
+        batch_tokens: a.batch_tokens,
     };
     let load = LoadOptions {
         device: a.device,
@@ -246,6 +251,11 @@ fn check_options(a: &Args) -> Result<()> {
         }
         if value > max {
             bail!("{flag} {value}: more than the limit of {max}");
+        }
+    }
+    if let Some(t) = a.batch_tokens {
+        if t == 0 || t > MAX_BATCH_TOKENS {
+            bail!("--batch-tokens {t}: must be between 1 and {MAX_BATCH_TOKENS}");
         }
     }
     if let Some(k) = a.nbest {

@@ -139,6 +139,11 @@ pub struct Model {
     pub beam_candidates: usize,
     #[serde(default = "default_batch_size")]
     pub batch_size: usize,
+    /// Cut batches by padded source tokens instead of sentences (at most
+    /// `batch_size` sentences still); what throughput on varied lengths
+    /// wants (CTranslate2's `batch_type = "tokens"`).
+    #[serde(default)]
+    pub batch_tokens: Option<usize>,
     /// Longest translation in new tokens (default: the model's max_length).
     #[serde(default)]
     pub max_new_tokens: Option<usize>,
@@ -285,6 +290,10 @@ pub const MAX_BEAM: usize = 256;
 /// Most sentences per batch (`model.batch_size`, `translate --batch-size`);
 /// larger batches only add padding and memory.
 pub const MAX_BATCH_SIZE: usize = 1024;
+
+/// Most padded source tokens per batch (`model.batch_tokens`,
+/// `translate --batch-tokens`): a full batch of the longest inputs.
+pub const MAX_BATCH_TOKENS: usize = MAX_BATCH_SIZE * 512;
 
 /// ONNX Runtime threads are bounded by this many times the cores of the
 /// machine that checks the config: more threads than cores never helps
@@ -482,6 +491,14 @@ impl JobConfig {
                 ),
             );
         }
+        if let Some(t) = self.model.batch_tokens {
+            if t == 0 || t > MAX_BATCH_TOKENS {
+                return bad(
+                    "model.batch_tokens",
+                    format!("{t} must be between 1 and {MAX_BATCH_TOKENS}"),
+                );
+            }
+        }
         if self.model.threads > max_threads() {
             return bad(
                 "model.threads",
@@ -659,6 +676,10 @@ dir = "models/tiny-cs-en"
             (
                 MINIMAL.replace("[model]", "[model]\nbeam_candidates = 0"),
                 "model.beam_candidates",
+            ),
+            (
+                MINIMAL.replace("[model]", "[model]\nbatch_tokens = 0"),
+                "model.batch_tokens",
             ),
             (MINIMAL.replace("czeng16", "czeng17"), "czeng17"),
             (MINIMAL.replace("czeng16", "tsv"), "input.source_column"),

@@ -47,6 +47,14 @@ pub struct GenerateOptions {
     pub nbest: usize,
     /// Sentences per batch (batches are cut from length-sorted input).
     pub batch_size: usize,
+    /// With `Some(t)`, batches are cut by tokens instead (CTranslate2's
+    /// `batch_type = "tokens"`, Marian's mini-batch-words): a batch holds
+    /// as many length-sorted sentences as fit in t padded source tokens
+    /// (sentences x the longest one), at least one and at most
+    /// `batch_size`. Short sentences then travel in large batches and long
+    /// ones in small, so a batch's memory is bounded by t, not by its
+    /// longest sentence.
+    pub batch_tokens: Option<usize>,
 }
 
 impl Default for GenerateOptions {
@@ -61,6 +69,7 @@ impl Default for GenerateOptions {
             early_stopping: None,
             nbest: 1,
             batch_size: 16,
+            batch_tokens: None,
         }
     }
 }
@@ -94,6 +103,33 @@ pub struct Translation {
     pub nbest: Vec<Hypothesis>,
     pub source_tokens: usize,
     pub flag: Option<Flag>,
+}
+
+/// Index ranges of the batches of length-sorted sentences: `batch_size`
+/// sentences each, or with a token budget as many as keep sentences x the
+/// longest within it (at least one, at most `batch_size`).
+pub fn batches(
+    sorted_lens: &[usize],
+    batch_size: usize,
+    batch_tokens: Option<usize>,
+) -> Vec<std::ops::Range<usize>> {
+    let bs = batch_size.max(1);
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < sorted_lens.len() {
+        let mut end = (start + bs).min(sorted_lens.len());
+        if let Some(budget) = batch_tokens {
+            // Ascending lengths: the last sentence is the longest.
+            let mut n = 1;
+            while start + n < end && (n + 1) * sorted_lens[start + n] <= budget {
+                n += 1;
+            }
+            end = start + n;
+        }
+        out.push(start..end);
+        start = end;
+    }
+    out
 }
 
 /// A loaded model: tokenizer, configuration and ONNX sessions.
@@ -320,8 +356,9 @@ impl Translator {
             encoded.push((i, ids, flag));
         }
         encoded.sort_by_key(|(i, ids, _)| (ids.len(), *i));
-        let bs = o.batch_size.max(1);
-        for chunk in encoded.chunks(bs) {
+        let lens: Vec<usize> = encoded.iter().map(|(_, ids, _)| ids.len()).collect();
+        for range in batches(&lens, o.batch_size, o.batch_tokens) {
+            let chunk = &encoded[range];
             let sources: Vec<Vec<u32>> = chunk.iter().map(|(_, ids, _)| ids.clone()).collect();
             let finished = self.graphs.generate(
                 &sources,
@@ -358,5 +395,26 @@ impl Translator {
             .into_iter()
             .map(|t| t.expect("every input gets a result"))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::batches;
+
+    #[test]
+    fn batches_keep_to_the_budget_and_the_size() {
+        let lens = [2, 3, 3, 5, 8, 8, 20, 40];
+        assert_eq!(batches(&lens, 3, None), vec![0..3, 3..6, 6..8]);
+        // 16 tokens: 2,3,3 padded to 3x3 = 9 (a 5 would make 4x5 = 20),
+        // then 5,8 = 2x8, then 8, 20 and 40 alone (a sentence over the
+        // budget still gets a batch).
+        assert_eq!(
+            batches(&lens, 64, Some(16)),
+            vec![0..3, 3..5, 5..6, 6..7, 7..8]
+        );
+        assert_eq!(batches(&lens, 2, Some(1000)), vec![0..2, 2..4, 4..6, 6..8]);
+        assert_eq!(batches(&lens, 64, Some(1)).len(), lens.len());
+        assert!(batches(&[], 4, Some(8)).is_empty());
     }
 }

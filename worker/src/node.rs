@@ -168,6 +168,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
         nbest: cfg.model.beam_candidates,
         max_new_tokens: cfg.model.max_new_tokens,
         batch_size: cfg.model.batch_size,
+        batch_tokens: cfg.model.batch_tokens,
         ..GenerateOptions::default()
     };
     let metadata: Vec<(&'static str, String)> = vec![
