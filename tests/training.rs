@@ -738,3 +738,108 @@ fn reference_classifier_tells_references_from_translations() {
         serde_json::from_slice(&std::fs::read(rescored.join("_manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest["classifier_sha256"].as_str().unwrap().len(), 64);
 }
+
+/// A neural encoder's run killed after an epoch and resumed from its
+/// checkpoint (network, burn's Adam state under the same parameter ids,
+/// shuffle position, best epoch) ends with the network of an
+/// uninterrupted run, bit for bit; a checkpoint of another run is refused.
+#[test]
+fn a_resumed_neural_run_equals_an_uninterrupted_one() {
+    use paraforge_trainer::neural::Arch;
+    use paraforge_trainer::nn_model::{cpu, table, NeuralModel};
+    use paraforge_trainer::nn_train::{train as train_nn, NeuralOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    scored_dataset(dir.path(), 300, 2);
+    let source = PairSource::open(dir.path()).unwrap();
+    let words = paraforge_trainer::train::word_vocab(&source, 2, 50_000).unwrap();
+    let dev_sets =
+        paraforge_trainer::sts::load_dev(&repo_root().join("data/sts/stsbenchmark/sts-dev.csv"))
+            .unwrap();
+    let dev = |m: &NeuralModel| {
+        let t = m.embed_sets(&dev_sets);
+        paraforge_trainer::sts::dev_score(&dev_sets, &|s| t[s].clone())
+    };
+    let fresh = || {
+        let (wm, _) = paraforge_trainer::model::init_with_words(
+            Kind::Word,
+            words.clone(),
+            12,
+            None,
+            Vec::new(),
+            0,
+            1,
+        )
+        .unwrap();
+        NeuralModel::init(Arch::Lstm, wm, 12, 1, 1, &cpu()).unwrap()
+    };
+    let o = |ckpt: &Path, epochs, resume| NeuralOptions {
+        base: TrainOptions {
+            batch_size: 50,
+            megabatch: 2,
+            epochs,
+            lr: 0.01,
+            shuffle_buffer: 100,
+            checkpoint: Some(ckpt.to_path_buf()),
+            resume,
+            ..TrainOptions::default()
+        },
+        scramble: 0.3,
+        lambda_w: 0.001,
+        ..NeuralOptions::default()
+    };
+    let values = |m: &NeuralModel| -> Vec<Vec<f32>> {
+        std::iter::once(&m.net.emb)
+            .chain(&m.net.comp)
+            .map(|p| table(p.val()))
+            .collect()
+    };
+    let mut m1 = fresh();
+    let r1 = train_nn(
+        &mut m1,
+        &source,
+        &o(&dir.path().join("whole.ckpt"), 3, false),
+        &cpu(),
+        Some(&dev),
+        &mut |_| {},
+    )
+    .unwrap();
+
+    let cut = dir.path().join("cut.ckpt");
+    train_nn(
+        &mut fresh(),
+        &source,
+        &o(&cut, 1, false),
+        &cpu(),
+        Some(&dev),
+        &mut |_| {},
+    )
+    .unwrap();
+    let mut m3 = fresh();
+    let r3 = train_nn(
+        &mut m3,
+        &source,
+        &o(&cut, 3, true),
+        &cpu(),
+        Some(&dev),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(r3.resumed_after, Some(1));
+    assert_eq!(r3.best_epoch, r1.best_epoch);
+    let losses = |r: &paraforge_trainer::train::TrainReport| -> Vec<f64> {
+        r.epochs.iter().map(|e| e.mean_loss).collect()
+    };
+    assert_eq!(losses(&r3), losses(&r1));
+    assert!(
+        values(&m3) == values(&m1),
+        "resumed network differs from the uninterrupted one"
+    );
+
+    let mut other = o(&cut, 3, true);
+    other.scramble = 0.0;
+    let e = train_nn(&mut fresh(), &source, &other, &cpu(), None, &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cut.ckpt") && e.contains("another run"), "{e}");
+}

@@ -353,10 +353,7 @@ fn train_neural(a: TrainArgs, arch: Arch, words: Model, source: PairSource) -> R
     let hidden = a.hidden.unwrap_or(words.word_dim);
     let mut model = NeuralModel::init(arch, words, hidden, a.layers, a.seed, &device)?;
     let o = NeuralOptions {
-        base: TrainOptions {
-            checkpoint: None,
-            ..train_options(&a)
-        },
+        base: train_options(&a),
         scramble: a.scramble.unwrap_or(arch.default_scramble()),
         sampling: a.negatives,
         lambda_c: a.lambda_c,

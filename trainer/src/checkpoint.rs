@@ -67,35 +67,51 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
     move |e| TrainError::io(path, e)
 }
 
-fn bad(dir: &Path, reason: String) -> TrainError {
+pub(crate) fn bad(dir: &Path, reason: String) -> TrainError {
     TrainError::Invalid(format!("checkpoint {}: {reason}", dir.display()))
 }
 
 pub fn save(dir: &Path, c: &Checkpoint) -> Result<(), TrainError> {
+    write_dir(dir, |tmp| {
+        c.model.save_as(&tmp.join("model.pfe"), Precision::F32)?;
+        if let Some(b) = &c.best {
+            b.save_as(&tmp.join("best.pfe"), Precision::F32)?;
+        }
+        let p = tmp.join("adam.f32");
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&p).map_err(io(&p))?);
+        for v in &c.adam {
+            for x in v {
+                f.write_all(&x.to_le_bytes()).map_err(io(&p))?;
+            }
+        }
+        f.into_inner()
+            .map_err(|e| TrainError::io(&p, e.into_error()))?
+            .sync_all()
+            .map_err(io(&p))?;
+        write_state(tmp, &c.state)
+    })
+}
+
+/// `state` as `dir/state.json`.
+pub(crate) fn write_state<S: Serialize>(dir: &Path, state: &S) -> Result<(), TrainError> {
+    let p = dir.join("state.json");
+    let json = serde_json::to_vec_pretty(state).map_err(|e| bad(dir, format!("state: {e}")))?;
+    std::fs::write(&p, json).map_err(io(&p))
+}
+
+/// Writes a checkpoint directory through `write` into `dir.tmp`, then
+/// swaps it in: the old checkpoint stays whole until the new one is
+/// complete, so a kill at any point leaves one to resume from.
+pub(crate) fn write_dir(
+    dir: &Path,
+    write: impl FnOnce(&Path) -> Result<(), TrainError>,
+) -> Result<(), TrainError> {
     let tmp = PathBuf::from(format!("{}.tmp", dir.display()));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
     }
     std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    c.model.save_as(&tmp.join("model.pfe"), Precision::F32)?;
-    if let Some(b) = &c.best {
-        b.save_as(&tmp.join("best.pfe"), Precision::F32)?;
-    }
-    let p = tmp.join("adam.f32");
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&p).map_err(io(&p))?);
-    for v in &c.adam {
-        for x in v {
-            f.write_all(&x.to_le_bytes()).map_err(io(&p))?;
-        }
-    }
-    f.into_inner()
-        .map_err(|e| TrainError::io(&p, e.into_error()))?
-        .sync_all()
-        .map_err(io(&p))?;
-    let p = tmp.join("state.json");
-    let json = serde_json::to_vec_pretty(&c.state).map_err(|e| bad(dir, format!("state: {e}")))?;
-    std::fs::write(&p, json).map_err(io(&p))?;
-    // Swap in: the old checkpoint stays whole until the new one is complete.
+    write(&tmp)?;
     let old = PathBuf::from(format!("{}.old", dir.display()));
     if dir.exists() {
         if old.exists() {
@@ -110,25 +126,45 @@ pub fn save(dir: &Path, c: &Checkpoint) -> Result<(), TrainError> {
     Ok(())
 }
 
+/// Whether there is a checkpoint to resume at `dir` (or the one a kill
+/// left at `dir.old` between the two renames of [`write_dir`]).
+pub(crate) fn exists(dir: &Path) -> bool {
+    dir.exists() || PathBuf::from(format!("{}.old", dir.display())).exists()
+}
+
+/// The directory that holds the checkpoint of `dir` (see [`exists`]).
+pub(crate) fn resolve(dir: &Path) -> PathBuf {
+    let old = PathBuf::from(format!("{}.old", dir.display()));
+    if !dir.exists() && old.exists() {
+        old
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+/// `dir/state.json`, which must be of this build's version.
+pub(crate) fn read_state<S: serde::de::DeserializeOwned>(
+    dir: &Path,
+    version: impl Fn(&S) -> u32,
+) -> Result<S, TrainError> {
+    let p = dir.join("state.json");
+    let bytes = std::fs::read(&p).map_err(io(&p))?;
+    let state: S =
+        serde_json::from_slice(&bytes).map_err(|e| bad(dir, format!("state.json: {e}")))?;
+    if version(&state) != VERSION {
+        return Err(bad(
+            dir,
+            format!("version {} (this build reads {VERSION})", version(&state)),
+        ));
+    }
+    Ok(state)
+}
+
 /// The checkpoint in `dir`, or the one a kill left at `dir.old` between
 /// the two renames of [`save`].
 pub fn load(dir: &Path) -> Result<Checkpoint, TrainError> {
-    let old = PathBuf::from(format!("{}.old", dir.display()));
-    let dir = if !dir.exists() && old.exists() {
-        old.as_path()
-    } else {
-        dir
-    };
-    let p = dir.join("state.json");
-    let bytes = std::fs::read(&p).map_err(io(&p))?;
-    let state: State =
-        serde_json::from_slice(&bytes).map_err(|e| bad(dir, format!("state.json: {e}")))?;
-    if state.version != VERSION {
-        return Err(bad(
-            dir,
-            format!("version {} (this build reads {VERSION})", state.version),
-        ));
-    }
+    let dir = &resolve(dir);
+    let state: State = read_state(dir, |s: &State| s.version)?;
     let model = Model::load(&dir.join("model.pfe"))?;
     let best = if dir.join("best.pfe").exists() {
         Some(Model::load(&dir.join("best.pfe"))?)

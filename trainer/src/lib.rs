@@ -13,6 +13,7 @@ pub mod classifier;
 pub mod data;
 pub mod model;
 pub mod neural;
+pub mod nn_checkpoint;
 pub mod nn_model;
 pub mod nn_train;
 pub mod sts;

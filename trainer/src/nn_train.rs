@@ -12,6 +12,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::data::{PairSource, ReadStats};
 use crate::neural::{margin_loss, regulariser, Batch, Net, Sampling};
+use crate::nn_checkpoint::{self, NeuralKey, NeuralState};
 use crate::nn_model::{embed_ids, NeuralModel};
 use crate::train::{nearest_of_other_pair, next_megabatch};
 use crate::train::{EpochReport, Progress, TrainOptions, TrainReport};
@@ -104,22 +105,68 @@ pub fn train(
             o.scramble
         )));
     }
-    if b.resume {
-        return Err(TrainError::Invalid(format!(
-            "--resume is not supported for {} yet (only word and trigram models checkpoint)",
-            model.arch()
-        )));
-    }
-    let ad = device.clone().autodiff();
-    let mut net = model.net.clone().fork(&ad).train();
-    let start = (o.lambda_c > 0.0 || o.lambda_w > 0.0).then(|| net.clone());
+    let key = NeuralKey {
+        shape: model.net.shape.clone(),
+        megabatch: b.megabatch,
+        batch_size: b.batch_size,
+        margin: b.margin,
+        lr: b.lr,
+        seed: b.seed,
+        shuffle_buffer: b.shuffle_buffer,
+        max_pairs: b.max_pairs,
+        scramble: o.scramble,
+        sampling: o.sampling,
+        lambda_c: o.lambda_c,
+        lambda_w: o.lambda_w,
+        max_tokens: o.max_tokens,
+        rows: source.rows(),
+    };
+    // The regulariser's start is the network as the run began, resumed or not.
+    let initial = model.net.clone();
     let mut opt = AdamConfig::new().with_epsilon(1e-8).init();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(b.seed);
     let mut stats = ReadStats::default();
     let mut skipped = 0u64;
     let mut report: Vec<EpochReport> = Vec::new();
     let mut best: Option<(usize, f64, Net)> = None;
-    for epoch in 1..=b.epochs {
+    let (mut first, mut resumed_after) = (1, None);
+    if let (Some(dir), true) = (&b.checkpoint, b.resume) {
+        if crate::checkpoint::exists(dir) {
+            let c = nn_checkpoint::load(dir, device)?;
+            if c.state.key != key {
+                return Err(TrainError::Invalid(format!(
+                    "checkpoint {} is of another run: {:?}, this run is {:?}",
+                    dir.display(),
+                    c.state.key,
+                    key
+                )));
+            }
+            let pos: u128 = c.state.rng_word_pos.parse().map_err(|_| {
+                TrainError::Invalid(format!("checkpoint {}: bad rng_word_pos", dir.display()))
+            })?;
+            rng.set_word_pos(pos);
+            opt = opt
+                .from_bytes(burn::tensor::Bytes::from_bytes_vec(c.adam))
+                .map_err(|e| {
+                    TrainError::Invalid(format!("checkpoint {}: adam.bpk: {e}", dir.display()))
+                })?;
+            model.net = c.model.net;
+            stats = c.state.read;
+            skipped = c.state.skipped;
+            report = c.state.epochs;
+            best = match (c.state.best, c.best) {
+                (Some((e, d)), Some(m)) => Some((e, d, m.net)),
+                _ => None,
+            };
+            first = c.state.epoch + 1;
+            resumed_after = Some(c.state.epoch);
+            tracing::info!(epoch = c.state.epoch, "resumed from {}", dir.display());
+        }
+    }
+    let ad = device.clone().autodiff();
+    let mut net = model.net.clone().fork(&ad).train();
+    let start = (o.lambda_c > 0.0 || o.lambda_w > 0.0).then(|| initial.fork(&ad));
+    for epoch in first..=b.epochs {
         let started = Instant::now();
         let (mut pairs, mut loss_sum) = (0u64, 0f64);
         let mut it = source.epoch(b.shuffle_buffer, &mut rng, &mut stats);
@@ -209,6 +256,28 @@ pub fn train(
                 best = Some((epoch, d, model.net.clone()));
             }
         }
+        if let Some(dir) = &b.checkpoint {
+            let state = NeuralState {
+                version: 1,
+                key: key.clone(),
+                epoch,
+                rng_word_pos: rng.get_word_pos().to_string(),
+                read: stats,
+                skipped,
+                epochs: report.clone(),
+                best: best.as_ref().map(|x| (x.0, x.1)),
+                param_ids: nn_checkpoint::param_ids(&model.net),
+            };
+            let best_model = best.as_ref().map(|x| NeuralModel {
+                net: x.2.clone(),
+                words: model.words.clone(),
+                notes: serde_json::Value::Null,
+            });
+            let adam = opt.into_bytes().map_err(|e| {
+                TrainError::Invalid(format!("checkpoint {}: adam: {e}", dir.display()))
+            })?;
+            nn_checkpoint::save(dir, &state, model, best_model.as_ref(), &adam)?;
+        }
     }
     let best_epoch = best.map(|(e, _, n)| {
         model.net = n;
@@ -219,6 +288,6 @@ pub fn train(
         read: stats,
         skipped_unembeddable: skipped,
         best_epoch,
-        resumed_after: None,
+        resumed_after,
     })
 }

@@ -9,7 +9,6 @@
 //! for embedding tables: a dense update of 400k x 300 rows per step would
 //! cost more than everything else).
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use ndarray::{s, Array2};
@@ -498,7 +497,7 @@ pub fn train(
     let mut first = 1;
     let mut resumed_after = None;
     if let (Some(dir), true) = (&o.checkpoint, o.resume) {
-        if dir.exists() || PathBuf::from(format!("{}.old", dir.display())).exists() {
+        if checkpoint::exists(dir) {
             let c = checkpoint::load(dir)?;
             if c.state.key != key {
                 return Err(TrainError::Invalid(format!(
