@@ -49,13 +49,13 @@ scorer: $(ORT_LIB) build
 	tools/train_scorer.sh $(BITEXT)
 
 # A small Python environment for the interop tests (pyarrow and DuckDB read
-# our Parquet; moto serves S3 locally; sacrebleu and kenlm check
+# our Parquet, as Hugging Face `datasets` loads it; moto serves S3 locally; sacrebleu and kenlm check
 # sentence_bleu and perplexity). Tests skip, saying why, without it. kenlm
 # compiles from source and may fail: the perplexity test then compares with
 # its own reference computation. The stamp names the package lists, so an
 # existing environment gets packages added here.
 TESTENV := $(CURDIR)/.cache/testenv
-TESTENV_PKGS := pyarrow duckdb moto[server] sacrebleu safetensors numpy
+TESTENV_PKGS := pyarrow duckdb moto[server] sacrebleu safetensors numpy datasets
 TESTENV_OPTIONAL := kenlm
 TESTENV_STAMP := $(TESTENV)/.done-$(shell echo '$(TESTENV_PKGS) / $(TESTENV_OPTIONAL)' | cksum | cut -d' ' -f1)
 testenv: $(TESTENV_STAMP)

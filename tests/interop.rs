@@ -45,7 +45,14 @@ fn input_text() -> String {
 
 fn config_text(input: &str, output: &str, state: Option<&Path>, extra: &str) -> String {
     let state = state
-        .map(|s| format!("[coordinator]\nstate = \"{}\"\n", s.display()))
+        // Any free ports: `paraforge run` as a process must not collide with
+        // another coordinator on the machine.
+        .map(|s| {
+            format!(
+                "[coordinator]\nstate = \"{}\"\nlisten = \"127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\n",
+                s.display()
+            )
+        })
         .unwrap_or_default();
     job_toml(
         "interop",
@@ -124,6 +131,61 @@ print("ok", t.num_rows, n, round(mean, 4))
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(stdout.starts_with("ok 600 600"), "{stdout}");
+
+    // Hugging Face `datasets`: the output loads as exactly the job's pairs
+    // (its card names them; the bins' `train` folder inside would otherwise
+    // be taken for the whole split), and each bin loads by name.
+    let Some(py) = python_with("datasets") else {
+        return;
+    };
+    let bins = dir.path().join("out-bins");
+    paraforge_tests::paraforge_ok(&[
+        "bin".as_ref(),
+        "--data".as_ref(),
+        out.as_os_str(),
+        "--out".as_ref(),
+        bins.as_os_str(),
+        "--train-sample".as_ref(),
+        "50".as_ref(),
+    ]);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bins.join("_manifest.json")).unwrap()).unwrap();
+    let script = r#"
+import sys, json, datasets
+root, bins = sys.argv[1], sys.argv[2]
+d = datasets.load_dataset(root)["train"]
+assert d.num_rows == 600 and len(set(d["id"])) == 600, d
+m = json.load(open(bins + "/_manifest.json"))
+for label, n in m["ranges"].items():
+    if n == 0:
+        continue  # an empty bin has no file, so no config
+    b = datasets.load_dataset(bins, "range-" + label)["train"]
+    assert b.num_rows == n, (label, b.num_rows, n)
+t = datasets.load_dataset(bins, "train")["train"]
+f9 = datasets.load_dataset(bins, "decile-para_score-9")["train"]
+print("ok", d.num_rows, t.num_rows, f9.num_rows)
+"#;
+    let hf = dir.path().join("hf");
+    let o = Command::new(py)
+        .arg("-c")
+        .arg(script)
+        .arg(&out)
+        .arg(&bins)
+        .env("HF_HOME", &hf)
+        .env("HF_DATASETS_OFFLINE", "1")
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let f9 = manifest["deciles"]["para_score"]["counts"][9]
+        .as_u64()
+        .unwrap();
+    assert_eq!(stdout.trim(), format!("ok 600 50 {f9}"), "{stdout}");
 }
 
 struct Moto(Child);
@@ -233,7 +295,7 @@ async fn the_pipeline_writes_to_s3_through_object_store() {
     assert_eq!(rows, 600);
 
     // `paraforge run` as a process: S3 in, S3 out, bins at the end staged
-    // locally and uploaded under `<output>/_bins`.
+    // locally and uploaded next to the output, to `<output>-bins`.
     let text = config_text(
         "s3://paraforge-test/inputs/input.tsv",
         "s3://paraforge-test/jobs/cli",
@@ -250,22 +312,21 @@ async fn the_pipeline_writes_to_s3_through_object_store() {
         cfg_path.as_os_str(),
     ]);
     assert!(stdout.contains("600 pairs"), "{stdout}");
-    let listed: Vec<String> = Storage::open("s3://paraforge-test/jobs/cli")
+    let listed: Vec<String> = Storage::open("s3://paraforge-test/jobs/cli-bins")
         .unwrap()
-        .list("_bins")
+        .list("")
         .await
         .unwrap()
         .into_iter()
         .map(|(p, _)| p)
         .collect();
     assert!(
-        listed
-            .iter()
-            .any(|p| p.starts_with("_bins/ranges/para_range="))
+        listed.iter().any(|p| p.starts_with("ranges/para_range="))
             && listed
                 .iter()
-                .any(|p| p.starts_with("_bins/deciles/para_score/fold="))
-            && listed.contains(&"_bins/_manifest.json".to_string()),
+                .any(|p| p.starts_with("deciles/para_score/fold="))
+            && listed.contains(&"_manifest.json".to_string())
+            && listed.contains(&"README.md".to_string()),
         "{listed:?}"
     );
 

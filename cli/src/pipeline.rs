@@ -186,12 +186,7 @@ async fn finish(cfg: &JobConfig, c: Running) -> Result<()> {
     if let Some(out) = &local_out {
         summarize(out).context("reading the output back")?;
     }
-    if let (Some(b), Some(input)) = (&cfg.bins, local_out) {
-        // Under `_bins`, which Hive-style readers of the output skip.
-        let target = b
-            .output
-            .clone()
-            .unwrap_or_else(|| format!("{}/_bins", cfg.job.output.trim_end_matches('/')));
+    if let (Some(b), Some(target), Some(input)) = (&cfg.bins, cfg.bins_output(), local_out) {
         // A remote target is staged locally; the scratch directory (if the
         // output was not staged already) is removed at the end of this block.
         let mut scratch = None;

@@ -186,7 +186,8 @@ pub struct Scoring {
 #[serde(deny_unknown_fields)]
 pub struct Bins {
     /// Where `paraforge bin` writes at the end of the job: a path or an
-    /// object-store URL (default `<output>/_bins`).
+    /// object-store URL (default `<output>-bins`, next to the output; see
+    /// [`JobConfig::bins_output`]).
     #[serde(default)]
     pub output: Option<String>,
     #[serde(default = "default_deciles")]
@@ -491,6 +492,23 @@ impl JobConfig {
                 ),
             );
         }
+        // `<output>-bins` of a bucket's root would be another bucket.
+        if self.bins.as_ref().is_some_and(|b| b.output.is_none()) {
+            let root = self
+                .job
+                .output
+                .split_once("://")
+                .is_some_and(|(_, rest)| !rest.trim_end_matches('/').contains('/'));
+            if root {
+                return bad(
+                    "bins.output",
+                    format!(
+                        "must be set when job.output ({}) is a bucket's root (the default is a directory next to the output)",
+                        self.job.output
+                    ),
+                );
+            }
+        }
         if let Some(t) = self.model.batch_tokens {
             if t == 0 || t > MAX_BATCH_TOKENS {
                 return bad(
@@ -581,6 +599,18 @@ impl JobConfig {
         }
     }
 
+    /// Where `[bins]` writes: `bins.output`, or `<output>-bins` next to the
+    /// output. Not inside it: Hugging Face `datasets.load_dataset(output)`
+    /// would take the bins' `train/` folder for the job's train split.
+    pub fn bins_output(&self) -> Option<String> {
+        let b = self.bins.as_ref()?;
+        Some(
+            b.output
+                .clone()
+                .unwrap_or_else(|| format!("{}-bins", self.job.output.trim_end_matches('/'))),
+        )
+    }
+
     /// The config as TOML, for the manifest and the Parquet metadata.
     pub fn to_toml(&self) -> String {
         toml::to_string(self).unwrap_or_default()
@@ -662,6 +692,22 @@ dir = "models/tiny-cs-en"
     }
 
     #[test]
+    fn bins_go_next_to_the_output_unless_told() {
+        let with = |extra: &str| parse(&(MINIMAL.to_string() + extra)).unwrap().bins_output();
+        assert_eq!(with(""), None);
+        assert_eq!(with("\n[bins]\n").as_deref(), Some("out/t-bins"));
+        assert_eq!(
+            with("\n[bins]\noutput = \"elsewhere\"\n").as_deref(),
+            Some("elsewhere")
+        );
+        let s3 = MINIMAL.replace("out/t", "s3://b/jobs/t/") + "\n[bins]\n";
+        assert_eq!(
+            parse(&s3).unwrap().bins_output().as_deref(),
+            Some("s3://b/jobs/t-bins")
+        );
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let cases = [
             (MINIMAL.replace("[model]", "[model]\nbeem = 4"), "beem"),
@@ -680,6 +726,10 @@ dir = "models/tiny-cs-en"
             (
                 MINIMAL.replace("[model]", "[model]\nbatch_tokens = 0"),
                 "model.batch_tokens",
+            ),
+            (
+                MINIMAL.replace("output = \"out/t\"", "output = \"s3://bucket\"") + "\n[bins]\n",
+                "bins.output",
             ),
             (MINIMAL.replace("czeng16", "czeng17"), "czeng17"),
             (MINIMAL.replace("czeng16", "tsv"), "input.source_column"),

@@ -48,6 +48,37 @@ pub const CLAIM_FILE: &str = "_job.json";
 /// Written last, when every shard is committed and checked.
 pub const SUCCESS_FILE: &str = "_SUCCESS";
 
+/// The dataset card of the bins' directory (Hugging Face's `README.md`):
+/// its `configs:` name each bin, so that `datasets.load_dataset(dir, NAME)`
+/// loads one. (A job's output has none: pyarrow and Spark would try to
+/// read it as a data file. It needs none either, as long as the bins are
+/// not inside it.)
+pub const CARD_FILE: &str = "README.md";
+
+/// The card's text: `configs` are (name, glob relative to the directory),
+/// the first the default; `about` is Markdown after the metadata.
+pub fn dataset_card(configs: &[(String, String)], about: &str) -> String {
+    let mut s = String::from("---\nconfigs:\n");
+    for (i, (name, glob)) in configs.iter().enumerate() {
+        s += &format!("- config_name: {}\n", yaml_str(name));
+        if i == 0 {
+            s += "  default: true\n";
+        }
+        s += &format!(
+            "  data_files:\n  - split: train\n    path: {}\n",
+            yaml_str(glob)
+        );
+    }
+    s += "---\n\n";
+    s += about;
+    s
+}
+
+/// A double-quoted YAML scalar.
+fn yaml_str(v: &str) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
 /// Where a committed shard's rows are published, relative to the output
 /// root. Only the coordinator writes here, when it commits an attempt, so a
 /// late writer (a worker paused past its lease) can never put a file where

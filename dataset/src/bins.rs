@@ -575,10 +575,25 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
         }
         Ok(())
     })?;
+    let mut configs = Vec::new();
     for (rel, w) in writers {
         let rows = w.close()?;
         m.files.push(format!("{rel} ({rows} rows)"));
+        configs.push(card_config(&rel));
     }
+    configs.sort();
+    let card = out.join(schema::CARD_FILE);
+    let about = format!(
+        "# Bins of {}\n\nparaforge's bins (`paraforge bin`): the para_score ranges \
+         (`range-LABEL`), ten folds per ranked score (`decile-SCORE-FOLD`, fold 0 the lowest \
+         tenth) and the training sample (`train`). `_manifest.json` has the counts and \
+         boundaries.\n",
+        m.input
+    );
+    std::fs::write(&card, schema::dataset_card(&configs, &about)).map_err(|e| BinError::Io {
+        path: card.clone(),
+        source: e,
+    })?;
     m.deciles.retain(|k, _| o.deciles.contains(k));
     let manifest = out.join("_manifest.json");
     let text = serde_json::to_string_pretty(&m).unwrap_or_default();
@@ -589,11 +604,43 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
     Ok(m)
 }
 
+/// The dataset-card config of a bin's file: its name and its folder's glob.
+fn card_config(rel: &str) -> (String, String) {
+    let dir = rel.rsplit_once('/').map_or("", |d| d.0);
+    let name = if let Some(label) = dir.strip_prefix("ranges/para_range=") {
+        format!("range-{label}")
+    } else if let Some(rest) = dir.strip_prefix("deciles/") {
+        format!("decile-{}", rest.replace("/fold=", "-"))
+    } else {
+        dir.replace('/', "-")
+    };
+    (name, format!("{dir}/*.parquet"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const STABLE_KEY: &str = "e28c26be0e608a5614e62d038e446ac4";
+
+    #[test]
+    fn every_bin_gets_a_config_named_after_it() {
+        for (rel, name, glob) in [
+            (
+                "ranges/para_range=0.8-1.0/part-00000.parquet",
+                "range-0.8-1.0",
+                "ranges/para_range=0.8-1.0/*.parquet",
+            ),
+            (
+                "deciles/trigram_overlap/fold=9/part-00000.parquet",
+                "decile-trigram_overlap-9",
+                "deciles/trigram_overlap/fold=9/*.parquet",
+            ),
+            ("train/part-00000.parquet", "train", "train/*.parquet"),
+        ] {
+            assert_eq!(card_config(rel), (name.to_string(), glob.to_string()));
+        }
+    }
 
     #[test]
     fn dedup_keys_are_stable_and_tell_sides_apart() {
