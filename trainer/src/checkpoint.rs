@@ -142,6 +142,26 @@ pub(crate) fn resolve(dir: &Path) -> PathBuf {
     }
 }
 
+/// The shuffle generator's position to go on from, after checking that
+/// the checkpoint in `dir` is of this run (`saved` is its key, `key` this
+/// run's).
+pub(crate) fn resume_point<K: PartialEq + std::fmt::Debug>(
+    dir: &Path,
+    saved: &K,
+    key: &K,
+    rng_word_pos: &str,
+) -> Result<u128, TrainError> {
+    if saved != key {
+        return Err(TrainError::Invalid(format!(
+            "checkpoint {} is of another run: {saved:?}, this run is {key:?}",
+            dir.display()
+        )));
+    }
+    rng_word_pos
+        .parse()
+        .map_err(|_| TrainError::Invalid(format!("checkpoint {}: bad rng_word_pos", dir.display())))
+}
+
 /// `dir/state.json`, which must be of this build's version.
 pub(crate) fn read_state<S: serde::de::DeserializeOwned>(
     dir: &Path,

@@ -293,39 +293,14 @@ impl ReferenceClassifier {
             ));
         }
         c.shape.validate().map_err(|e| bad(&cpath, e.to_string()))?;
-        let wpath = dir.join(WEIGHTS);
-        let bytes = std::fs::read(&wpath).map_err(|e| TrainError::io(&wpath, e))?;
-        let file = crate::nn_model::TensorFile::parse(&bytes, &wpath)?;
-        let get = |n: &str, d| file.get(n, d);
-        let emb = get("emb", [c.shape.vocab, c.shape.word_dim])?;
-        let mut comp = Vec::new();
-        for (name, [r, k]) in RefNet::dims(&c.shape) {
-            comp.push((get(&name, [r, k])?, r, k));
-        }
+        let (emb, comp, words) =
+            crate::nn_model::read_tables(dir, &c.shape, c.words, RefNet::dims(&c.shape))?;
         let net = RefNet::from_values(c.shape.clone(), &emb, &comp, dev, DType::F32);
-        let w: Vec<f32> = emb.iter().map(|&x| x as f32).collect();
-        let words = Model::from_tables(
-            Kind::Word,
-            c.words,
-            c.shape.word_dim,
-            w,
-            Vec::new(),
-            0,
-            Vec::new(),
-        )?;
         Ok(ReferenceClassifier {
             net,
             words,
             notes: c.notes,
         })
-    }
-
-    /// Is `dir` a saved reference classifier?
-    pub fn is_one(dir: &Path) -> bool {
-        std::fs::read(dir.join(CONFIG))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .is_some_and(|v| v["format"] == FORMAT)
     }
 }
 

@@ -219,26 +219,8 @@ impl NeuralModel {
                 ),
             ));
         }
-        let wpath = dir.join(WEIGHTS);
-        let bytes = std::fs::read(&wpath).map_err(|e| TrainError::io(&wpath, e))?;
-        let file = TensorFile::parse(&bytes, &wpath)?;
-        let get = |n: &str, d| file.get(n, d);
-        let emb = get("emb", [c.shape.vocab, c.shape.word_dim])?;
-        let mut comp = Vec::new();
-        for (name, [r, k]) in expected_dims(&c.shape) {
-            comp.push((get(&name, [r, k])?, r, k));
-        }
+        let (emb, comp, words) = read_tables(dir, &c.shape, c.words, expected_dims(&c.shape))?;
         let net = Net::from_values(c.shape.clone(), &emb, &comp, dev, DType::F32);
-        let w: Vec<f32> = emb.iter().map(|&x| x as f32).collect();
-        let words = Model::from_tables(
-            Kind::Word,
-            c.words,
-            c.shape.word_dim,
-            w,
-            Vec::new(),
-            0,
-            Vec::new(),
-        )?;
         Ok(NeuralModel {
             net,
             words,
@@ -264,6 +246,38 @@ pub fn embed_ids(net: &Net, sents: &[&[u32]]) -> Vec<f32> {
         }
     }
     out
+}
+
+/// A saved network's tables from `dir/model.safetensors`: the word table
+/// ([vocab, word_dim]), each parameter `dims` names (checked against its
+/// shape) and the WORD model of `words` over that table, which tokenises
+/// for it.
+#[allow(clippy::type_complexity)]
+pub(crate) fn read_tables(
+    dir: &Path,
+    shape: &Shape,
+    words: Vec<String>,
+    dims: Vec<(String, [usize; 2])>,
+) -> Result<(Vec<f64>, Vec<(Vec<f64>, usize, usize)>, Model), TrainError> {
+    let wpath = dir.join(WEIGHTS);
+    let bytes = std::fs::read(&wpath).map_err(|e| TrainError::io(&wpath, e))?;
+    let file = TensorFile::parse(&bytes, &wpath)?;
+    let emb = file.get("emb", [shape.vocab, shape.word_dim])?;
+    let mut comp = Vec::new();
+    for (name, [r, k]) in dims {
+        comp.push((file.get(&name, [r, k])?, r, k));
+    }
+    let w: Vec<f32> = emb.iter().map(|&x| x as f32).collect();
+    let words = Model::from_tables(
+        Kind::Word,
+        words,
+        shape.word_dim,
+        w,
+        Vec::new(),
+        0,
+        Vec::new(),
+    )?;
+    Ok((emb, comp, words))
 }
 
 /// How every saved neural model turns text into word ids.

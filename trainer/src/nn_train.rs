@@ -133,18 +133,12 @@ pub fn train(
     if let (Some(dir), true) = (&b.checkpoint, b.resume) {
         if crate::checkpoint::exists(dir) {
             let c = nn_checkpoint::load(dir, device)?;
-            if c.state.key != key {
-                return Err(TrainError::Invalid(format!(
-                    "checkpoint {} is of another run: {:?}, this run is {:?}",
-                    dir.display(),
-                    c.state.key,
-                    key
-                )));
-            }
-            let pos: u128 = c.state.rng_word_pos.parse().map_err(|_| {
-                TrainError::Invalid(format!("checkpoint {}: bad rng_word_pos", dir.display()))
-            })?;
-            rng.set_word_pos(pos);
+            rng.set_word_pos(crate::checkpoint::resume_point(
+                dir,
+                &c.state.key,
+                &key,
+                &c.state.rng_word_pos,
+            )?);
             opt = opt
                 .from_bytes(burn::tensor::Bytes::from_bytes_vec(c.adam))
                 .map_err(|e| {

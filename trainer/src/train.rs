@@ -499,18 +499,12 @@ pub fn train(
     if let (Some(dir), true) = (&o.checkpoint, o.resume) {
         if checkpoint::exists(dir) {
             let c = checkpoint::load(dir)?;
-            if c.state.key != key {
-                return Err(TrainError::Invalid(format!(
-                    "checkpoint {} is of another run: {:?}, this run is {:?}",
-                    dir.display(),
-                    c.state.key,
-                    key
-                )));
-            }
-            let pos: u128 = c.state.rng_word_pos.parse().map_err(|_| {
-                TrainError::Invalid(format!("checkpoint {}: bad rng_word_pos", dir.display()))
-            })?;
-            rng.set_word_pos(pos);
+            rng.set_word_pos(checkpoint::resume_point(
+                dir,
+                &c.state.key,
+                &key,
+                &c.state.rng_word_pos,
+            )?);
             *model = c.model;
             let [mw, vw, mt, vt] = c.adam;
             (adam_w.m, adam_w.v, adam_t.m, adam_t.v) = (mw, vw, mt, vt);
