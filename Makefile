@@ -3,6 +3,7 @@
 #   make demo     back-translate the bundled sample with the bundled model
 #   make test     the test suite (no GPU, no Python ML stack needed)
 #   make bench-nmt  engine benchmark against transformers, Optimum and CTranslate2
+#   make image    the CPU container image (make image-cuda: the CUDA one)
 #
 # The ONNX Runtime shared library comes from the onnxruntime wheel on PyPI
 # (ort is built with load-dynamic); `make ort` fetches it into .cache/ort.
@@ -19,7 +20,7 @@ VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build ort testenv test demo scorer lint fmt venv fixtures bench-nmt bench-score bench-bins bench-train bench-load bench-pipeline soak clean-ort
+.PHONY: all build ort image image-cuda base-image testenv test demo scorer lint fmt venv fixtures bench-nmt bench-score bench-bins bench-train bench-load bench-pipeline soak clean-ort
 
 all: build
 
@@ -34,6 +35,31 @@ ort: $(ORT_LIB)
 
 build:
 	$(CARGO) build --release -p paraforge
+
+# Container images (deploy/docker/): the release binary built here, the ONNX
+# Runtime library from the same wheel as above (onnxruntime, or
+# onnxruntime-gpu for the CUDA image), the bundled models, sample data and
+# pipeline configs. No Rust is compiled in the image. IMAGE_BASE picks the
+# base (default: the Dockerfile's, debian:bookworm-slim or the CUDA 13 cuDNN
+# runtime); `make base-image` builds a Debian base with debootstrap for sites
+# that cannot pull one (then IMAGE_BASE=localhost/paraforge-base:bookworm).
+# CONTAINER is the client: podman (default) or docker.
+VERSION       := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+IMAGE         ?= paraforge:$(VERSION)
+IMAGE_CUDA    ?= paraforge:$(VERSION)-cuda
+IMAGE_BASE    ?=
+CONTAINER     ?= podman
+
+image: $(ORT_LIB) build
+	CONTAINER="$(CONTAINER)" BASE="$(IMAGE_BASE)" deploy/docker/build.sh cpu $(IMAGE)
+
+image-cuda: build
+	$(MAKE) ort ORT_WHEEL=onnxruntime-gpu
+	CONTAINER="$(CONTAINER)" BASE="$(IMAGE_BASE)" ORT_DIR=$(CURDIR)/.cache/ort/onnxruntime-gpu-$(ORT_VERSION) \
+		deploy/docker/build.sh cuda $(IMAGE_CUDA)
+
+base-image:
+	CONTAINER="$(CONTAINER)" deploy/docker/debian-base.sh localhost/paraforge-base:bookworm
 
 # The main job end to end: coordinator + 2 local workers over loopback gRPC,
 # back-translating the bundled sample with the bundled model, scoring, Parquet
