@@ -21,7 +21,7 @@ from-onnx`), fp32 and int8, repeats interleaved; also counts how many
 translations each engine shares with paraforge on the shipped model. Writes
 bench-out/nmt-natural.json.
 
-usage: tools/bench_nmt.py --natural --paraforge target/release/paraforge [--sentences 300] [--repeats 3]
+usage: tools/bench_nmt.py --natural --paraforge target/release/paraforge [--sentences 200] [--repeats 3]
 
 --gpu: the same setting on a GPU, fp16 (`tools/marian_model.py export --fp16`
 graphs on `--device cuda:N`) against CTranslate2 float16, and fp32 of both
@@ -414,7 +414,7 @@ def main() -> None:
         return
     if args.natural:
         if not any(a.startswith("--sentences") for a in sys.argv[1:]):
-            args.sentences = 300
+            args.sentences = 200
         main_natural(args)
         return
 
