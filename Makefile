@@ -4,6 +4,8 @@
 #   make test     the test suite (no GPU, no Python ML stack needed)
 #   make bench-nmt  engine benchmark against transformers, Optimum and CTranslate2
 #   make image    the CPU container image (make image-cuda: the CUDA one)
+#   make bench-nmt-natural  the trained demo model on held-out text, against CTranslate2
+#   make bench-gpu  paraforge against CTranslate2 in fp16 on a GPU (says so and stops without one)
 #
 # The ONNX Runtime shared library comes from the onnxruntime wheel on PyPI
 # (ort is built with load-dynamic); `make ort` fetches it into .cache/ort.
@@ -20,7 +22,7 @@ VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build ort image image-cuda base-image testenv test demo scorer lint fmt venv fixtures bench-nmt bench-score bench-bins bench-train bench-load bench-pipeline soak clean-ort
+.PHONY: all build ort image image-cuda base-image testenv test demo scorer lint fmt venv fixtures bench-nmt bench-nmt-natural bench-gpu bench-score bench-bins bench-train bench-load bench-pipeline soak clean-ort
 
 all: build
 
@@ -123,6 +125,25 @@ fixtures: venv
 
 bench-nmt: venv $(ORT_LIB) build
 	$(VENV)/bin/python tools/bench_nmt.py --paraforge target/release/paraforge
+
+# The trained demo model (checkpoint rebuilt from its ONNX graphs by
+# `tools/marian_model.py from-onnx`) on real held-out sentences with natural
+# output lengths, against CTranslate2 fp32 and int8 of the same checkpoint.
+bench-nmt-natural: venv $(ORT_LIB) build
+	$(VENV)/bin/python tools/bench_nmt.py --natural --paraforge target/release/paraforge
+
+# fp16 on a GPU: paraforge (`--device cuda`, the onnxruntime-gpu library,
+# fp16 graphs from `tools/marian_model.py export --fp16`) against CTranslate2
+# float16, same checkpoint and sentences. Without a GPU it says so and
+# exits 0: no figures are produced or claimed.
+ORT_GPU_LIB := $(CURDIR)/.cache/ort/onnxruntime-gpu-$(ORT_VERSION)/libonnxruntime.so.$(ORT_VERSION)
+bench-gpu:
+	@if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then \
+		echo "bench-gpu: NOT RUN: no NVIDIA GPU here (nvidia-smi finds none). No GPU figures were measured."; \
+		exit 0; \
+	fi; \
+	$(MAKE) venv build && $(MAKE) ort ORT_WHEEL=onnxruntime-gpu && \
+	ORT_DYLIB_PATH=$(ORT_GPU_LIB) $(VENV)/bin/python tools/bench_nmt.py --gpu --paraforge target/release/paraforge
 
 # Scoring throughput against a plain Python implementation of the same definitions.
 bench-score: venv $(ORT_LIB) build

@@ -12,6 +12,20 @@ The model is built once into .cache/bench/ (about 1 GB with the CTranslate2
 copies; not committed).
 
 usage: tools/bench_nmt.py --paraforge target/release/paraforge [--sentences 256]
+
+--natural: the trained demo model (models/demo-cs-en) on real held-out
+sentences with natural output lengths (beam 12, no minimum, the model's
+max_length), paraforge against CTranslate2 converted from the same
+checkpoint (rebuilt from the shipped graphs by `tools/marian_model.py
+from-onnx`), fp32 and int8, repeats interleaved; also counts how many
+translations each engine shares with paraforge on the shipped model. Writes
+bench-out/nmt-natural.json.
+
+usage: tools/bench_nmt.py --natural --paraforge target/release/paraforge [--sentences 200] [--repeats 3]
+
+--gpu: the same setting on a GPU, fp16 (`tools/marian_model.py export --fp16`
+graphs on `--device cuda:N`) against CTranslate2 float16, and fp32 of both
+(`make bench-gpu`, which runs it only where nvidia-smi finds a GPU).
 """
 from __future__ import annotations
 
@@ -129,6 +143,254 @@ def bench_ct2(sents, threads, batch, variant) -> float:
     return len(sents) / (time.perf_counter() - t)
 
 
+# ---------------------------------------------------------------- natural mode
+
+DEMO = ROOT / "models" / "demo-cs-en"
+DEMO_CACHE = ROOT / ".cache" / "bench" / "demo-cs-en"
+HELD_OUT = ROOT / "data" / "sample" / "czeng16-heldout.cs-en.tsv"
+
+
+def build_demo() -> None:
+    """The demo model's checkpoint rebuilt from its graphs, an fp32 and a
+    dynamic-int8 export of it, and CTranslate2 fp32 and int8 conversions
+    of it, in .cache/bench/demo-cs-en (built once)."""
+    tool = [sys.executable, str(ROOT / "tools" / "marian_model.py")]
+    hf, onnx = DEMO_CACHE / "hf", DEMO_CACHE / "onnx"
+    if not (hf / "model.safetensors").exists():
+        log(f"rebuilding the demo model's checkpoint in {hf}")
+        subprocess.run(tool + ["from-onnx", "--onnx", str(DEMO), "--out", str(hf)], check=True)
+    if not (onnx / "decoder_with_past_model_quantized.onnx").exists():
+        log(f"exporting the rebuilt checkpoint to {onnx} (fp32 and dynamic int8)")
+        subprocess.run(tool + ["export", "--model", str(hf), "--out", str(onnx), "--quantize"], check=True)
+    for q, d in (("float32", "ct2-fp32"), ("int8", "ct2-int8")):
+        if not (DEMO_CACHE / d / "model.bin").exists():
+            convert_ct2_marian(hf, DEMO_CACHE / d, q)
+
+
+def convert_ct2_marian(hf: Path, out: Path, quantization: str) -> None:
+    """CTranslate2's converter for MarianMTModel assumes what holds for the
+    opus-mt models converted from Marian: that the decoder start token
+    (<pad>) has a zero embedding, so it starts decoding from a zero vector
+    and drops <pad> from the vocabulary. A model trained with transformers
+    (the demo models; tied embeddings give <pad> a gradient through the
+    output layer) has a non-zero <pad> embedding, and that conversion then
+    translates differently (0 of 200 sentences identical, the first word
+    often missing). Converted here as transformers runs it: the decoder
+    starts from <pad>'s own embedding (BART's way in the same converter),
+    <pad> stays in the vocabulary, and decoding suppresses it as
+    generation_config.json's bad_words_ids does (Ct2.run)."""
+    import ctranslate2.converters
+    import ctranslate2.converters.transformers as ct
+
+    loader = ct.MarianMTLoader
+    saved = {k: loader.__dict__[k] for k in ("set_decoder", "get_vocabulary", "_remove_pad_weights", "set_config")}
+
+    def set_config(self, config, model, tokenizer):
+        config.eos_token = tokenizer.eos_token
+        config.unk_token = tokenizer.unk_token
+        config.decoder_start_token = tokenizer.convert_ids_to_tokens(model.config.decoder_start_token_id)
+
+    loader.set_decoder = ct.BartLoader.set_decoder
+    loader.get_vocabulary = ct.BartLoader.get_vocabulary
+    loader._remove_pad_weights = lambda self, spec: None
+    loader.set_config = set_config
+    try:
+        ctranslate2.converters.TransformersConverter(str(hf)).convert(str(out), quantization=quantization, force=True)
+    finally:
+        for k, v in saved.items():
+            setattr(loader, k, v)
+
+
+def held_out_sentences(n: int) -> tuple[list[str], int]:
+    """n Czech sentences spread evenly over the held-out file (Multi30K
+    captions and WMT19 news alike): every (lines // n)-th line."""
+    rows = [l.rstrip("\n").split("\t") for l in HELD_OUT.read_text(encoding="utf-8").splitlines()]
+    cs = [r[2] for r in rows if len(r) == 4 and r[2].strip()]
+    step = max(1, len(cs) // n)
+    return cs[::step][:n], step
+
+
+def run_paraforge(binary, model, src, threads, batch, quantized, out, device="cpu"):
+    cmd = [binary, "translate", "--model", str(model), "--beam", "12", "--batch-size", str(batch),
+           "--threads", str(threads), "--device", device, "--timing", str(src), "-o", str(out)]
+    if quantized:
+        cmd.append("--quantized")
+    r = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    timing = [json.loads(l) for l in r.stderr.splitlines() if l.startswith("{")][-1]
+    return timing, out.read_text(encoding="utf-8").splitlines()
+
+
+class Ct2:
+    def __init__(self, variant, threads, batch, max_length, device="cpu", compute_type="default", device_index=0):
+        import ctranslate2
+        from transformers import MarianTokenizer
+
+        self.tok = MarianTokenizer.from_pretrained(DEMO_CACHE / "hf")
+        self.tr = ctranslate2.Translator(str(DEMO_CACHE / variant), device=device, device_index=device_index,
+                                         inter_threads=1, intra_threads=threads, compute_type=compute_type)
+        # transformers' max_length counts the decoder start token.
+        self.kw = dict(beam_size=12, max_batch_size=batch, max_decoding_length=max_length - 1,
+                       suppress_sequences=[["<pad>"]])
+
+    def run(self, sents):
+        # Tokenizing and detokenizing stay outside the timed part (in
+        # paraforge's time they are inside).
+        toks = [self.tok.convert_ids_to_tokens(self.tok(s)["input_ids"]) for s in sents]
+        t = time.perf_counter()
+        res = self.tr.translate_batch(toks, **self.kw)
+        secs = time.perf_counter() - t
+        texts = [self.tok.decode(self.tok.convert_tokens_to_ids(r.hypotheses[0]), skip_special_tokens=True)
+                 for r in res]
+        return secs, texts
+
+
+def main_natural(args) -> None:
+    import statistics
+
+    build_demo()
+    import ctranslate2
+
+    gen = json.loads((DEMO / "generation_config.json").read_text())
+    max_length = gen["max_length"]
+    sents, step = held_out_sentences(args.sentences)
+    out_dir = ROOT / "bench-out" / "nmt-natural"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    src = out_dir / "input.txt"
+    src.write_text("\n".join(sents) + "\n", encoding="utf-8")
+    # paraforge engines: (model directory, --quantized)
+    pf = {
+        "paraforge": (DEMO, False),
+        "paraforge-fp32": (DEMO_CACHE / "onnx", False),
+        "paraforge-int8": (DEMO_CACHE / "onnx", True),
+    }
+    engines = args.engines.split(",") if args.engines_given else \
+        ["paraforge", "paraforge-fp32", "paraforge-int8", "ct2-fp32", "ct2-int8"]
+    ct2 = {e: Ct2(e, args.threads, args.batch_size, max_length) for e in engines if e.startswith("ct2-")}
+    for e in ct2.values():  # warm-up
+        e.run(sents[: args.batch_size])
+    times = {e: [] for e in engines}
+    texts, profiles = {}, {}
+    for rep in range(args.repeats):
+        for e in engines:
+            if e in pf:
+                model, q = pf[e]
+                timing, out = run_paraforge(args.paraforge, model, src, args.threads, args.batch_size, q,
+                                            out_dir / f"{e}.txt")
+                secs = timing["seconds"]
+                profiles.setdefault(e, []).append(timing)
+            elif e in ct2:
+                secs, out = ct2[e].run(sents)
+            else:
+                sys.exit(f"unknown engine {e} (natural mode: {', '.join(list(pf) + ['ct2-fp32', 'ct2-int8'])})")
+            times[e].append(secs)
+            texts[e] = out
+            log(f"  repeat {rep + 1}: {e}: {secs:.2f} s, {len(sents) / secs:.2f} sentences/s")
+    ref = texts.get("paraforge") or texts[engines[0]]
+    rows = {}
+    for e in engines:
+        med = statistics.median(times[e])
+        rows[e] = {
+            "seconds": times[e],
+            "median_seconds": med,
+            "sentences_per_second": len(sents) / med,
+            "identical_to_paraforge": sum(a == b for a, b in zip(texts[e], ref)),
+            "identical_to_paraforge_fp32": sum(a == b for a, b in zip(texts[e], texts.get("paraforge-fp32", ref))),
+            "output_words": sum(len(t.split()) for t in texts[e]),
+        }
+        if e in profiles:
+            rows[e]["timing"] = profiles[e][-1]
+    label = {
+        "paraforge": "paraforge, shipped graphs (weight-only int8 weights, fp32 compute)",
+        "paraforge-fp32": "paraforge, fp32 export of the rebuilt checkpoint",
+        "paraforge-int8": "paraforge, dynamic int8 export of the rebuilt checkpoint (--quantized)",
+        "ct2-fp32": f"CTranslate2 {ctranslate2.__version__} fp32",
+        "ct2-int8": f"CTranslate2 {ctranslate2.__version__} int8",
+    }
+    print(f"\n{len(sents)} held-out Czech sentences (every {step}th line of "
+          f"{HELD_OUT.relative_to(ROOT)}), demo-cs-en, beam 12, max_length {max_length}, no minimum, "
+          f"batch {args.batch_size}, {args.threads} threads, {args.repeats} interleaved repeats (median)\n")
+    print("| engine | sentences/s | paraforge / engine | paraforge-fp32 / engine | identical to paraforge | identical to paraforge-fp32 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for e in engines:
+        v = rows[e]["sentences_per_second"]
+        r1 = f"{rows['paraforge']['sentences_per_second'] / v:.2f}" if "paraforge" in rows else "-"
+        r2 = f"{rows['paraforge-fp32']['sentences_per_second'] / v:.2f}" if "paraforge-fp32" in rows else "-"
+        print(f"| {label.get(e, e)} | {v:.2f} | {r1} | {r2} | {rows[e]['identical_to_paraforge']}/{len(sents)} | "
+              f"{rows[e]['identical_to_paraforge_fp32']}/{len(sents)} |")
+    out = {"mode": "natural", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "sentences": len(sents), "threads": args.threads, "batch_size": args.batch_size, "beam": 12,
+           "max_length": max_length, "repeats": args.repeats, "ctranslate2": ctranslate2.__version__,
+           "engines": rows}
+    (ROOT / "bench-out" / "nmt-natural.json").write_text(json.dumps(out, indent=1))
+
+
+def main_gpu(args) -> None:
+    """paraforge and CTranslate2 in fp16 (and fp32) on a GPU, the natural-length
+    setting of main_natural. Run by `make bench-gpu` only where nvidia-smi
+    finds a GPU; `--device cpu` runs the same code on the CPU (a check of the
+    script and of the fp16 graphs, not a GPU figure)."""
+    import statistics
+
+    build_demo()
+    import ctranslate2
+
+    tool = [sys.executable, str(ROOT / "tools" / "marian_model.py")]
+    fp16 = DEMO_CACHE / "onnx-fp16"
+    if not (fp16 / "decoder_with_past_model.onnx").exists():
+        subprocess.run(tool + ["export", "--model", str(DEMO_CACHE / "hf"), "--out", str(fp16), "--fp16"], check=True)
+    if not (DEMO_CACHE / "ct2-fp16" / "model.bin").exists():
+        convert_ct2_marian(DEMO_CACHE / "hf", DEMO_CACHE / "ct2-fp16", "float16")
+    dev = args.device
+    ct2_dev = "cuda" if dev.startswith("cuda") else "cpu"
+    ct2_idx = int(dev.split(":")[1]) if ":" in dev else 0
+    gen = json.loads((DEMO / "generation_config.json").read_text())
+    max_length = gen["max_length"]
+    sents, step = held_out_sentences(args.sentences)
+    out_dir = ROOT / "bench-out" / "nmt-gpu"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    src = out_dir / "input.txt"
+    src.write_text("\n".join(sents) + "\n", encoding="utf-8")
+    pf = {"paraforge-fp16": fp16, "paraforge-fp32": DEMO_CACHE / "onnx"}
+    ct2 = {}
+    for name, variant, ctype in (("ct2-fp16", "ct2-fp16", "float16"), ("ct2-fp32", "ct2-fp32", "float32")):
+        if ct2_dev == "cpu" and ctype == "float16":
+            ctype = "default"  # CTranslate2 has no fp16 compute on CPU
+        c = Ct2(variant, args.threads, args.batch_size, max_length, ct2_dev, ctype, ct2_idx)
+        c.run(sents[: args.batch_size])  # warm-up
+        ct2[name] = c
+    engines = ["paraforge-fp16", "ct2-fp16", "paraforge-fp32", "ct2-fp32"]
+    times = {e: [] for e in engines}
+    texts = {}
+    for rep in range(args.repeats):
+        for e in engines:
+            if e in pf:
+                timing, out = run_paraforge(args.paraforge, pf[e], src, args.threads, args.batch_size, False,
+                                            out_dir / f"{e}.txt", device=dev)
+                secs = timing["seconds"]
+            else:
+                secs, out = ct2[e].run(sents)
+            times[e].append(secs)
+            texts[e] = out
+            log(f"  repeat {rep + 1}: {e} on {dev}: {secs:.2f} s, {len(sents) / secs:.2f} sentences/s")
+    rows = {}
+    for e in engines:
+        med = statistics.median(times[e])
+        rows[e] = {"seconds": times[e], "sentences_per_second": len(sents) / med,
+                   "identical_to_paraforge_fp16": sum(a == b for a, b in zip(texts[e], texts["paraforge-fp16"]))}
+    print(f"\n{len(sents)} held-out Czech sentences (every {step}th line), demo-cs-en, beam 12, "
+          f"max_length {max_length}, batch {args.batch_size}, device {dev}, {args.repeats} interleaved repeats (median)\n")
+    print("| engine | sentences/s | paraforge fp16 / engine | identical to paraforge fp16 |")
+    print("|---|---:|---:|---:|")
+    for e in engines:
+        v = rows[e]["sentences_per_second"]
+        print(f"| {e} | {v:.2f} | {rows['paraforge-fp16']['sentences_per_second'] / v:.2f} | "
+              f"{rows[e]['identical_to_paraforge_fp16']}/{len(sents)} |")
+    out = {"mode": "gpu", "device": dev, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "sentences": len(sents), "batch_size": args.batch_size, "beam": 12, "max_length": max_length,
+           "repeats": args.repeats, "ctranslate2": ctranslate2.__version__, "engines": rows}
+    (ROOT / "bench-out" / "nmt-gpu.json").write_text(json.dumps(out, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--paraforge", required=True)
@@ -137,7 +399,24 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--tokenizer-from", default=str(ROOT / "models" / "tiny-cs-en"))
     ap.add_argument("--engines", default="paraforge,paraforge-int8,ct2-fp32,ct2-int8,optimum,transformers")
+    ap.add_argument("--natural", action="store_true", help="the demo model, natural lengths (see above)")
+    ap.add_argument("--repeats", type=int, default=3, help="natural and gpu modes: interleaved repeats")
+    ap.add_argument("--gpu", action="store_true", help="fp16 on a GPU against CTranslate2 (make bench-gpu)")
+    ap.add_argument("--device", default="cuda:0", help="gpu mode: cuda:N (cpu only to check the script)")
     args = ap.parse_args()
+    args.engines_given = any(a.startswith("--engines") for a in sys.argv[1:])
+    if args.gpu:
+        if not any(a.startswith("--sentences") for a in sys.argv[1:]):
+            args.sentences = 500
+        if not any(a.startswith("--batch-size") for a in sys.argv[1:]):
+            args.batch_size = 64
+        main_gpu(args)
+        return
+    if args.natural:
+        if not any(a.startswith("--sentences") for a in sys.argv[1:]):
+            args.sentences = 200
+        main_natural(args)
+        return
 
     build_model(Path(args.tokenizer_from))
     sents = sentences(args.sentences)

@@ -9,6 +9,10 @@ Subcommands
            to the ONNX layout paraforge loads, optionally int8-quantized
   random   a MarianMT model with random weights and a given architecture
            (the benchmark builds opus-mt-cs-en's shape this way)
+  from-onnx  rebuild the Hugging Face checkpoint from an ONNX export (fp32 or
+           weight-only int8, e.g. models/demo-cs-en, whose checkpoint was not
+           kept): every weight is read from the graphs, dequantized, and
+           mapped to its MarianMTModel parameter by the node that uses it
 
 The ONNX layout is Hugging Face Optimum's: encoder_model.onnx, decoder_model.onnx,
 decoder_with_past_model.onnx (or decoder_model_merged.onnx with --merged),
@@ -376,6 +380,26 @@ def quantize_dir(out: Path) -> None:
         quantize_dynamic(str(f), str(dst), weight_type=QuantType.QInt8, per_channel=False)
 
 
+def fp16_dir(out: Path) -> None:
+    """Converts the fp32 graphs of an export to fp16 in place, for CUDA.
+    Weights and compute become fp16; every graph input and output stays as
+    the engine feeds and reads it (keep_io_types): int64 ids and masks, fp32
+    encoder states, KV cache and logits, with Cast nodes at the edges. The
+    engine reads fp32 logits, reorders fp32 caches (its on-device gather
+    graph is typed fp32) and feeds fp32 encoder states to the decoder, so
+    an fp16 directory needs no other change to load."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    for stem in GRAPH_STEMS:
+        f = out / f"{stem}.onnx"
+        if not f.exists():
+            continue
+        m = convert_float_to_float16(onnx.load(str(f)), keep_io_types=True)
+        onnx.save(m, str(f))
+        log(f"fp16: {f.name} ({f.stat().st_size:,} bytes)")
+
+
 def cmd_export(args) -> None:
     from transformers import MarianMTModel, MarianTokenizer
 
@@ -386,7 +410,236 @@ def cmd_export(args) -> None:
         MarianTokenizer.from_pretrained(src).save_pretrained(tmp)
         MarianMTModel.from_pretrained(src).save_pretrained(tmp)
         src = tmp
+    if args.fp16 and (args.quantize or args.merged != "no"):
+        sys.exit("export: --fp16 is for the split fp32 graphs (no --quantize, --merged no)")
     export(Path(src), Path(args.out), merged=args.merged, quantize=args.quantize)
+    if args.fp16:
+        fp16_dir(Path(args.out))
+
+
+# ONNX graph names -> MarianMTModel parameters (from-onnx). Linear layers
+# are MatMul(x, W^T) + bias in the export; their node names carry the
+# module path ("/model/decoder/layers.0/self_attn/q_proj/MatMul"; the
+# encoder's own graph drops the "model.encoder" prefix).
+LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2", "lm_head")
+GRAPH_STEMS = ("encoder_model", "decoder_model", "decoder_with_past_model", "decoder_model_merged")
+
+
+def onnx_graph_files(src: Path) -> list[Path]:
+    """The graphs of an Optimum export: fp32 where present, else the
+    `*_quantized.onnx` ones (a directory like models/demo-cs-en)."""
+    files = []
+    for stem in GRAPH_STEMS:
+        if stem == "decoder_model_merged" and any(f.name.startswith("decoder_model") for f in files):
+            continue  # the split decoders hold the same weights
+        for name in (f"{stem}.onnx", f"{stem}_quantized.onnx"):
+            if (src / name).is_file():
+                files.append(src / name)
+                break
+    if not any(f.name.startswith("encoder_model") for f in files) or len(files) < 2:
+        sys.exit(f"from-onnx: {src} has no encoder and decoder graphs (Optimum layout)")
+    return files
+
+
+def onnx_weights(path: Path) -> dict:
+    """{HF parameter name: fp32 array} for every weight one graph uses.
+    Weight-only int8 weights (int8 initializer -> DequantizeLinear) are
+    dequantized exactly as ONNX Runtime does: (q - zero_point) * scale in
+    fp32; for an embedding the export gathers int8 rows and dequantizes
+    after, which is the same per element."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    g = onnx.load(str(path)).graph
+    inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    encoder = path.name.startswith("encoder_model")
+
+    def dequant(q, n):
+        s = inits[n.input[1]]
+        z = inits[n.input[2]] if len(n.input) > 2 and n.input[2] else np.zeros((), q.dtype)
+        if s.size != 1 or z.size != 1:
+            sys.exit(f"from-onnx: {path.name}: {n.name}: only per-tensor scales are handled")
+        return (q.astype(np.float32) - np.float32(z)) * np.float32(s)
+
+    def const(name):
+        """An initializer, or an initializer dequantized by DequantizeLinear."""
+        if name in inits:
+            return inits[name]
+        p = producer.get(name)
+        if p is not None and p.op_type == "DequantizeLinear" and p.input[0] in inits:
+            return dequant(inits[p.input[0]], p)
+        return None
+
+    def module(node):
+        parts = node.name.strip("/").split("/")[:-1]
+        m = ".".join(parts)
+        if encoder and not m.startswith("model."):
+            m = "model.encoder." + m if m else "model.encoder"
+        if m == "model.decoder.shared":  # the decoder's embedding is the shared table
+            m = "model.shared"
+        return m
+
+    out: dict = {}
+
+    def put(name, arr):
+        arr = np.ascontiguousarray(np.asarray(arr, dtype=np.float32))
+        if name in out and not np.array_equal(out[name], arr):
+            sys.exit(f"from-onnx: {path.name}: two different values for {name}")
+        out[name] = arr
+
+    for n in g.node:
+        op = n.op_type
+        if op == "MatMul":
+            w = const(n.input[1])
+            if w is not None:
+                m = module(n)
+                if m.split(".")[-1] not in LINEAR_MODULES:
+                    sys.exit(f"from-onnx: {path.name}: a weight in {n.name} that maps to no linear layer")
+                put(m + ".weight", w.T)
+        elif op == "Gather" and n.input[0] in inits:
+            table = inits[n.input[0]]
+            if table.dtype != np.float32:
+                (dq,) = consumers[n.output[0]]
+                assert dq.op_type == "DequantizeLinear", (n.name, dq.op_type)
+                table = dequant(table, dq)
+            put(module(n) + ".weight", table)
+        elif op == "Add":
+            for i in n.input:
+                b = const(i)
+                if b is None:
+                    continue
+                if n.output[0] == "logits" or i == "final_logits_bias":
+                    put("final_logits_bias", b.reshape(1, -1))
+                elif module(n).split(".")[-1] in LINEAR_MODULES:
+                    put(module(n) + ".bias", b)
+        elif op == "LayerNormalization":
+            put(module(n) + ".weight", const(n.input[1]))
+            put(module(n) + ".bias", const(n.input[2]))
+        elif op == "If":
+            sys.exit(f"from-onnx: {path.name}: a merged decoder (If node); use the split decoder graphs")
+    return out
+
+
+def cmd_from_onnx(args) -> None:
+    """Rebuilds the Hugging Face checkpoint of an ONNX export."""
+    import numpy as np
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    src, out = Path(args.onnx), Path(args.out)
+    weights: dict = {}
+    for f in onnx_graph_files(src):
+        for k, v in onnx_weights(f).items():
+            if k in weights and not np.array_equal(weights[k], v):
+                sys.exit(f"from-onnx: {f.name} and an earlier graph differ in {k}")
+            weights[k] = v
+        log(f"{f.name}: {len(weights)} parameters so far")
+    emb = weights.pop("model.encoder.embed_tokens.weight", None)
+    if emb is not None:
+        if "model.shared.weight" in weights and not np.array_equal(emb, weights["model.shared.weight"]):
+            sys.exit("from-onnx: the encoder and decoder embeddings differ (unshared embeddings are not handled)")
+        weights["model.shared.weight"] = emb
+    shared = weights["model.shared.weight"]
+    weights["model.encoder.embed_tokens.weight"] = shared
+    weights["model.decoder.embed_tokens.weight"] = shared
+    config = MarianConfig.from_pretrained(src)
+    # int8 exports quantize the output projection and the embedding table
+    # separately (different scales), so the two differ by up to one step:
+    # the checkpoint then keeps both (lm_head untied), as the graphs compute.
+    tied = np.array_equal(weights["lm_head.weight"], shared)
+    config.tie_word_embeddings = tied
+    model = MarianMTModel(config).eval()
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(weights))
+    extra = sorted(set(weights) - set(expected))
+    if missing or extra:
+        sys.exit(f"from-onnx: parameters not found in the graphs: {missing}; names that are not parameters: {extra}")
+    for k, v in weights.items():
+        if tuple(expected[k].shape) != v.shape:
+            sys.exit(f"from-onnx: {k}: graph shape {v.shape}, model shape {tuple(expected[k].shape)}")
+    model.load_state_dict({k: torch.tensor(v) for k, v in weights.items()}, strict=True)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    for f in ("generation_config.json", "source.spm", "target.spm", "vocab.json", "tokenizer_config.json"):
+        if (src / f).exists():
+            shutil.copy(src / f, out / f)
+    # What from_pretrained gives back must be exactly these weights (a
+    # module that re-initialises a parameter at load would otherwise go
+    # unnoticed). The one exception is by design: Marian's sinusoidal
+    # position tables are not checkpoint parameters (transformers never
+    # saves them and recomputes them at load), so the checkpoint has the
+    # exact table where an int8 export may have stored a rounded one.
+    back = MarianMTModel.from_pretrained(out).state_dict()
+    positions = {}
+    for k, v in weights.items():
+        if k.endswith("embed_positions.weight"):
+            positions[k] = v
+            d = float(np.abs(back[k].numpy() - v).max())
+            if d > 0:
+                log(f"{k}: the graphs' table differs from the exact sinusoids by up to {d:.2e} "
+                    f"(int8-rounded in the export); transformers uses the exact one")
+        elif not np.array_equal(back[k].numpy(), v):
+            sys.exit(f"from-onnx: {k} does not survive save_pretrained/from_pretrained")
+    n = sum(v.size for k, v in weights.items()
+            if not k.endswith(("embed_tokens.weight", "embed_positions.weight")) and not (tied and k == "lm_head.weight"))
+    log(f"wrote {out}: {len(weights)} tensors, {n/1e6:.2f}M parameters, lm_head {'tied to' if tied else 'separate from'} the embeddings")
+    if args.check:
+        check_against_onnx(src, out, args.check, positions)
+
+
+def check_against_onnx(src: Path, hf: Path, sentences: str, positions: dict) -> None:
+    """Runs the graphs (ONNX Runtime) and the rebuilt model (torch) on the
+    same inputs. With the graphs' own position tables put into the torch
+    model, encoder states and decoder logits must agree to float rounding
+    (this checks the mapping of every weight); the difference the exact
+    position tables make is printed too."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    from transformers import MarianMTModel, MarianTokenizer
+
+    tok = MarianTokenizer.from_pretrained(hf)
+    model = MarianMTModel.from_pretrained(hf).eval()
+    lines = [l.strip() for l in open(sentences, encoding="utf-8") if l.strip()][:16]
+    enc = tok(lines, return_tensors="pt", padding=True)
+    files = {f.name.split("_model")[0]: f for f in onnx_graph_files(src)}
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.disable_quant_qdq", "1")
+    es = ort.InferenceSession(str(files["encoder"]), so, providers=["CPUExecutionProvider"])
+    ds = ort.InferenceSession(str(files["decoder"]), so, providers=["CPUExecutionProvider"])
+    ids, mask = enc["input_ids"].numpy(), enc["attention_mask"].numpy()
+    h_onnx = es.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    # Teacher-forced decoder input: the start token, then source pieces.
+    dec_in = np.concatenate([np.full((ids.shape[0], 1), model.config.decoder_start_token_id), ids[:, :8]], axis=1)
+    logits_onnx = ds.run(["logits"], {"input_ids": dec_in, "encoder_attention_mask": mask,
+                                       "encoder_hidden_states": h_onnx})[0]
+    m = mask.astype(bool)
+
+    def compare(what):
+        with torch.no_grad():
+            h = model.get_encoder()(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+            logits = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                           decoder_input_ids=torch.from_numpy(dec_in)).logits
+        he = float(np.abs(h.numpy() - h_onnx)[m].max())
+        le = float(np.abs(logits.numpy() - logits_onnx).max())
+        log(f"check on {len(lines)} sentences, {what}: encoder states max |diff| {he:.2e}, "
+            f"decoder logits max |diff| {le:.2e} (largest |logit| {float(np.abs(logits_onnx).max()):.1f})")
+        return he, le
+
+    compare("checkpoint as saved (exact position tables)")
+    sd = model.state_dict()
+    with torch.no_grad():
+        for k, v in positions.items():
+            sd[k].copy_(torch.from_numpy(v))
+    he, le = compare("with the graphs' position tables")
+    if he > 1e-3 or le > 1e-3:
+        sys.exit("from-onnx: the rebuilt model does not compute what the graphs compute")
 
 
 def cmd_random(args) -> None:
@@ -463,6 +716,8 @@ def main(argv=None) -> None:
     e.add_argument("--out", required=True)
     e.add_argument("--merged", choices=["no", "yes", "both"], default="no")
     e.add_argument("--quantize", action="store_true")
+    e.add_argument("--fp16", action="store_true",
+                   help="write fp16 graphs (weights and compute; fp32 inputs and outputs) for CUDA")
     e.set_defaults(fn=cmd_export)
 
     r = sub.add_parser("random")
@@ -470,6 +725,13 @@ def main(argv=None) -> None:
     r.add_argument("--tokenizer-from", required=True, help="a model directory with source.spm, vocab.json")
     arch(r, 512, 6, 8, 2048, 62509, 512)
     r.set_defaults(fn=cmd_random)
+
+    f = sub.add_parser("from-onnx", help="rebuild the Hugging Face checkpoint from ONNX graphs")
+    f.add_argument("--onnx", required=True, help="model directory in Optimum's layout (fp32 or weight-only int8)")
+    f.add_argument("--out", required=True, help="where to write the Hugging Face checkpoint")
+    f.add_argument("--check", metavar="SENTENCES",
+                   help="also run graphs and checkpoint on the first 16 lines of this file and compare")
+    f.set_defaults(fn=cmd_from_onnx)
 
     args = p.parse_args(argv)
     args.fn(args)

@@ -59,6 +59,10 @@ def main() -> None:
     ap.add_argument("--beams", default="1,4,12")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--positions-from", metavar="ONNX_DIR",
+                    help="use the position tables stored in these ONNX graphs instead of the exact sinusoids "
+                         "(a model rebuilt by `marian_model.py from-onnx` from int8 graphs, whose tables are "
+                         "int8-rounded; transformers otherwise always recomputes them)")
     args = ap.parse_args()
 
     import torch
@@ -69,6 +73,19 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     tok = MarianTokenizer.from_pretrained(args.hf)
     model = MarianMTModel.from_pretrained(args.hf).eval()
+    if args.positions_from:
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from marian_model import onnx_graph_files, onnx_weights
+
+        sd = model.state_dict()
+        for f in onnx_graph_files(Path(args.positions_from)):
+            for k, v in onnx_weights(f).items():
+                if k.endswith("embed_positions.weight"):
+                    with torch.no_grad():
+                        sd[k].copy_(torch.tensor(v))
+        print(f"position tables from {args.positions_from}")
 
     # Tokenizer: real pairs plus edge cases.
     pairs = read_pairs(args.bitext, 500)
