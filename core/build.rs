@@ -2,7 +2,9 @@
 //! generates the prost messages and tonic client and server.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto");
+    // Read when the script runs, not when it is compiled: a compiled build
+    // script is reused for a checkout at another path.
+    let proto_dir = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../proto");
     let file = proto_dir.join("paraforge.proto");
     println!("cargo:rerun-if-changed={}", file.display());
     let fds = protox::compile([&file], [&proto_dir])?;

@@ -12,8 +12,8 @@ use std::time::Duration;
 use paraforge_coordinator::run::{finalize, Running};
 use paraforge_core::access::{Client, ClientAccess};
 use paraforge_core::config::JobConfig;
+use paraforge_core::layout::OutputLayout;
 use paraforge_core::proto::{self as pb, lease_shard_response};
-use paraforge_core::schema::{temp_part_path, temp_rejects_path};
 use paraforge_core::storage::Storage;
 use paraforge_tests::{job_toml, repo_root, sample_lines};
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
@@ -142,8 +142,8 @@ async fn put_attempt(
 ) -> Vec<pb::OutputFile> {
     let shard = lease.shard.as_ref().unwrap().shard_id;
     let (pq, rj) = (
-        temp_part_path(shard, lease.lease_token),
-        temp_rejects_path(shard, lease.lease_token),
+        OutputLayout::temp_part_path(shard, lease.lease_token),
+        OutputLayout::temp_rejects_path(shard, lease.lease_token),
     );
     storage.put(&pq, parquet.to_vec().into()).await.unwrap();
     storage.put(&rj, rejects.to_vec().into()).await.unwrap();
@@ -154,14 +154,12 @@ async fn put_attempt(
             rows: 0,
             bytes: parquet.len() as u64,
             sha256: sha(parquet),
-            kind: "pairs".into(),
         },
         pb::OutputFile {
             path: rj,
             rows: rejects_rows,
             bytes: rejects.len() as u64,
             sha256: sha(rejects),
-            kind: "rejects".into(),
         },
     ]
 }
@@ -538,7 +536,6 @@ async fn huge_names_are_refused_and_the_status_stays_small() {
             name: "ok".into(),
             device: "cuda:0".repeat(100),
             version: VERSION.into(),
-            ..Default::default()
         })
         .await
         .unwrap_err();

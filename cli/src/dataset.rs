@@ -205,11 +205,13 @@ pub struct RescoreArgs {
 }
 
 fn is_remote(url: &str) -> bool {
-    url.contains("://") && !url.starts_with("file://")
+    paraforge_core::storage::local_path(url).is_none()
 }
 
 fn local_path(url: &str) -> PathBuf {
-    PathBuf::from(url.strip_prefix("file://").unwrap_or(url))
+    paraforge_core::storage::local_path(url)
+        .unwrap_or(std::path::Path::new(url))
+        .to_path_buf()
 }
 
 pub fn rescore(a: RescoreArgs) -> Result<()> {
@@ -350,8 +352,7 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
 /// the manifest, or without a manifest every `.parquet` outside `_` folders.
 /// A job output without `_SUCCESS` is refused, as `dataset_files` refuses it.
 async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
-    use paraforge_core::schema::{CLAIM_FILE, SUCCESS_FILE};
-    use sha2::Digest;
+    use paraforge_core::layout::{CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE};
     let store = paraforge_core::storage::Storage::open(url)?;
     let listed: Vec<String> = store
         .list("")
@@ -366,8 +367,8 @@ async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
         "{url}: a paraforge job output without {SUCCESS_FILE}: the job is incomplete"
     );
     let mut want: Vec<(String, Option<String>)> = Vec::new();
-    if listed.iter().any(|p| p == "_manifest.json") {
-        let bytes = store.get("_manifest.json").await?;
+    if listed.iter().any(|p| p == MANIFEST_FILE) {
+        let bytes = store.get(MANIFEST_FILE).await?;
         let v: serde_json::Value = serde_json::from_slice(&bytes)
             .with_context(|| format!("{url}/_manifest.json: invalid JSON"))?;
         for f in v["files"].as_array().into_iter().flatten() {
@@ -376,7 +377,7 @@ async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
                 .with_context(|| format!("{url}/_manifest.json: a files entry has no \"path\""))?;
             want.push((path.to_string(), f["sha256"].as_str().map(String::from)));
         }
-        want.push(("_manifest.json".into(), None));
+        want.push((MANIFEST_FILE.into(), None));
     } else {
         want.extend(
             listed
@@ -385,46 +386,12 @@ async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
                 .map(|p| (p, None)),
         );
     }
-    for (rel, sha) in &want {
-        let bytes = store.get(rel).await?;
-        if let Some(sha) = sha {
-            let got = hex::encode(sha2::Sha256::digest(&bytes));
-            anyhow::ensure!(
-                &got == sha,
-                "{url}/{rel}: checksum {got} differs from the manifest's {sha}"
-            );
-        }
-        let p = local.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap_or(local))?;
-        std::fs::write(&p, &bytes).with_context(|| format!("writing {}", p.display()))?;
-    }
-    Ok(want.len())
+    Ok(store.download_checked(&want, local, || {}).await?)
 }
 
 /// Uploads a rescored dataset, `_manifest.json` last: a reader that finds
 /// the manifest finds every file it lists.
 async fn upload_dataset(dir: &std::path::Path, url: &str) -> Result<usize> {
     let store = paraforge_core::storage::Storage::open(url)?;
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
-            let p = e?.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                files.push(p.strip_prefix(dir)?.to_string_lossy().replace('\\', "/"));
-            }
-        }
-    }
-    files.sort_by_key(|f| f == "_manifest.json");
-    for rel in &files {
-        let bytes = std::fs::read(dir.join(rel))
-            .with_context(|| format!("reading {}", dir.join(rel).display()))?;
-        store
-            .put(rel, bytes::Bytes::from(bytes))
-            .await
-            .with_context(|| format!("uploading {url}/{rel}"))?;
-    }
-    Ok(files.len())
+    Ok(store.upload_dir(dir).await?)
 }

@@ -3,15 +3,13 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use paraforge_coordinator::run::{finalize, start, Running};
+use paraforge_coordinator::job::Job;
 use paraforge_core::access::ClientAccess;
 use paraforge_core::config::JobConfig;
 use paraforge_core::proto::JobStatusRequest;
-use paraforge_core::storage::Storage;
 use paraforge_nmt::{check_device, Device};
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
 
@@ -127,217 +125,53 @@ fn stop_on_signal(stop: Arc<AtomicBool>) {
     });
 }
 
-async fn wait_finished(c: &Running, bar: Option<&ProgressBar>, stop: &AtomicBool) {
-    loop {
-        let s = paraforge_coordinator::service::status(&c.shared);
-        if let Some(b) = bar {
-            b.set_length(s.shards_total);
-            b.set_position(s.shards_committed + s.shards_failed);
-            b.set_message(format!(
-                "{} pairs, {:.1} pairs/s, eta {}",
-                s.pairs_written,
-                s.pairs_per_second,
-                if s.eta_seconds >= 0.0 {
-                    format!("{:.0}s", s.eta_seconds)
-                } else {
-                    "-".into()
-                }
-            ));
+/// The progress bar's view of a job's status.
+fn show(bar: &ProgressBar, s: &paraforge_core::proto::JobStatusResponse) {
+    bar.set_length(s.shards_total);
+    bar.set_position(s.shards_committed + s.shards_failed);
+    bar.set_message(format!(
+        "{} pairs, {:.1} pairs/s, eta {}",
+        s.pairs_written,
+        s.pairs_per_second,
+        if s.eta_seconds >= 0.0 {
+            format!("{:.0}s", s.eta_seconds)
+        } else {
+            "-".into()
         }
-        if s.finished || stop.load(Ordering::Relaxed) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    ));
 }
 
-async fn finish(cfg: &JobConfig, c: Running) -> Result<()> {
-    let storage = Storage::open(&cfg.job.output)?;
-    let m = finalize(&c.shared, &storage).await;
-    c.stop().await;
-    // An incomplete job is an error (exit status 1) with no success marker.
-    let m = m?;
-    println!(
-        "job {}: {} of {} shards committed; {} pairs, {} rejected lines; output {}",
-        m.job, m.shards_committed, m.shards_total, m.pairs, m.rejects, cfg.job.output
-    );
-    if !m.rejects_by_reason.is_empty() {
-        println!("  rejected by reason: {}", by_reason(&m.rejects_by_reason));
+/// Finishes a job (finalize, summary, bins) and prints what it wrote.
+async fn finish(job: Job) -> Result<()> {
+    let output = job.output().to_string();
+    let done = job
+        .finish(|m| {
+            println!(
+                "job {}: {} of {} shards committed; {} pairs, {} rejected lines; output {output}",
+                m.job, m.shards_committed, m.shards_total, m.pairs, m.rejects
+            );
+            if !m.rejects_by_reason.is_empty() {
+                println!("  rejected by reason: {}", by_reason(&m.rejects_by_reason));
+            }
+            if !m.removed_uncommitted.is_empty() {
+                println!(
+                    "  removed {} files of uncommitted attempts",
+                    m.removed_uncommitted.len()
+                );
+            }
+        })
+        .await?;
+    for l in done.summary.iter().flat_map(|s| s.lines()) {
+        println!("{l}");
     }
-    if !m.removed_uncommitted.is_empty() {
-        println!(
-            "  removed {} files of uncommitted attempts",
-            m.removed_uncommitted.len()
-        );
-    }
-    // Summary and bins read the output as local Parquet; an object-store
-    // output is staged (checksums verified) to a local temporary directory
-    // first, and the bins are uploaded back next to it.
-    let remote = is_remote(&cfg.job.output);
-    let staged = match (remote, &cfg.bins) {
-        (true, Some(_)) => Some(stage(&storage, &m).await?),
-        _ => None,
-    };
-    let local_out = match &staged {
-        Some(d) => Some(d.path().join("output")),
-        None if !remote => Some(PathBuf::from(&cfg.job.output)),
-        None => None,
-    };
-    if let Some(out) = &local_out {
-        summarize(out).context("reading the output back")?;
-    }
-    if let (Some(b), Some(target), Some(input)) = (&cfg.bins, cfg.bins_output(), local_out) {
-        // A remote target is staged locally; the scratch directory (if the
-        // output was not staged already) is removed at the end of this block.
-        let mut scratch = None;
-        let local_bins = match &staged {
-            Some(d) if is_remote(&target) => d.path().join("bins"),
-            _ if is_remote(&target) => scratch
-                .insert(tempfile::tempdir().context("creating a staging directory")?)
-                .path()
-                .join("bins"),
-            _ => PathBuf::from(target.strip_prefix("file://").unwrap_or(&target)),
-        };
-        let mut o = paraforge_dataset::bins::BinOptions::new(input, local_bins.clone());
-        o.deciles = b.deciles.clone();
-        o.train_sample = b.train_sample;
-        o.dedup = b.dedup;
-        let bm = tokio::task::spawn_blocking(move || paraforge_dataset::bins::run(&o))
-            .await?
-            .context("binning the output")?;
-        if is_remote(&target) {
-            let n = upload_dir(&Storage::open(&target)?, &local_bins).await?;
+    if let Some(b) = done.bins {
+        if let Some(n) = b.uploaded {
             println!("  bins: uploaded {n} files");
         }
         println!(
-            "  bins: {} pairs in {target} ({:?})",
-            bm.kept_rows, bm.ranges
+            "  bins: {} pairs in {} ({:?})",
+            b.manifest.kept_rows, b.target, b.manifest.ranges
         );
-    }
-    Ok(())
-}
-
-fn is_remote(url: &str) -> bool {
-    url.contains("://") && !url.starts_with("file://")
-}
-
-/// Downloads the committed files and `_manifest.json` to
-/// `<tmp>/output`, checking each file's SHA-256 against the manifest.
-async fn stage(
-    storage: &Storage,
-    m: &paraforge_coordinator::run::Manifest,
-) -> Result<tempfile::TempDir> {
-    use sha2::Digest;
-    let dir = tempfile::tempdir().context("creating a staging directory")?;
-    let root = dir.path().join("output");
-    let bar = ProgressBar::new(m.files.len() as u64 + 1).with_message("staging the output");
-    for (rel, sha) in m
-        .files
-        .iter()
-        .map(|f| (f.path.as_str(), Some(f.sha256.as_str())))
-        .chain([("_manifest.json", None)])
-    {
-        let bytes = storage.get(rel).await?;
-        if let Some(sha) = sha {
-            let got = hex::encode(sha2::Sha256::digest(&bytes));
-            anyhow::ensure!(
-                got == sha,
-                "{}/{rel}: checksum {got} differs from the manifest's {sha}",
-                storage.url()
-            );
-        }
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap_or(&root))?;
-        std::fs::write(&p, &bytes).with_context(|| format!("writing {}", p.display()))?;
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    Ok(dir)
-}
-
-/// Uploads every file under `dir` to `storage`, keeping relative paths.
-async fn upload_dir(storage: &Storage, dir: &std::path::Path) -> Result<usize> {
-    let mut stack = vec![dir.to_path_buf()];
-    let mut n = 0;
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
-            let p = e?.path();
-            if p.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            let rel = p.strip_prefix(dir)?.to_string_lossy().replace('\\', "/");
-            let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
-            storage.put(&rel, bytes::Bytes::from(bytes)).await?;
-            n += 1;
-        }
-    }
-    Ok(n)
-}
-
-/// Mean scores over the output, how the pairs fall into the five
-/// para_score ranges (seed 000, Table 3) and a few example rows.
-fn summarize(out: &std::path::Path) -> Result<()> {
-    use arrow_array::{Array, Float32Array, StringArray};
-    use paraforge_core::schema::{col, column, dataset_files, PairReader};
-    let (mut n, mut para, mut para_n, mut tri, mut ts) = (0u64, 0f64, 0u64, 0f64, 0f64);
-    let mut examples = Vec::new();
-    let mut ranges = paraforge_dataset::report::RangeTally::default();
-    for f in dataset_files(out)? {
-        for b in PairReader::open(
-            &f,
-            &[
-                col::REFERENCE,
-                col::TRANSLATION,
-                col::PARA_SCORE,
-                col::TRIGRAM_OVERLAP,
-            ],
-        )? {
-            let b = b?;
-            let r = column::<StringArray>(&b, col::REFERENCE, &f)?;
-            let t = column::<StringArray>(&b, col::TRANSLATION, &f)?;
-            let p = column::<Float32Array>(&b, col::PARA_SCORE, &f)?;
-            let g = column::<Float32Array>(&b, col::TRIGRAM_OVERLAP, &f)?;
-            let s = column::<Float32Array>(&b, col::TRANSLATION_SCORE, &f)?;
-            for i in 0..b.num_rows() {
-                n += 1;
-                if !p.is_null(i) {
-                    para += p.value(i) as f64;
-                    para_n += 1;
-                }
-                tri += g.value(i) as f64;
-                ts += s.value(i) as f64;
-                ranges.add((!p.is_null(i)).then(|| p.value(i)), g.value(i));
-                if examples.len() < 5 && i % 97 == 3 {
-                    let ps = if p.is_null(i) {
-                        "null".to_string()
-                    } else {
-                        format!("{:.3}", p.value(i))
-                    };
-                    examples.push(format!(
-                        "  {}\n    -> {}   (para {ps}, trigram {:.2}, score {:.2})",
-                        r.value(i),
-                        t.value(i),
-                        g.value(i),
-                        s.value(i)
-                    ));
-                }
-            }
-        }
-    }
-    let n_f = n.max(1) as f64;
-    println!(
-        "  mean para_score {:.3}, mean trigram overlap {:.3}, mean translation score {:.3} over {n} pairs",
-        para / para_n.max(1) as f64,
-        tri / n_f,
-        ts / n_f
-    );
-    for l in ranges.lines() {
-        println!("  {l}");
-    }
-    println!("  examples (reference -> back-translation):");
-    for e in examples {
-        println!("{e}");
     }
     Ok(())
 }
@@ -365,7 +199,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         gpus.len()
     };
     runtime()?.block_on(async move {
-        let c = start(&cfg, None, None)
+        let job = Job::start(&cfg, None, None)
             .await
             .context("starting the coordinator")?;
         // Local workers reach it over loopback with the job's own TLS and token.
@@ -383,7 +217,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         } else {
             "http"
         };
-        let url = format!("{scheme}://{}", c.grpc_addr);
+        let url = format!("{scheme}://{}", job.grpc_addr());
         let stop = Arc::new(AtomicBool::new(false));
         stop_on_signal(stop.clone());
         let workers: Vec<_> = (0..n)
@@ -412,7 +246,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         // Either the job finishes (the workers then see `done` and end), or
         // every worker ends first: then nothing would ever finish the job.
         let results = {
-            let watch = wait_finished(&c, Some(&bar), &never);
+            let watch = job.wait(&never, |s| show(&bar, s));
             let all = futures_join(workers);
             tokio::pin!(watch, all);
             tokio::select! {
@@ -431,9 +265,11 @@ pub fn run(a: RunArgs) -> Result<()> {
             eprintln!("paraforge: a worker stopped: {e}");
             first_error.get_or_insert(e);
         }
-        let s = paraforge_coordinator::service::status(&c.shared);
-        if !s.finished && !stop.load(Ordering::Relaxed) {
-            c.stop().await;
+        if stop.load(Ordering::Relaxed) {
+            return Err(job.stopped().await.into());
+        }
+        if !job.status().finished {
+            let s = job.abandon().await;
             anyhow::bail!(
                 "every local worker stopped before the job finished ({} of {} shards committed; the state is kept, run again to resume): {}",
                 s.shards_committed,
@@ -441,17 +277,8 @@ pub fn run(a: RunArgs) -> Result<()> {
                 first_error.unwrap_or_else(|| "no error reported".into())
             );
         }
-        if stop.load(Ordering::Relaxed) {
-            let s = paraforge_coordinator::service::status(&c.shared);
-            c.stop().await;
-            // Not a success: a script must not go on with a partial output.
-            anyhow::bail!(
-                "stopped before the job finished: {} of {} shards committed; run the same command to resume",
-                s.shards_committed,
-                s.shards_total
-            );
-        }
-        finish(&cfg, c).await
+        job.drain(&stop).await;
+        finish(job).await
     })
 }
 
@@ -468,44 +295,22 @@ async fn futures_join<T>(
 pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
     let cfg = load(&a.config)?;
     runtime()?.block_on(async move {
-        let c = start(&cfg, None, None)
+        let job = Job::start(&cfg, None, None)
             .await
             .context("starting the coordinator")?;
         println!(
             "coordinator for job {} on grpc://{} (metrics http://{}/metrics)",
-            cfg.job.name, c.grpc_addr, c.http_addr
+            cfg.job.name,
+            job.grpc_addr(),
+            job.http_addr()
         );
         let stop = Arc::new(AtomicBool::new(false));
         stop_on_signal(stop.clone());
-        wait_finished(&c, None, &stop).await;
-        if stop.load(Ordering::Relaxed) {
-            let s = paraforge_coordinator::service::status(&c.shared);
-            c.stop().await;
-            anyhow::bail!(
-                "stopped before the job finished: {} of {} shards committed; the state is kept: start again to resume",
-                s.shards_committed,
-                s.shards_total
-            );
+        if !job.wait(&stop, |_| {}).await {
+            return Err(job.stopped().await.into());
         }
-        // Serve until every worker still around has been told `done` (an
-        // idle one asks again within a second; a busy one when its stale
-        // attempt ends), for at most one lease: a worker silent that long
-        // is gone or will find its lease expired anyway.
-        let limit = std::time::Instant::now() + c.shared.lease;
-        while c.shared.awaiting_done() > 0 && std::time::Instant::now() < limit {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let left = c.shared.awaiting_done();
-        if left > 0 {
-            tracing::warn!(
-                workers = left,
-                "stopping before every worker was told the job is done"
-            );
-        }
-        finish(&cfg, c).await
+        job.drain(&stop).await;
+        finish(job).await
     })
 }
 

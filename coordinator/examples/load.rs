@@ -63,7 +63,7 @@ async fn put_files(
     token: u64,
     row: &bytes::Bytes,
 ) -> Vec<pb::OutputFile> {
-    use paraforge_core::schema::{temp_part_path, temp_rejects_path};
+    use paraforge_core::layout::OutputLayout;
     use sha2::Digest;
     let hex = |b: &[u8]| -> String {
         sha2::Sha256::digest(b)
@@ -72,8 +72,8 @@ async fn put_files(
             .collect()
     };
     let (pq, rj) = (
-        temp_part_path(shard, token),
-        temp_rejects_path(shard, token),
+        OutputLayout::temp_part_path(shard, token),
+        OutputLayout::temp_rejects_path(shard, token),
     );
     storage.put(&pq, row.clone()).await.unwrap();
     storage.put(&rj, bytes::Bytes::new()).await.unwrap();
@@ -83,14 +83,12 @@ async fn put_files(
             rows: 1,
             bytes: row.len() as u64,
             sha256: hex(row),
-            kind: "pairs".into(),
         },
         pb::OutputFile {
             path: rj,
             rows: 0,
             bytes: 0,
             sha256: hex(b""),
-            kind: "rejects".into(),
         },
     ]
 }
@@ -149,7 +147,6 @@ async fn main() {
                         let id = cl
                             .register_worker(pb::RegisterWorkerRequest {
                                 name: format!("sim-{i}"),
-                                slots: 1,
                                 version: env!("CARGO_PKG_VERSION").into(),
                                 ..Default::default()
                             })

@@ -109,7 +109,7 @@ pub fn mark_duplicates(
     drops.sort_unstable();
     for s in shards.iter_mut() {
         let f = s.file_index as u32;
-        let (lo, hi) = (s.first_line, s.first_line + s.lines);
+        let (lo, hi) = (s.range.first_line, s.range.first_line + s.range.lines);
         let from = drops.partition_point(|&d| d < (f, lo));
         let to = drops.partition_point(|&d| d < (f, hi));
         s.drop_lines = drops[from..to].iter().map(|&(_, l)| l).collect();
@@ -191,7 +191,7 @@ mod tests {
                 assert!(s
                     .drop_lines
                     .iter()
-                    .all(|&l| l >= s.first_line && l < s.first_line + s.lines));
+                    .all(|&l| l >= s.range.first_line && l < s.range.first_line + s.range.lines));
             }
         }
     }

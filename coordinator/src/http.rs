@@ -370,10 +370,7 @@ mod tests {
                 shard_id: 0,
                 input: "in".into(),
                 file_index: 0,
-                byte_start: 0,
-                byte_end: 9,
-                first_line: 1,
-                lines: 3,
+                range: paraforge_core::bitext::Range::bytes(0, 9, 1, 3),
                 drop_lines: Vec::new(),
             }]
         })

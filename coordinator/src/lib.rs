@@ -3,6 +3,7 @@
 
 pub mod dedup;
 pub mod http;
+pub mod job;
 pub mod plan;
 pub mod run;
 pub mod service;

@@ -16,7 +16,7 @@
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
-use paraforge_core::bitext::open_text;
+use paraforge_core::bitext::{open_text, Range};
 use paraforge_core::config::{FormatName, JobConfig};
 use paraforge_core::storage::ObjectReader;
 
@@ -147,15 +147,12 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
     for (i, input) in cfg.input.paths.iter().enumerate() {
         let path = PathBuf::from(input);
         let by_lines = compressed(&path) || cfg.input.format == FormatName::Aligned;
-        let mut push = |byte_start, byte_end, first_line, lines| {
+        let mut push = |range| {
             out.push(ShardSpec {
                 shard_id: out.len() as u64,
                 input: input.clone(),
                 file_index: i,
-                byte_start,
-                byte_end,
-                first_line,
-                lines,
+                range,
                 drop_lines: Vec::new(),
             })
         };
@@ -179,7 +176,7 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
             let mut first = 1;
             while first <= lines {
                 let take = per.min(lines - first + 1);
-                push(0, 0, first, take);
+                push(Range::lines(first, take));
                 first += take;
             }
         } else {
@@ -205,7 +202,7 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
                         in_shard += 1;
                         if in_shard == per {
                             let end = pos + j as u64 + 1;
-                            push(start, end, first_line, in_shard);
+                            push(Range::bytes(start, end, first_line, in_shard));
                             start = end;
                             first_line += in_shard;
                             in_shard = 0;
@@ -219,7 +216,7 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
                 in_shard += 1; // a last line without a newline
             }
             if pos > start {
-                push(start, pos, first_line, in_shard);
+                push(Range::bytes(start, pos, first_line, in_shard));
             }
             prints.push(hash.finish(input, &f));
         }
@@ -268,10 +265,7 @@ mod tests {
     /// Reads a shard as a worker will.
     fn read_shard(cfg: &JobConfig, s: &ShardSpec) -> Vec<Record> {
         let opts = ReadOptions {
-            range: (s.byte_end > 0).then_some((s.byte_start, s.byte_end)),
-            first_line: s.first_line,
-            skip_lines: if s.byte_end > 0 { 0 } else { s.first_line - 1 },
-            take_lines: if s.byte_end > 0 { 0 } else { s.lines },
+            range: Some(s.range),
             ..ReadOptions::default()
         };
         BitextReader::open(Path::new(&s.input), cfg.format(s.file_index), opts)
@@ -310,7 +304,7 @@ mod tests {
         let cfg = config(&[&plain, &gz], 500, "czeng16", &[]);
         let shards = plan(&cfg).unwrap();
         assert_eq!(shards.len(), 18, "4,068 lines per file in shards of 500");
-        assert_eq!(shards.iter().map(|s| s.lines).sum::<u64>(), 2 * 4068);
+        assert_eq!(shards.iter().map(|s| s.range.lines).sum::<u64>(), 2 * 4068);
         assert!(shards
             .iter()
             .enumerate()
@@ -331,7 +325,7 @@ mod tests {
         let cfg = config(&[&cs], 2, "aligned", &[&en]);
         let shards = plan(&cfg).unwrap();
         assert_eq!(
-            shards.iter().map(|s| s.lines).collect::<Vec<_>>(),
+            shards.iter().map(|s| s.range.lines).collect::<Vec<_>>(),
             [2, 2, 1]
         );
         let got: Vec<Record> = shards.iter().flat_map(|s| read_shard(&cfg, s)).collect();

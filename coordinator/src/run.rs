@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use paraforge_core::bitext::RejectReason;
 use paraforge_core::config::JobConfig;
+use paraforge_core::layout::{FileKind, OutputLayout, MANIFEST_FILE, SUCCESS_FILE};
 use paraforge_core::proto::coordinator_server::CoordinatorServer;
-use paraforge_core::storage::{Storage, StorageError};
+use paraforge_core::storage::{local_path, Storage, StorageError};
 use serde::Serialize;
 
 use crate::plan::{plan_job, PlanError};
@@ -79,17 +80,12 @@ pub struct Claim {
     pub state: String,
 }
 
-pub use paraforge_core::schema::CLAIM_FILE as CLAIM;
+pub use paraforge_core::layout::CLAIM_FILE as CLAIM;
 
 /// What `output` holds that would make it another job's, if anything.
 async fn foreign_files(storage: &Storage) -> Result<Option<String>, RunError> {
     for (path, _) in storage.list("").await? {
-        let ours = path.starts_with("shard=")
-            || path.starts_with("_rejects/")
-            || path.starts_with("_tmp/")
-            || path == "_manifest.json"
-            || path == "_SUCCESS";
-        if ours {
+        if OutputLayout::is_job_file(&path) {
             return Ok(Some(path));
         }
     }
@@ -207,12 +203,10 @@ impl Running {
 /// The state file: `coordinator.state`, else `<output>/_coordinator.redb`
 /// for a local output.
 pub fn state_path(cfg: &JobConfig) -> Result<PathBuf, RunError> {
-    match &cfg.coordinator.state {
-        Some(p) => Ok(PathBuf::from(p)),
-        None if cfg.job.output.contains("://") => {
-            Err(RunError::NoStatePath(cfg.job.output.clone()))
-        }
-        None => Ok(PathBuf::from(&cfg.job.output).join("_coordinator.redb")),
+    match (&cfg.coordinator.state, local_path(&cfg.job.output)) {
+        (Some(p), _) => Ok(PathBuf::from(p)),
+        (None, Some(out)) => Ok(out.join("_coordinator.redb")),
+        (None, None) => Err(RunError::NoStatePath(cfg.job.output.clone())),
     }
 }
 
@@ -226,7 +220,7 @@ pub async fn start(
     let path = state_path(cfg)?;
     let job_id = cfg.job.name.clone();
     let out = &cfg.job.output;
-    if !out.contains("://") && std::path::Path::new(out).is_file() {
+    if local_path(out).is_some_and(|p| p.is_file()) {
         return Err(RunError::OutputNotDirectory(out.clone()));
     }
     let storage = Storage::open(out)?;
@@ -491,7 +485,7 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
                             bytes: f.bytes,
                             sha256: f.sha256.clone(),
                         };
-                        if f.kind == "rejects" {
+                        if f.kind == FileKind::Rejects {
                             rejects_files.push(m);
                         } else {
                             files.push(m);
@@ -505,8 +499,8 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
         let issued: Vec<(&String, bool)> = listing
             .keys()
             .map(|p| {
-                let ours = paraforge_core::schema::parse_attempt_path(p)
-                    .is_some_and(|(_, token)| st.issued(token));
+                let ours =
+                    OutputLayout::parse_attempt_path(p).is_some_and(|(_, token)| st.issued(token));
                 (p, ours)
             })
             .collect();
@@ -605,9 +599,37 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
         config: shared.config_toml.clone(),
     };
     let json = serde_json::to_vec_pretty(&manifest).unwrap_or_default();
-    storage.put("_manifest.json", json.into()).await?;
+    storage.put(MANIFEST_FILE, json.into()).await?;
     storage
-        .put_if_absent(paraforge_core::schema::SUCCESS_FILE, bytes::Bytes::new())
+        .put_if_absent(SUCCESS_FILE, bytes::Bytes::new())
         .await?;
     Ok(manifest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(output: &str) -> JobConfig {
+        let text = format!(
+            "[job]\nname = \"t\"\noutput = \"{output}\"\n[input]\npaths = [\"in.tsv\"]\nformat = \"czeng16\"\n[model]\ndir = \"m\"\n"
+        );
+        JobConfig::parse(&text, std::path::Path::new("t.toml")).unwrap()
+    }
+
+    #[test]
+    fn a_file_url_output_keeps_its_state_beside_the_output() {
+        // `file://` is a local directory everywhere else; the state path
+        // used to refuse it as an object store.
+        let p = state_path(&cfg("file:///data/out")).unwrap();
+        assert_eq!(p, PathBuf::from("/data/out/_coordinator.redb"));
+        assert_eq!(
+            state_path(&cfg("out")).unwrap(),
+            PathBuf::from("out/_coordinator.redb")
+        );
+        assert!(matches!(
+            state_path(&cfg("s3://bucket/out")),
+            Err(RunError::NoStatePath(_))
+        ));
+    }
 }

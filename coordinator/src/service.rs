@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use paraforge_core::bitext::RejectReason;
+use paraforge_core::layout::{FileKind, OutputLayout};
 use paraforge_core::proto::coordinator_server::Coordinator;
 use paraforge_core::proto::{self as pb, lease_shard_response};
-use paraforge_core::schema::{part_path, rejects_path, temp_part_path, temp_rejects_path};
 use tonic::{Request, Response, Status};
 
 use crate::state::{JobState, OutputFile, StateError, Tally};
@@ -261,25 +261,25 @@ fn truncate(s: &str, max: usize) -> String {
 #[derive(Debug, thiserror::Error)]
 enum Mismatch {
     #[error("the completion names no {kind} file (expected {path})")]
-    Missing { kind: &'static str, path: String },
+    Missing { kind: FileKind, path: String },
     #[error("the completion names {path} twice")]
     Twice { path: String },
     #[error("{kind} file {path} is not in the output storage: {message}")]
     Absent {
-        kind: &'static str,
+        kind: FileKind,
         path: String,
         message: String,
     },
     #[error("{kind} file {path} has {actual} bytes, the completion claims {claimed}")]
     Bytes {
-        kind: &'static str,
+        kind: FileKind,
         path: String,
         actual: u64,
         claimed: u64,
     },
     #[error("{kind} file {path} has SHA-256 {actual}, the completion claims {claimed:?}")]
     Sha {
-        kind: &'static str,
+        kind: FileKind,
         path: String,
         actual: String,
         claimed: String,
@@ -325,7 +325,7 @@ enum Mismatch {
 struct Checked {
     temp: String,
     publish: String,
-    kind: &'static str,
+    kind: FileKind,
     bytes: bytes::Bytes,
     rows: u64,
     sha256: String,
@@ -409,7 +409,7 @@ fn line_count(b: &[u8]) -> u64 {
 /// Checks one file's bytes against what the worker claims for it.
 fn check_file(
     claimed: &pb::OutputFile,
-    kind: &'static str,
+    kind: FileKind,
     bytes: &bytes::Bytes,
 ) -> Result<(u64, String, BTreeMap<String, u64>), Mismatch> {
     use sha2::Digest;
@@ -431,13 +431,13 @@ fn check_file(
             claimed: truncate(&claimed.sha256, 80),
         });
     }
-    let rows = if kind == "pairs" {
+    let rows = if kind == FileKind::Pairs {
         parquet_rows(&path, bytes)?
     } else {
         line_count(bytes)
     };
     if rows != claimed.rows {
-        return Err(if kind == "pairs" {
+        return Err(if kind == FileKind::Pairs {
             Mismatch::Rows {
                 path,
                 actual: rows,
@@ -451,7 +451,7 @@ fn check_file(
             }
         });
     }
-    let by_reason = if kind == "rejects" {
+    let by_reason = if kind == FileKind::Rejects {
         count_reasons(&path, bytes)?
     } else {
         BTreeMap::new()
@@ -516,18 +516,13 @@ impl CoordinatorService {
             path: self.shared.output.clone(),
             message: e.to_string(),
         })?;
-        let wanted = [
+        let wanted = [FileKind::Pairs, FileKind::Rejects].map(|kind| {
             (
-                "pairs",
-                temp_part_path(r.shard_id, r.lease_token),
-                part_path(r.shard_id, r.lease_token),
-            ),
-            (
-                "rejects",
-                temp_rejects_path(r.shard_id, r.lease_token),
-                rejects_path(r.shard_id, r.lease_token),
-            ),
-        ];
+                kind,
+                OutputLayout::temp(kind, r.shard_id, r.lease_token),
+                OutputLayout::committed(kind, r.shard_id, r.lease_token),
+            )
+        });
         let mut checked = Vec::with_capacity(2);
         for (kind, temp, publish) in wanted {
             let mut named = r.files.iter().filter(|f| f.path == temp);
@@ -680,25 +675,11 @@ impl Coordinator for CoordinatorService {
                     shard: Some(pb::ShardSpec {
                         shard_id: l.spec.shard_id,
                         input_url: l.spec.input.clone(),
-                        byte_start: l.spec.byte_start,
-                        byte_end: l.spec.byte_end,
-                        first_line: l.spec.first_line,
-                        skip_records: if l.spec.byte_end == 0 {
-                            l.spec.first_line - 1
-                        } else {
-                            0
-                        },
-                        take_records: if l.spec.byte_end == 0 {
-                            l.spec.lines
-                        } else {
-                            0
-                        },
+                        range: Some(l.spec.range.into()),
                         drop_lines: l.spec.drop_lines.clone(),
                     }),
                     lease_token: l.token,
-                    deadline_unix_ms: l.deadline_ms,
                     attempt: l.attempt,
-                    temp_prefix: paraforge_core::schema::temp_prefix(l.spec.shard_id, l.token),
                 })
             }
             None if st.finished() => {
@@ -732,15 +713,12 @@ impl Coordinator for CoordinatorService {
             .collect();
         let lease_ms = self.shared.lease.as_millis() as u64;
         let now = now_ms();
-        let (extended, revoked) = self
+        let (_extended, revoked) = self
             .state()
             .heartbeat(&r.worker_id, &leases, now, lease_ms)
             .map_err(ServiceError::from)?;
         Ok(Response::new(pb::HeartbeatResponse {
-            extended_tokens: extended,
             revoked_tokens: revoked,
-            deadline_unix_ms: now + lease_ms,
-            drain: false,
         }))
     }
 
@@ -754,8 +732,8 @@ impl Coordinator for CoordinatorService {
         // A worker may only name this lease's own two temporary files:
         // nothing can point the manifest (or the clean-up) elsewhere.
         let allowed = [
-            temp_part_path(r.shard_id, r.lease_token),
-            temp_rejects_path(r.shard_id, r.lease_token),
+            OutputLayout::temp_part_path(r.shard_id, r.lease_token),
+            OutputLayout::temp_rejects_path(r.shard_id, r.lease_token),
         ];
         if let Some(f) = r.files.iter().find(|f| !allowed.contains(&f.path)) {
             tracing::warn!(worker = %r.worker_id, shard = r.shard_id, path = %truncate(&f.path, 200), "completion names a foreign output path");
@@ -829,7 +807,7 @@ impl Coordinator for CoordinatorService {
                 rows: f.rows,
                 bytes: len,
                 sha256: f.sha256,
-                kind: f.kind.into(),
+                kind: f.kind,
             });
         }
         let outcome = self
@@ -985,10 +963,7 @@ mod tests {
                     shard_id: i,
                     input: "in.tsv".into(),
                     file_index: 0,
-                    byte_start: i * 10,
-                    byte_end: (i + 1) * 10,
-                    first_line: i * 5 + 1,
-                    lines: 5,
+                    range: paraforge_core::bitext::Range::bytes(i * 10, (i + 1) * 10, i * 5 + 1, 5),
                     drop_lines: Vec::new(),
                 })
                 .collect()
@@ -1062,16 +1037,15 @@ mod tests {
         w.close().unwrap();
         let storage = shared.storage().unwrap();
         let mut files = Vec::new();
-        for (path, bytes, rows, kind) in [
-            (temp_part_path(shard, token), pq, pairs as u64, "pairs"),
-            (temp_rejects_path(shard, token), Vec::new(), 0, "rejects"),
+        for (path, bytes, rows) in [
+            (OutputLayout::temp_part_path(shard, token), pq, pairs as u64),
+            (OutputLayout::temp_rejects_path(shard, token), Vec::new(), 0),
         ] {
             files.push(pb::OutputFile {
                 path: path.clone(),
                 rows,
                 bytes: bytes.len() as u64,
                 sha256: to_hex(&sha2::Sha256::digest(&bytes)),
-                kind: kind.into(),
             });
             storage.put(&path, bytes.into()).await.unwrap();
         }
@@ -1116,7 +1090,6 @@ mod tests {
             .register_worker(pb::RegisterWorkerRequest {
                 name: "t".into(),
                 device: String::new(),
-                slots: 1,
                 version: env!("CARGO_PKG_VERSION").into(),
             })
             .await
@@ -1216,7 +1189,7 @@ mod tests {
             .await
             .unwrap()
             .into_inner();
-        assert!(hb.extended_tokens.is_empty() && hb.revoked_tokens == [t0]);
+        assert_eq!(hb.revoked_tokens, [t0]);
         for (shard, token) in &tokens {
             let ok = c
                 .complete_shard(pb::CompleteShardRequest {
@@ -1269,9 +1242,12 @@ mod tests {
         // Published under final names, with the checked bytes.
         let storage = shared.storage().unwrap();
         for (shard, token) in &tokens {
-            assert!(storage.exists(&part_path(*shard, *token)).await.unwrap());
+            assert!(storage
+                .exists(&OutputLayout::part_path(*shard, *token))
+                .await
+                .unwrap());
             assert!(!storage
-                .exists(&temp_part_path(*shard, *token))
+                .exists(&OutputLayout::temp_part_path(*shard, *token))
                 .await
                 .unwrap());
         }

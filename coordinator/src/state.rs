@@ -11,6 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use paraforge_core::bitext::Range;
+use paraforge_core::layout::FileKind;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
@@ -35,23 +37,54 @@ pub enum StateError {
 
 /// A part of one input file, as planned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StoredSpec")]
 pub struct ShardSpec {
     pub shard_id: u64,
     pub input: String,
     /// Index of the input file in the config.
     pub file_index: usize,
-    /// Byte range of a plain file; `byte_end == 0` means the shard is read
-    /// from the start of the file by lines (compressed or aligned files).
-    pub byte_start: u64,
-    pub byte_end: u64,
-    /// 1-based number of the shard's first line.
-    pub first_line: u64,
-    /// Lines in the shard (read `lines` lines from `first_line`).
-    pub lines: u64,
+    pub range: Range,
     /// Lines (numbers in the file, ascending) whose source repeats an
     /// earlier one of the job: `[filters] dedup_sources`, fixed at planning.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drop_lines: Vec<u64>,
+}
+
+/// A shard as stored: states written before [`Range`] kept its fields
+/// flat (`byte_end == 0` meaning a line range), and still resume.
+#[derive(Deserialize)]
+struct StoredSpec {
+    shard_id: u64,
+    input: String,
+    file_index: usize,
+    range: Option<Range>,
+    #[serde(default)]
+    byte_start: u64,
+    #[serde(default)]
+    byte_end: u64,
+    #[serde(default)]
+    first_line: u64,
+    #[serde(default)]
+    lines: u64,
+    #[serde(default)]
+    drop_lines: Vec<u64>,
+}
+
+impl From<StoredSpec> for ShardSpec {
+    fn from(s: StoredSpec) -> ShardSpec {
+        let range = s.range.unwrap_or(if s.byte_end == 0 {
+            Range::lines(s.first_line, s.lines)
+        } else {
+            Range::bytes(s.byte_start, s.byte_end, s.first_line, s.lines)
+        });
+        ShardSpec {
+            shard_id: s.shard_id,
+            input: s.input,
+            file_index: s.file_index,
+            range,
+            drop_lines: s.drop_lines,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,7 +93,7 @@ pub struct OutputFile {
     pub rows: u64,
     pub bytes: u64,
     pub sha256: String,
-    pub kind: String,
+    pub kind: FileKind,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -659,7 +692,7 @@ impl JobState {
             ..Default::default()
         };
         for s in self.shards.values() {
-            c.lines_total += s.spec.lines;
+            c.lines_total += s.spec.range.lines;
             match &s.status {
                 Status::Pending => c.pending += 1,
                 Status::Leased { .. } => {
@@ -678,7 +711,7 @@ impl JobState {
                     for (code, n) in rejects_by_reason {
                         *c.rejects_by_reason.entry(code.clone()).or_default() += n;
                     }
-                    c.lines_done += s.spec.lines;
+                    c.lines_done += s.spec.range.lines;
                 }
                 Status::Failed { .. } => c.failed += 1,
             }
@@ -707,13 +740,25 @@ mod tests {
                 shard_id: i,
                 input: "in.tsv".into(),
                 file_index: 0,
-                byte_start: i * 100,
-                byte_end: (i + 1) * 100,
-                first_line: i * 10 + 1,
-                lines: 10,
+                range: Range::bytes(i * 100, (i + 1) * 100, i * 10 + 1, 10),
                 drop_lines: Vec::new(),
             })
             .collect()
+    }
+
+    #[test]
+    fn states_written_before_range_still_resume() {
+        let old = |start: u64, end: u64| -> ShardSpec {
+            serde_json::from_str(&format!(
+                r#"{{"shard_id":3,"input":"a.tsv","file_index":0,"byte_start":{start},"byte_end":{end},"first_line":11,"lines":5}}"#
+            ))
+            .unwrap()
+        };
+        assert_eq!(old(0, 0).range, Range::lines(11, 5));
+        let s = old(100, 200);
+        assert_eq!(s.range, Range::bytes(100, 200, 11, 5));
+        let back: ShardSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
     }
 
     fn file(name: &str) -> OutputFile {
@@ -722,7 +767,7 @@ mod tests {
             rows: 10,
             bytes: 100,
             sha256: "00".into(),
-            kind: "pairs".into(),
+            kind: FileKind::Pairs,
         }
     }
 

@@ -316,16 +316,8 @@ pub enum BitextError {
 pub struct ReadOptions {
     /// Longest side, in characters, before the line is rejected.
     pub max_chars: usize,
-    /// Byte range of the (plain) source file to read; `None` reads it all.
-    pub range: Option<(u64, u64)>,
-    /// Line number of the first line in the range (1-based), for messages;
-    /// ignored with `skip_lines`, where lines count from the file's start.
-    pub first_line: u64,
-    /// For files read from the start (compressed, aligned): skip this many
-    /// lines, then read at most `take_lines` (0 = to the end). Line numbers
-    /// in records stay those of the whole file.
-    pub skip_lines: u64,
-    pub take_lines: u64,
+    /// The part of the file to read; `None` reads it all.
+    pub range: Option<Range>,
 }
 
 impl Default for ReadOptions {
@@ -333,9 +325,52 @@ impl Default for ReadOptions {
         ReadOptions {
             max_chars: 2000,
             range: None,
-            first_line: 1,
-            skip_lines: 0,
-            take_lines: 0,
+        }
+    }
+}
+
+/// The part of one input file a shard holds: the one type for a shard's
+/// range, from planning through the lease (`proto::Range`, converted in
+/// `proto.rs`) to the reader. Line numbers in records are always those of
+/// the whole file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Range {
+    /// 1-based number of the range's first line.
+    pub first_line: u64,
+    /// Lines in the range; 0 reads to the end of the file.
+    pub lines: u64,
+    /// Where those lines lie in a plain file, `[start, end)`, read by
+    /// seeking. `None`: the file is read from its start, skipping
+    /// `first_line - 1` lines (compressed or aligned files).
+    pub bytes: Option<(u64, u64)>,
+}
+
+impl Range {
+    /// Lines `first_line .. first_line + lines`, read from the file's start.
+    pub fn lines(first_line: u64, lines: u64) -> Range {
+        Range {
+            first_line,
+            lines,
+            bytes: None,
+        }
+    }
+
+    /// Bytes `[start, end)` of a plain file, holding `lines` lines from
+    /// `first_line`.
+    pub fn bytes(start: u64, end: u64, first_line: u64, lines: u64) -> Range {
+        Range {
+            first_line,
+            lines,
+            bytes: Some((start, end)),
+        }
+    }
+
+    /// Lines to skip from the file's start before the range (0 when the
+    /// range is found by seeking).
+    fn skip(&self) -> u64 {
+        match self.bytes {
+            Some(_) => 0,
+            None => self.first_line.saturating_sub(1),
         }
     }
 }
@@ -407,13 +442,15 @@ impl BitextReader {
             source,
         };
         let mut remaining = u64::MAX;
-        // With skip_lines, lines count from the start of the file.
-        let line = if opts.skip_lines > 0 {
-            0
-        } else {
-            opts.first_line.saturating_sub(1)
+        let bytes = opts.range.and_then(|r| r.bytes);
+        let skip = opts.range.map_or(0, |r| r.skip());
+        // A seek starts counting at the range's first line; a skip counts
+        // the skipped lines from the file's start.
+        let line = match (bytes, opts.range) {
+            (Some(_), Some(r)) => r.first_line.saturating_sub(1),
+            _ => 0,
         };
-        let src: Box<dyn BufRead + Send> = match opts.range {
+        let src: Box<dyn BufRead + Send> = match bytes {
             None => open_text(path)?,
             Some((start, end)) => {
                 if is_compressed(path) {
@@ -445,9 +482,9 @@ impl BitextReader {
             _ => None,
         };
         let mut line = line;
-        if opts.skip_lines > 0 {
+        if skip > 0 {
             let mut sink = Vec::new();
-            for _ in 0..opts.skip_lines {
+            for _ in 0..skip {
                 sink.clear();
                 if src.read_until(b'\n', &mut sink).map_err(io)? == 0 {
                     break;
@@ -464,10 +501,9 @@ impl BitextReader {
                 line += 1;
             }
         }
-        let left = if opts.take_lines > 0 {
-            opts.take_lines
-        } else {
-            u64::MAX
+        let left = match opts.range {
+            Some(r) if r.bytes.is_none() && r.lines > 0 => r.lines,
+            _ => u64::MAX,
         };
         Ok(BitextReader {
             left,
@@ -808,7 +844,7 @@ mod tests {
             &gz,
             Format::Czeng16,
             ReadOptions {
-                range: Some((0, 10)),
+                range: Some(Range::bytes(0, 10, 1, 0)),
                 ..Default::default()
             },
         );
@@ -871,8 +907,7 @@ mod tests {
         let mut got = Vec::new();
         for (skip, take) in [(0, 3), (3, 3), (6, 0)] {
             let opts = ReadOptions {
-                skip_lines: skip,
-                take_lines: take,
+                range: Some(Range::lines(skip + 1, take)),
                 ..Default::default()
             };
             got.extend(read_all(&gz, Format::Czeng16, opts).0);
@@ -881,8 +916,7 @@ mod tests {
         let cs = write(dir.path(), "x.cs", b"a\nb\nc\nd\n");
         let en = write(dir.path(), "x.en", b"A\nB\nC\nD\n");
         let opts = ReadOptions {
-            skip_lines: 1,
-            take_lines: 2,
+            range: Some(Range::lines(2, 2)),
             ..Default::default()
         };
         let (pairs, rejects) = read_all(&cs, Format::Aligned { reference: en }, opts);
@@ -911,7 +945,7 @@ mod tests {
                     &p,
                     Format::Czeng16,
                     ReadOptions {
-                        range: Some((a, b)),
+                        range: Some(Range::bytes(a, b, 1, 0)),
                         ..Default::default()
                     },
                 );

@@ -7,6 +7,7 @@ pub mod bleu;
 pub mod config;
 pub mod encoder;
 pub mod filters;
+pub mod layout;
 pub mod lm;
 pub mod proto;
 pub mod schema;

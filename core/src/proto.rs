@@ -5,6 +5,26 @@
 
 tonic::include_proto!("paraforge.v1");
 
+impl From<crate::bitext::Range> for Range {
+    fn from(r: crate::bitext::Range) -> Range {
+        Range {
+            first_line: r.first_line,
+            lines: r.lines,
+            bytes: r.bytes.map(|(start, end)| ByteSpan { start, end }),
+        }
+    }
+}
+
+impl From<Range> for crate::bitext::Range {
+    fn from(r: Range) -> crate::bitext::Range {
+        crate::bitext::Range {
+            first_line: r.first_line,
+            lines: r.lines,
+            bytes: r.bytes.map(|b| (b.start, b.end)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -17,19 +37,28 @@ mod tests {
                 shard: Some(ShardSpec {
                     shard_id: 7,
                     input_url: "s3://bucket/czeng.tsv".into(),
-                    byte_start: 1 << 33,
-                    byte_end: (1 << 33) + 4096,
-                    first_line: 51_000_001,
+                    range: Some(
+                        crate::bitext::Range::bytes(1 << 33, (1 << 33) + 4096, 51_000_001, 20)
+                            .into(),
+                    ),
                     ..Default::default()
                 }),
                 lease_token: 42,
-                deadline_unix_ms: 1_800_000_000_000,
                 attempt: 2,
-                temp_prefix: "_tmp/shard=7/lease=42/".into(),
             })),
         };
         let back = LeaseShardResponse::decode(r.encode_to_vec().as_slice()).unwrap();
         assert_eq!(back, r);
+        let Some(lease_shard_response::Result::Lease(l)) = back.result else {
+            panic!("a lease")
+        };
+        let range: crate::bitext::Range = l.shard.and_then(|s| s.range).unwrap().into();
+        assert_eq!(
+            range,
+            crate::bitext::Range::bytes(1 << 33, (1 << 33) + 4096, 51_000_001, 20)
+        );
+        let lines = crate::bitext::Range::lines(7, 3);
+        assert_eq!(crate::bitext::Range::from(Range::from(lines)), lines);
         let done = LeaseShardResponse {
             result: Some(lease_shard_response::Result::Done(true)),
         };

@@ -8,6 +8,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::layout::{CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE};
+
 use arrow_array::builder::{BooleanBuilder, Float32Builder, Int32Builder, StringBuilder};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -40,97 +42,6 @@ pub mod col {
     pub const REFERENCE_LEN: &str = "reference_len";
     pub const TRANSLATION_LEN: &str = "translation_len";
     pub const TRUNCATED: &str = "truncated";
-}
-
-/// The claim a job writes in its output when it starts (job, run, state):
-/// another job finding it refuses to write there.
-pub const CLAIM_FILE: &str = "_job.json";
-/// Written last, when every shard is committed and checked.
-pub const SUCCESS_FILE: &str = "_SUCCESS";
-
-/// The dataset card of the bins' directory (Hugging Face's `README.md`):
-/// its `configs:` name each bin, so that `datasets.load_dataset(dir, NAME)`
-/// loads one. (A job's output has none: pyarrow and Spark would try to
-/// read it as a data file. It needs none either, as long as the bins are
-/// not inside it.)
-pub const CARD_FILE: &str = "README.md";
-
-/// The card's text: `configs` are (name, glob relative to the directory),
-/// the first the default; `about` is Markdown after the metadata.
-pub fn dataset_card(configs: &[(String, String)], about: &str) -> String {
-    let mut s = String::from("---\nconfigs:\n");
-    for (i, (name, glob)) in configs.iter().enumerate() {
-        s += &format!("- config_name: {}\n", yaml_str(name));
-        if i == 0 {
-            s += "  default: true\n";
-        }
-        s += &format!(
-            "  data_files:\n  - split: train\n    path: {}\n",
-            yaml_str(glob)
-        );
-    }
-    s += "---\n\n";
-    s += about;
-    s
-}
-
-/// A double-quoted YAML scalar.
-fn yaml_str(v: &str) -> String {
-    serde_json::to_string(v).unwrap_or_default()
-}
-
-/// Where a committed shard's rows are published, relative to the output
-/// root. Only the coordinator writes here, when it commits an attempt, so a
-/// late writer (a worker paused past its lease) can never put a file where
-/// readers look; the token in the name keeps attempts apart.
-pub fn part_path(shard_id: u64, token: u64) -> String {
-    format!("shard={shard_id:06}/part-t{token:08}.parquet")
-}
-
-/// Where a committed shard's rejected lines (JSON lines) are published.
-pub fn rejects_path(shard_id: u64, token: u64) -> String {
-    format!("_rejects/shard={shard_id:06}/rejects-t{token:08}.jsonl")
-}
-
-/// Where a lease's worker writes before completing: under `_tmp/`, which
-/// Hive-style readers skip and the job's end clears.
-pub fn temp_prefix(shard_id: u64, token: u64) -> String {
-    format!("_tmp/shard={shard_id:06}/lease={token:08}/")
-}
-
-pub fn temp_part_path(shard_id: u64, token: u64) -> String {
-    format!("{}part.parquet", temp_prefix(shard_id, token))
-}
-
-pub fn temp_rejects_path(shard_id: u64, token: u64) -> String {
-    format!("{}rejects.jsonl", temp_prefix(shard_id, token))
-}
-
-/// The (shard, token) of a path that one of the functions above makes, or
-/// None: the job's clean-up deletes only files it can read back to a token
-/// it issued, never anything else that sits in the output.
-pub fn parse_attempt_path(path: &str) -> Option<(u64, u64)> {
-    let num = |s: &str| -> Option<u64> {
-        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| s.parse().ok())
-            .flatten()
-    };
-    let parts: Vec<&str> = path.split('/').collect();
-    let shard = |p: &str| p.strip_prefix("shard=").and_then(num);
-    match parts.as_slice() {
-        [s, f] => Some((
-            shard(s)?,
-            num(f.strip_prefix("part-t")?.strip_suffix(".parquet")?)?,
-        )),
-        ["_rejects", s, f] => Some((
-            shard(s)?,
-            num(f.strip_prefix("rejects-t")?.strip_suffix(".jsonl")?)?,
-        )),
-        ["_tmp", s, l, f] if *f == "part.parquet" || *f == "rejects.jsonl" => {
-            Some((shard(s)?, num(l.strip_prefix("lease=")?)?))
-        }
-        _ => None,
-    }
 }
 
 /// The scores a dataset can be ranked or binned by.
@@ -573,7 +484,7 @@ pub fn dataset_files(root: &Path) -> Result<Vec<PathBuf>, DataError> {
             reason: format!("a paraforge job output without {SUCCESS_FILE}: the job is incomplete (run it again to finish it)"),
         });
     }
-    let manifest = root.join("_manifest.json");
+    let manifest = root.join(MANIFEST_FILE);
     if manifest.is_file() {
         let text = std::fs::read_to_string(&manifest).map_err(|e| DataError::io(&manifest, e))?;
         let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| DataError::Invalid {

@@ -28,6 +28,19 @@ pub enum StorageError {
         #[source]
         source: Box<object_store::Error>,
     },
+    #[error("storage {url}: {path}: checksum {got} differs from the manifest's {want}")]
+    Checksum {
+        url: String,
+        path: String,
+        got: String,
+        want: String,
+    },
+    #[error("{}: {source}", .path.display())]
+    Local {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What a store says about one object.
@@ -51,6 +64,16 @@ pub struct Storage {
 impl std::fmt::Debug for Storage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Storage").field("url", &self.url).finish()
+    }
+}
+
+/// The local directory `url` names (a plain path or `file://PATH`), or
+/// `None` for an object store: the one place that decides what is local.
+pub fn local_path(url: &str) -> Option<&std::path::Path> {
+    match url.split_once("://") {
+        None => Some(std::path::Path::new(url)),
+        Some(("file", rest)) => Some(std::path::Path::new(rest)),
+        Some(_) => None,
     }
 }
 
@@ -282,9 +305,73 @@ impl Storage {
             }
             empty && std::fs::remove_dir(d).is_ok()
         }
-        if !self.url.contains("://") {
-            sweep(&std::path::Path::new(&self.url).join(rel));
+        if let Some(root) = local_path(&self.url) {
+            sweep(&root.join(rel));
         }
+    }
+
+    /// Downloads `files` (path relative to the root, SHA-256 when known)
+    /// into `local`, checking each checksum; `done` is called per file.
+    pub async fn download_checked(
+        &self,
+        files: &[(String, Option<String>)],
+        local: &std::path::Path,
+        mut done: impl FnMut(),
+    ) -> Result<usize, StorageError> {
+        use sha2::Digest;
+        for (rel, sha) in files {
+            let bytes = self.get(rel).await?;
+            if let Some(want) = sha {
+                let got = hex::encode(sha2::Sha256::digest(&bytes));
+                if &got != want {
+                    return Err(StorageError::Checksum {
+                        url: self.url.clone(),
+                        path: rel.clone(),
+                        got,
+                        want: want.clone(),
+                    });
+                }
+            }
+            let p = local.join(rel);
+            let local_err = |path: &std::path::Path| {
+                let path = path.to_path_buf();
+                move |source| StorageError::Local { path, source }
+            };
+            std::fs::create_dir_all(p.parent().unwrap_or(local)).map_err(local_err(&p))?;
+            std::fs::write(&p, &bytes).map_err(local_err(&p))?;
+            done();
+        }
+        Ok(files.len())
+    }
+
+    /// Uploads every file under the local `dir`, keeping relative paths,
+    /// `_manifest.json` last: a reader that finds the manifest finds every
+    /// file it lists.
+    pub async fn upload_dir(&self, dir: &std::path::Path) -> Result<usize, StorageError> {
+        let local_err = |path: &std::path::Path| {
+            let path = path.to_path_buf();
+            move |source| StorageError::Local { path, source }
+        };
+        let mut files = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).map_err(local_err(&d))? {
+                let p = e.map_err(local_err(&d))?.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if let Ok(rel) = p.strip_prefix(dir) {
+                    files.push(rel.to_string_lossy().replace('\\', "/"));
+                }
+            }
+        }
+        files.sort();
+        files.sort_by_key(|f| f == crate::layout::MANIFEST_FILE);
+        for rel in &files {
+            let p = dir.join(rel);
+            let bytes = std::fs::read(&p).map_err(local_err(&p))?;
+            self.put(rel, bytes::Bytes::from(bytes)).await?;
+        }
+        Ok(files.len())
     }
 
     /// Every object under `rel_prefix`: (path relative to the root, size).

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use paraforge_core::bitext::{BitextReader, Format, ReadOptions, Record};
+use paraforge_core::bitext::{BitextReader, Format, Range, ReadOptions, Record};
 use paraforge_core::config::JobConfig;
 use proptest::prelude::*;
 
@@ -124,7 +124,7 @@ proptest! {
         points.dedup();
         let mut got = Vec::new();
         for w in points.windows(2) {
-            let opts = ReadOptions { range: Some((w[0], w[1])), ..ReadOptions::default() };
+            let opts = ReadOptions { range: Some(Range::bytes(w[0], w[1], 1, 0)), ..ReadOptions::default() };
             got.extend(read(&p, Format::Czeng16, opts).into_iter().map(|r| match r {
                 Record::Pair(p) => (p.id, p.source),
                 Record::Reject(j) => (format!("reject:{}", j.reason), j.text),

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, BooleanArray, Float32Array, Int32Array, RecordBatch, StringArray};
 use arrow_select::filter::filter_record_batch;
+use paraforge_core::layout::{self, OutputLayout};
 use paraforge_core::schema::{
     self, col, dataset_files, DataError, PairFileWriter, PairReader, SCORE_COLUMNS,
 };
@@ -254,24 +255,49 @@ fn pair_hash(reference: &str, translation: &str) -> u128 {
     h.finish_128()
 }
 
-/// Runs the binning; returns what it wrote.
+/// Runs the binning; returns what it wrote. Four passes over the
+/// dataset, each streaming it in the same order: filters and coarse
+/// histograms, fine histograms at the boundaries, the training sample's
+/// draw, and the writes.
 pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
     for d in &o.deciles {
         if !SCORE_COLUMNS.contains(&d.as_str()) {
             return Err(BinError::UnknownScore(d.clone()));
         }
     }
-    let mut decile_scores: Vec<String> = o.deciles.clone();
-    if o.train_sample.is_some() && !decile_scores.iter().any(|d| d == col::PARA_SCORE) {
-        decile_scores.push(col::PARA_SCORE.into());
+    let mut scores: Vec<String> = o.deciles.clone();
+    if o.train_sample.is_some() && !scores.iter().any(|d| d == col::PARA_SCORE) {
+        scores.push(col::PARA_SCORE.into());
     }
     let files = dataset_files(&o.input)?;
     let mut m = BinManifest {
         input: o.input.display().to_string(),
         ..Default::default()
     };
+    let first = filter_and_histogram(o, &files, &scores, &mut m)?;
+    let bounds = boundaries(&files, &scores, &first, &mut m)?;
+    let chosen = draw_training_sample(o, &files, &scores, &first.kept, &bounds, &mut m)?;
+    let configs = write_partitions(o, &files, &scores, &first.kept, &bounds, &chosen, &mut m)?;
+    write_card_and_manifest(o, &configs, &mut m)?;
+    Ok(m)
+}
 
-    // Pass 1: filters, and the high-16-bit histogram of every decile score.
+/// What pass 1 leaves: the rows kept, and per decile score the histogram
+/// of the keys' high 16 bits and the rows without a score.
+struct FirstPass {
+    kept: Kept,
+    hist_hi: Vec<Vec<u64>>,
+    unranked: Vec<u64>,
+}
+
+/// Pass 1: the length and duplicate filters, and the high-16-bit histogram
+/// of every decile score.
+fn filter_and_histogram(
+    o: &BinOptions,
+    files: &[PathBuf],
+    decile_scores: &[String],
+    m: &mut BinManifest,
+) -> Result<FirstPass, BinError> {
     let mut kept = Kept { bits: Vec::new() };
     let mut seen_pairs: HashSet<u128> = HashSet::new();
     let mut hist_hi: Vec<Vec<u64>> = vec![vec![0; 1 << 16]; decile_scores.len()];
@@ -281,7 +307,8 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
     if o.dedup {
         need.extend([col::REFERENCE, col::TRANSLATION]);
     }
-    m.input_rows = for_each_batch(&files, &need, |path, batch, first| {
+    let (mut dropped_length, mut dropped_duplicates) = (0u64, 0u64);
+    m.input_rows = for_each_batch(files, &need, |path, batch, first| {
         let rl = schema::column::<Int32Array>(batch, col::REFERENCE_LEN, path)?;
         let tl = schema::column::<Int32Array>(batch, col::TRANSLATION_LEN, path)?;
         let texts = if o.dedup {
@@ -297,12 +324,12 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
             if o.min_tokens.is_some_and(|n| a < n || b < n)
                 || o.max_tokens.is_some_and(|n| a > n || b > n)
             {
-                m.dropped_length += 1;
+                dropped_length += 1;
                 continue;
             }
             if let Some((refs, trans)) = texts {
                 if !seen_pairs.insert(pair_hash(refs.value(r), trans.value(r))) {
-                    m.dropped_duplicates += 1;
+                    dropped_duplicates += 1;
                     continue;
                 }
             }
@@ -316,10 +343,25 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
         }
         Ok(())
     })?;
-    drop(seen_pairs);
+    m.dropped_length = dropped_length;
+    m.dropped_duplicates = dropped_duplicates;
     m.kept_rows = m.input_rows - m.dropped_duplicates - m.dropped_length;
+    Ok(FirstPass {
+        kept,
+        hist_hi,
+        unranked,
+    })
+}
 
-    // Pass 2: low-16-bit histograms inside the buckets holding boundaries.
+/// Pass 2: low-16-bit histograms inside the buckets holding boundaries,
+/// then the exact boundaries of every decile score (into the manifest).
+fn boundaries(
+    files: &[PathBuf],
+    decile_scores: &[String],
+    first: &FirstPass,
+    m: &mut BinManifest,
+) -> Result<Vec<Boundaries>, BinError> {
+    let (kept, hist_hi) = (&first.kept, &first.hist_hi);
     let targets: Vec<(u64, Vec<u64>)> = hist_hi
         .iter()
         .map(|h| {
@@ -348,7 +390,7 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
     }
     if wanted.iter().any(|w| !w.is_empty()) {
         let need: Vec<&str> = decile_scores.iter().map(String::as_str).collect();
-        for_each_batch(&files, &need, |path, batch, first| {
+        for_each_batch(files, &need, |path, batch, first| {
             for r in 0..batch.num_rows() {
                 if !kept.get(first + r as u64) {
                     continue;
@@ -400,7 +442,7 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
             name.clone(),
             Deciles {
                 ranked: targets[s].0,
-                unranked: unranked[s],
+                unranked: first.unranked[s],
                 boundaries: bounds[s]
                     .keys
                     .iter()
@@ -411,9 +453,21 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
             },
         );
     }
-    let para_idx = decile_scores.iter().position(|d| d == col::PARA_SCORE);
+    Ok(bounds)
+}
 
-    // Pass 3 (training sample only): count eligible rows, draw N ordinals.
+/// Pass 3 (training sample only): counts the eligible rows (top two
+/// para_score folds, both sides short enough) and draws the sample's ranks
+/// among them.
+fn draw_training_sample(
+    o: &BinOptions,
+    files: &[PathBuf],
+    decile_scores: &[String],
+    kept: &Kept,
+    bounds: &[Boundaries],
+    m: &mut BinManifest,
+) -> Result<BTreeSet<u64>, BinError> {
+    let para_idx = decile_scores.iter().position(|d| d == col::PARA_SCORE);
     let mut chosen: BTreeSet<u64> = BTreeSet::new();
     if let (Some(n), Some(pi)) = (o.train_sample, para_idx) {
         let mut folds = FoldAssigner::new(&bounds[pi]);
@@ -421,7 +475,7 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
         let need = [col::PARA_SCORE, col::REFERENCE_LEN, col::TRANSLATION_LEN];
         // Drawn rows are named by their rank among eligible rows; pass 4
         // assigns folds in the same order and so meets the same ranks.
-        for_each_batch(&files, &need, |path, batch, first| {
+        for_each_batch(files, &need, |path, batch, first| {
             let rl = schema::column::<Int32Array>(batch, col::REFERENCE_LEN, path)?;
             let tl = schema::column::<Int32Array>(batch, col::TRANSLATION_LEN, path)?;
             for r in 0..batch.num_rows() {
@@ -458,8 +512,21 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
             max_tokens: o.train_max_tokens,
         });
     }
+    Ok(chosen)
+}
 
-    // Pass 4: write every partition.
+/// Pass 4: writes every partition (ranges, folds, the training sample);
+/// returns the dataset card's configs.
+fn write_partitions(
+    o: &BinOptions,
+    files: &[PathBuf],
+    decile_scores: &[String],
+    kept: &Kept,
+    bounds: &[Boundaries],
+    chosen: &BTreeSet<u64>,
+    m: &mut BinManifest,
+) -> Result<Vec<(String, String)>, BinError> {
+    let para_idx = decile_scores.iter().position(|d| d == col::PARA_SCORE);
     let out = &o.output;
     std::fs::create_dir_all(out).map_err(|e| BinError::Io {
         path: out.clone(),
@@ -493,7 +560,7 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
         writers.get_mut(&rel).map(|w| w.write(&sel)).transpose()?;
         Ok(())
     };
-    for_each_batch(&files, &[], |path, batch, first| {
+    for_each_batch(files, &[], |path, batch, first| {
         let n = batch.num_rows();
         let keep: Vec<bool> = (0..n).map(|r| kept.get(first + r as u64)).collect();
         let rl = schema::column::<Int32Array>(batch, col::REFERENCE_LEN, path)?;
@@ -513,24 +580,14 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
                 let mask: Vec<bool> = (0..n).map(|r| keep[r] && ranges[r] == Some(i)).collect();
                 *m.ranges.entry(label.to_string()).or_insert(0) +=
                     mask.iter().filter(|&&b| b).count() as u64;
-                write(
-                    format!("ranges/para_range={label}/part-00000.parquet"),
-                    batch,
-                    mask,
-                    &mut writers,
-                )?;
+                write(OutputLayout::bin_range(label), batch, mask, &mut writers)?;
             }
             let mask: Vec<bool> = (0..n).map(|r| keep[r] && ranges[r].is_none()).collect();
             let c = mask.iter().filter(|&&b| b).count() as u64;
             if c > 0 {
                 *m.ranges.entry("none".into()).or_insert(0) += c;
             }
-            write(
-                "ranges/para_range=none/part-00000.parquet".into(),
-                batch,
-                mask,
-                &mut writers,
-            )?;
+            write(OutputLayout::bin_range("none"), batch, mask, &mut writers)?;
         }
         let mut para_folds: Vec<Option<usize>> = vec![None; n];
         for (s, name) in decile_scores.iter().enumerate() {
@@ -552,12 +609,7 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
             for f in 0..10 {
                 let mask: Vec<bool> = row_fold.iter().map(|x| *x == Some(f)).collect();
                 d.counts[f] += mask.iter().filter(|&&b| b).count() as u64;
-                write(
-                    format!("deciles/{name}/fold={f}/part-00000.parquet"),
-                    batch,
-                    mask,
-                    &mut writers,
-                )?;
+                write(OutputLayout::bin_fold(name, f), batch, mask, &mut writers)?;
             }
         }
         if o.train_sample.is_some() {
@@ -571,7 +623,7 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
                     eligible_rank += 1;
                 }
             }
-            write("train/part-00000.parquet".into(), batch, mask, &mut writers)?;
+            write(OutputLayout::bin_train(), batch, mask, &mut writers)?;
         }
         Ok(())
     })?;
@@ -579,10 +631,20 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
     for (rel, w) in writers {
         let rows = w.close()?;
         m.files.push(format!("{rel} ({rows} rows)"));
-        configs.push(card_config(&rel));
+        configs.push(OutputLayout::bin_config(&rel));
     }
     configs.sort();
-    let card = out.join(schema::CARD_FILE);
+    Ok(configs)
+}
+
+/// The dataset card (every bin a config) and `_manifest.json`, last.
+fn write_card_and_manifest(
+    o: &BinOptions,
+    configs: &[(String, String)],
+    m: &mut BinManifest,
+) -> Result<(), BinError> {
+    let out = &o.output;
+    let card = out.join(layout::CARD_FILE);
     let about = format!(
         "# Bins of {}\n\nparaforge's bins (`paraforge bin`): the para_score ranges \
          (`range-LABEL`), ten folds per ranked score (`decile-SCORE-FOLD`, fold 0 the lowest \
@@ -590,31 +652,18 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
          boundaries.\n",
         m.input
     );
-    std::fs::write(&card, schema::dataset_card(&configs, &about)).map_err(|e| BinError::Io {
+    std::fs::write(&card, layout::dataset_card(configs, &about)).map_err(|e| BinError::Io {
         path: card.clone(),
         source: e,
     })?;
     m.deciles.retain(|k, _| o.deciles.contains(k));
-    let manifest = out.join("_manifest.json");
-    let text = serde_json::to_string_pretty(&m).unwrap_or_default();
+    let manifest = out.join(layout::MANIFEST_FILE);
+    let text = serde_json::to_string_pretty(&*m).unwrap_or_default();
     std::fs::write(&manifest, text).map_err(|e| BinError::Io {
         path: manifest.clone(),
         source: e,
     })?;
-    Ok(m)
-}
-
-/// The dataset-card config of a bin's file: its name and its folder's glob.
-fn card_config(rel: &str) -> (String, String) {
-    let dir = rel.rsplit_once('/').map_or("", |d| d.0);
-    let name = if let Some(label) = dir.strip_prefix("ranges/para_range=") {
-        format!("range-{label}")
-    } else if let Some(rest) = dir.strip_prefix("deciles/") {
-        format!("decile-{}", rest.replace("/fold=", "-"))
-    } else {
-        dir.replace('/', "-")
-    };
-    (name, format!("{dir}/*.parquet"))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -638,7 +687,10 @@ mod tests {
             ),
             ("train/part-00000.parquet", "train", "train/*.parquet"),
         ] {
-            assert_eq!(card_config(rel), (name.to_string(), glob.to_string()));
+            assert_eq!(
+                OutputLayout::bin_config(rel),
+                (name.to_string(), glob.to_string())
+            );
         }
     }
 

@@ -325,7 +325,7 @@ pub fn run(input: &Path, rules: &[Rule], out: &Path) -> Result<FilterManifest, F
     }
     m.dropped_rows = m.input_rows - m.kept_rows;
     // The manifest last: a reader that finds it finds every file it lists.
-    let manifest = out.join("_manifest.json");
+    let manifest = out.join(paraforge_core::layout::MANIFEST_FILE);
     let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
     std::fs::write(&manifest, text).map_err(io(&manifest))?;
     Ok(m)

@@ -171,6 +171,86 @@ impl RangeTally {
     }
 }
 
+/// What a finished job prints about its output: mean scores, the five
+/// para_score ranges (seed 000, Table 3) and a few example rows.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub pairs: u64,
+    pub mean_para_score: f64,
+    pub mean_trigram_overlap: f64,
+    pub mean_translation_score: f64,
+    pub ranges: RangeTally,
+    /// (reference, translation, para_score, trigram overlap, translation score).
+    pub examples: Vec<(String, String, Option<f32>, f32, f32)>,
+}
+
+impl Summary {
+    /// Reads every pairs file of a local output directory.
+    pub fn read(out: &Path) -> Result<Summary, DataError> {
+        let (mut para, mut para_n, mut tri, mut ts) = (0f64, 0u64, 0f64, 0f64);
+        let mut s = Summary::default();
+        for f in dataset_files(out)? {
+            for b in PairReader::open(
+                &f,
+                &[
+                    col::REFERENCE,
+                    col::TRANSLATION,
+                    col::PARA_SCORE,
+                    col::TRIGRAM_OVERLAP,
+                ],
+            )? {
+                let b = b?;
+                let r = schema::column::<StringArray>(&b, col::REFERENCE, &f)?;
+                let t = schema::column::<StringArray>(&b, col::TRANSLATION, &f)?;
+                let p = schema::column::<Float32Array>(&b, col::PARA_SCORE, &f)?;
+                let g = schema::column::<Float32Array>(&b, col::TRIGRAM_OVERLAP, &f)?;
+                let x = schema::column::<Float32Array>(&b, col::TRANSLATION_SCORE, &f)?;
+                for i in 0..b.num_rows() {
+                    s.pairs += 1;
+                    let pi = (!p.is_null(i)).then(|| p.value(i));
+                    if let Some(v) = pi {
+                        para += v as f64;
+                        para_n += 1;
+                    }
+                    tri += g.value(i) as f64;
+                    ts += x.value(i) as f64;
+                    s.ranges.add(pi, g.value(i));
+                    if s.examples.len() < 5 && i % 97 == 3 {
+                        s.examples.push((
+                            r.value(i).to_string(),
+                            t.value(i).to_string(),
+                            pi,
+                            g.value(i),
+                            x.value(i),
+                        ));
+                    }
+                }
+            }
+        }
+        s.mean_para_score = para / para_n.max(1) as f64;
+        s.mean_trigram_overlap = tri / s.pairs.max(1) as f64;
+        s.mean_translation_score = ts / s.pairs.max(1) as f64;
+        Ok(s)
+    }
+
+    /// The summary as printed, one line each, indented.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = vec![format!(
+            "  mean para_score {:.3}, mean trigram overlap {:.3}, mean translation score {:.3} over {} pairs",
+            self.mean_para_score, self.mean_trigram_overlap, self.mean_translation_score, self.pairs
+        )];
+        out.extend(self.ranges.lines().into_iter().map(|l| format!("  {l}")));
+        out.push("  examples (reference -> back-translation):".into());
+        for (r, t, p, g, x) in &self.examples {
+            let ps = p.map_or_else(|| "null".to_string(), |v| format!("{v:.3}"));
+            out.push(format!(
+                "  {r}\n    -> {t}   (para {ps}, trigram {g:.2}, score {x:.2})"
+            ));
+        }
+        out
+    }
+}
+
 impl Report {
     /// The report's ranges as a [`RangeTally`].
     pub fn range_tally(&self) -> RangeTally {
@@ -485,7 +565,7 @@ fn pm(m: &Moments, digits: usize) -> String {
 /// `rejects_by_reason` of a job output's `_manifest.json` (bins and
 /// rescores have none).
 fn manifest_rejects(input: &Path) -> Result<std::collections::BTreeMap<String, u64>, ReportError> {
-    let path = input.join("_manifest.json");
+    let path = input.join(paraforge_core::layout::MANIFEST_FILE);
     if !input.is_dir() || !path.exists() {
         return Ok(Default::default());
     }

@@ -268,7 +268,7 @@ pub fn run(
     if !m.classifier.is_empty() {
         m.mean_reference_probability = Some(total.sum_prob / total.n_prob.max(1) as f64);
     }
-    let manifest = out.join("_manifest.json");
+    let manifest = out.join(paraforge_core::layout::MANIFEST_FILE);
     let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
     std::fs::write(&manifest, text).map_err(io(&manifest))?;
     Ok(m)

@@ -27,10 +27,7 @@ mod tests {
         ShardInput {
             path: input.display().to_string(),
             format: Format::Czeng16,
-            byte_start: 0,
-            byte_end: 0,
-            first_line: 1,
-            lines: 0,
+            range: None,
             max_chars: 1000,
             drop_lines: Vec::new(),
         }

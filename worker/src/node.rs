@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use paraforge_core::access::{AccessError, Client, ClientAccess};
 use paraforge_core::config::JobConfig;
+use paraforge_core::layout::OutputLayout;
 use paraforge_core::proto::{self as pb, lease_shard_response};
 use paraforge_core::storage::Storage;
 use paraforge_nmt::{Device, GenerateOptions, LoadOptions, Translator};
@@ -220,6 +221,12 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
         let Some(spec) = lease.shard.clone() else {
             continue;
         };
+        let Some(range) = spec.range else {
+            return Err(WorkerError::Refused(format!(
+                "lease {} of shard {} names no range of its input (a coordinator of another version?)",
+                lease.lease_token, spec.shard_id
+            )));
+        };
         let idx = cfg
             .input
             .paths
@@ -233,14 +240,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                 .unwrap_or(&spec.input_url)
                 .to_string(),
             format: cfg.format(idx),
-            byte_start: spec.byte_start,
-            byte_end: spec.byte_end,
-            first_line: spec.first_line,
-            lines: if spec.byte_end == 0 {
-                spec.take_records
-            } else {
-                0
-            },
+            range: Some(range.into()),
             max_chars: cfg.input.max_chars,
             drop_lines: {
                 let mut d = spec.drop_lines.clone();
@@ -417,22 +417,20 @@ async fn store(
     token: u64,
     out: ShardOutput,
 ) -> Result<(Vec<pb::OutputFile>, Counts), paraforge_core::storage::StorageError> {
-    let pq = paraforge_core::schema::temp_part_path(shard_id, token);
-    let rj = paraforge_core::schema::temp_rejects_path(shard_id, token);
+    let pq = OutputLayout::temp_part_path(shard_id, token);
+    let rj = OutputLayout::temp_rejects_path(shard_id, token);
     let files = vec![
         pb::OutputFile {
             path: pq.clone(),
             rows: out.pairs,
             bytes: out.parquet.len() as u64,
             sha256: out.parquet_sha256.clone(),
-            kind: "pairs".into(),
         },
         pb::OutputFile {
             path: rj.clone(),
             rows: out.rejects,
             bytes: out.rejects_jsonl.len() as u64,
             sha256: hex_sha(&out.rejects_jsonl),
-            kind: "rejects".into(),
         },
     ];
     let counts = Counts {
@@ -456,7 +454,6 @@ fn register_request(o: &WorkerOptions) -> pb::RegisterWorkerRequest {
         // Without an override the device comes from the job's config, which
         // the worker only learns from this call; the coordinator fills it in.
         device: o.device.map(|d| d.to_string()).unwrap_or_default(),
-        slots: 1,
         version: env!("CARGO_PKG_VERSION").into(),
     }
 }

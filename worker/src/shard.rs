@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 
-use paraforge_core::bitext::{BitextReader, Format, ReadOptions, Record, Reject, RejectReason};
+use paraforge_core::bitext::{
+    BitextReader, Format, Range, ReadOptions, Record, Reject, RejectReason,
+};
 use paraforge_core::filters::PreFilter;
 use paraforge_core::schema::{schema, writer_properties, PairRow, RowsBuilder};
 use paraforge_core::{ArpaModel, EncoderError, Scorer, SentenceEncoder};
@@ -25,10 +27,8 @@ use sha2::{Digest, Sha256};
 pub struct ShardInput {
     pub path: String,
     pub format: Format,
-    pub byte_start: u64,
-    pub byte_end: u64,
-    pub first_line: u64,
-    pub lines: u64,
+    /// `None` reads the whole file.
+    pub range: Option<Range>,
     pub max_chars: usize,
     /// Lines (ascending) to drop as repeated sources (`[filters]
     /// dedup_sources`, decided by the coordinator when it planned the job).
@@ -157,14 +157,7 @@ pub fn process(
 ) -> Result<ShardOutput, ShardError> {
     let read_opts = ReadOptions {
         max_chars: input.max_chars,
-        range: (input.byte_end > 0).then_some((input.byte_start, input.byte_end)),
-        first_line: input.first_line,
-        skip_lines: if input.byte_end == 0 {
-            input.first_line.saturating_sub(1)
-        } else {
-            0
-        },
-        take_lines: if input.byte_end == 0 { input.lines } else { 0 },
+        range: input.range,
     };
     let reader = BitextReader::open(Path::new(&input.path), input.format.clone(), read_opts)
         .map_err(|e| ShardError::Read {

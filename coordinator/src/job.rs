@@ -1,0 +1,267 @@
+//! A job's whole life, the same for `paraforge run` and `paraforge
+//! coordinator`: start (or resume) and serve, wait until every shard is
+//! committed or failed, drain the workers, finalize (`_manifest.json`, then
+//! `_SUCCESS`), then the steps that read the output back: staging an
+//! object-store output, the summary and the bins. Callers only start
+//! workers (or not) and print.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use paraforge_core::config::JobConfig;
+use paraforge_core::proto::JobStatusResponse;
+use paraforge_core::storage::{local_path, Storage, StorageError};
+use paraforge_dataset::bins::{BinError, BinManifest, BinOptions};
+use paraforge_dataset::report::Summary;
+
+use crate::run::{finalize, start, Manifest, RunError, Running};
+use crate::service::{status, Shared};
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// Stopped on request: not a success, so a script does not go on with
+    /// a partial output.
+    #[error("stopped before the job finished: {committed} of {total} shards committed; the state is kept: run the same command again to resume")]
+    Stopped { committed: u64, total: u64 },
+    #[error("reading the output back: {0}")]
+    Summary(#[source] paraforge_core::schema::DataError),
+    #[error("binning the output: {0}")]
+    Bins(#[source] BinError),
+    #[error("{what}: {source}")]
+    Local {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A job being served.
+pub struct Job {
+    cfg: JobConfig,
+    running: Running,
+}
+
+/// What the steps after finalizing produced.
+pub struct Finished {
+    pub manifest: Manifest,
+    /// `None` for an object-store output without bins (nothing is staged
+    /// only to be summarized).
+    pub summary: Option<Summary>,
+    pub bins: Option<BinsWritten>,
+}
+
+pub struct BinsWritten {
+    /// Where the bins are (`bins.output`, else `<output>-bins`).
+    pub target: String,
+    pub manifest: BinManifest,
+    /// Files uploaded, for an object-store target.
+    pub uploaded: Option<usize>,
+}
+
+impl Job {
+    /// Opens or resumes the job's state and serves gRPC and HTTP;
+    /// `listen`/`metrics` override the config's addresses.
+    pub async fn start(
+        cfg: &JobConfig,
+        listen: Option<SocketAddr>,
+        metrics: Option<SocketAddr>,
+    ) -> Result<Job, JobError> {
+        Ok(Job {
+            cfg: cfg.clone(),
+            running: start(cfg, listen, metrics).await?,
+        })
+    }
+
+    /// The job's output URL or directory, as configured.
+    pub fn output(&self) -> &str {
+        &self.cfg.job.output
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.running.shared
+    }
+
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.running.grpc_addr
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.running.http_addr
+    }
+
+    pub fn status(&self) -> JobStatusResponse {
+        status(&self.running.shared)
+    }
+
+    /// Waits until every shard is committed or failed (true) or `stop` is
+    /// set (false); `progress` sees the status four times a second.
+    pub async fn wait(
+        &self,
+        stop: &AtomicBool,
+        mut progress: impl FnMut(&JobStatusResponse),
+    ) -> bool {
+        loop {
+            let s = self.status();
+            progress(&s);
+            if s.finished {
+                return true;
+            }
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Serves until every worker still around has been told `done` (an
+    /// idle one asks again within a second; a busy one when its stale
+    /// attempt ends), for at most one lease: a worker silent that long is
+    /// gone or will find its lease expired anyway.
+    pub async fn drain(&self, stop: &AtomicBool) {
+        let shared = &self.running.shared;
+        let limit = std::time::Instant::now() + shared.lease;
+        while shared.awaiting_done() > 0 && std::time::Instant::now() < limit {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let left = shared.awaiting_done();
+        if left > 0 {
+            tracing::warn!(
+                workers = left,
+                "stopping before every worker was told the job is done"
+            );
+        }
+    }
+
+    /// Stops serving a job that did not finish; the state is kept for a
+    /// resume. Returns the status it ended with.
+    pub async fn abandon(self) -> JobStatusResponse {
+        let s = self.status();
+        self.running.stop().await;
+        s
+    }
+
+    /// Stops serving a job stopped on request, as the error to report.
+    pub async fn stopped(self) -> JobError {
+        let s = self.abandon().await;
+        JobError::Stopped {
+            committed: s.shards_committed,
+            total: s.shards_total,
+        }
+    }
+
+    /// Finalizes the output (an incomplete job is an error, with no success
+    /// marker) and stops serving; `finalized` sees the manifest before the
+    /// slower steps that read the output back.
+    pub async fn finish(self, finalized: impl FnOnce(&Manifest)) -> Result<Finished, JobError> {
+        let cfg = self.cfg;
+        let storage = Storage::open(&cfg.job.output)?;
+        let m = finalize(&self.running.shared, &storage).await;
+        self.running.stop().await;
+        let manifest = m?;
+        finalized(&manifest);
+
+        // The summary and the bins read the output as local Parquet: an
+        // object-store output is staged (checksums verified) to a local
+        // temporary directory first, and the bins uploaded back.
+        let staged = match (local_path(&cfg.job.output), &cfg.bins) {
+            (None, Some(_)) => Some(stage(&storage, &manifest).await?),
+            _ => None,
+        };
+        let local_out = match (&staged, local_path(&cfg.job.output)) {
+            (Some(d), _) => Some(d.path().join("output")),
+            (None, Some(p)) => Some(p.to_path_buf()),
+            (None, None) => None,
+        };
+        let summary = match &local_out {
+            Some(out) => {
+                let out = out.clone();
+                Some(
+                    tokio::task::spawn_blocking(move || Summary::read(&out))
+                        .await
+                        .map_err(join_err)?
+                        .map_err(JobError::Summary)?,
+                )
+            }
+            None => None,
+        };
+        let bins = match (&cfg.bins, cfg.bins_output(), local_out) {
+            (Some(b), Some(target), Some(input)) => {
+                // A remote target is written to a local scratch directory
+                // (the staging one when there is one), then uploaded.
+                let mut scratch = None;
+                let local_bins = match (local_path(&target), &staged) {
+                    (Some(p), _) => p.to_path_buf(),
+                    (None, Some(d)) => d.path().join("bins"),
+                    (None, None) => scratch
+                        .insert(tempfile::tempdir().map_err(|source| JobError::Local {
+                            what: "creating a staging directory",
+                            source,
+                        })?)
+                        .path()
+                        .join("bins"),
+                };
+                let mut o = BinOptions::new(input, local_bins.clone());
+                o.deciles = b.deciles.clone();
+                o.train_sample = b.train_sample;
+                o.dedup = b.dedup;
+                let manifest =
+                    tokio::task::spawn_blocking(move || paraforge_dataset::bins::run(&o))
+                        .await
+                        .map_err(join_err)?
+                        .map_err(JobError::Bins)?;
+                let uploaded = match local_path(&target) {
+                    Some(_) => None,
+                    None => Some(Storage::open(&target)?.upload_dir(&local_bins).await?),
+                };
+                Some(BinsWritten {
+                    target,
+                    manifest,
+                    uploaded,
+                })
+            }
+            _ => None,
+        };
+        Ok(Finished {
+            manifest,
+            summary,
+            bins,
+        })
+    }
+}
+
+fn join_err(e: tokio::task::JoinError) -> JobError {
+    JobError::Local {
+        what: "a blocking task ended abnormally",
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
+/// Downloads the committed files and `_manifest.json` to `<tmp>/output`,
+/// checking each file's SHA-256 against the manifest.
+async fn stage(storage: &Storage, m: &Manifest) -> Result<tempfile::TempDir, JobError> {
+    let dir = tempfile::tempdir().map_err(|source| JobError::Local {
+        what: "creating a staging directory",
+        source,
+    })?;
+    let files: Vec<(String, Option<String>)> = m
+        .files
+        .iter()
+        .map(|f| (f.path.clone(), Some(f.sha256.clone())))
+        .chain([(paraforge_core::layout::MANIFEST_FILE.to_string(), None)])
+        .collect();
+    let bar = indicatif::ProgressBar::new(files.len() as u64).with_message("staging the output");
+    storage
+        .download_checked(&files, &dir.path().join("output"), || bar.inc(1))
+        .await?;
+    bar.finish_and_clear();
+    Ok(dir)
+}

@@ -1,0 +1,186 @@
+//! Where everything paraforge writes lives, and what each file is: the one
+//! owner of output paths, partition names, file kinds and the marker,
+//! claim, manifest and card files. Writers and readers both ask here.
+
+use serde::{Deserialize, Serialize};
+
+/// The claim a job writes in its output when it starts (job, run, state):
+/// another job finding it refuses to write there.
+pub const CLAIM_FILE: &str = "_job.json";
+/// Written last, when every shard is committed and checked.
+pub const SUCCESS_FILE: &str = "_SUCCESS";
+
+/// Every dataset paraforge writes (a job's output, bins, a filter's or a
+/// rescore's output) lists its files here, written last: a reader that
+/// finds it finds every file it lists.
+pub const MANIFEST_FILE: &str = "_manifest.json";
+
+/// The dataset card of the bins' directory (Hugging Face's `README.md`):
+/// its `configs:` name each bin, so that `datasets.load_dataset(dir, NAME)`
+/// loads one. (A job's output has none: pyarrow and Spark would try to
+/// read it as a data file. It needs none either, as long as the bins are
+/// not inside it.)
+pub const CARD_FILE: &str = "README.md";
+
+/// The card's text: `configs` are (name, glob relative to the directory),
+/// the first the default; `about` is Markdown after the metadata.
+pub fn dataset_card(configs: &[(String, String)], about: &str) -> String {
+    let mut s = String::from("---\nconfigs:\n");
+    for (i, (name, glob)) in configs.iter().enumerate() {
+        s += &format!("- config_name: {}\n", yaml_str(name));
+        if i == 0 {
+            s += "  default: true\n";
+        }
+        s += &format!(
+            "  data_files:\n  - split: train\n    path: {}\n",
+            yaml_str(glob)
+        );
+    }
+    s += "---\n\n";
+    s += about;
+    s
+}
+
+/// A double-quoted YAML scalar.
+fn yaml_str(v: &str) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// What a committed file of a job holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    /// The scored pairs (Parquet).
+    Pairs,
+    /// The rejected lines (JSON lines).
+    Rejects,
+}
+
+impl FileKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileKind::Pairs => "pairs",
+            FileKind::Rejects => "rejects",
+        }
+    }
+}
+
+impl std::fmt::Display for FileKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The paths of a job's output and of its bins, relative to their roots.
+pub struct OutputLayout;
+
+impl OutputLayout {
+    /// Where a committed shard's rows are published, relative to the output
+    /// root. Only the coordinator writes here, when it commits an attempt, so a
+    /// late writer (a worker paused past its lease) can never put a file where
+    /// readers look; the token in the name keeps attempts apart.
+    pub fn part_path(shard_id: u64, token: u64) -> String {
+        format!("shard={shard_id:06}/part-t{token:08}.parquet")
+    }
+
+    /// Where a committed shard's rejected lines (JSON lines) are published.
+    pub fn rejects_path(shard_id: u64, token: u64) -> String {
+        format!("_rejects/shard={shard_id:06}/rejects-t{token:08}.jsonl")
+    }
+
+    /// Where a lease's worker writes before completing: under `_tmp/`, which
+    /// Hive-style readers skip and the job's end clears.
+    pub fn temp_prefix(shard_id: u64, token: u64) -> String {
+        format!("_tmp/shard={shard_id:06}/lease={token:08}/")
+    }
+
+    pub fn temp_part_path(shard_id: u64, token: u64) -> String {
+        format!("{}part.parquet", Self::temp_prefix(shard_id, token))
+    }
+
+    pub fn temp_rejects_path(shard_id: u64, token: u64) -> String {
+        format!("{}rejects.jsonl", Self::temp_prefix(shard_id, token))
+    }
+
+    /// The (shard, token) of a path that one of the functions above makes, or
+    /// None: the job's clean-up deletes only files it can read back to a token
+    /// it issued, never anything else that sits in the output.
+    pub fn parse_attempt_path(path: &str) -> Option<(u64, u64)> {
+        let num = |s: &str| -> Option<u64> {
+            (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse().ok())
+                .flatten()
+        };
+        let parts: Vec<&str> = path.split('/').collect();
+        let shard = |p: &str| p.strip_prefix("shard=").and_then(num);
+        match parts.as_slice() {
+            [s, f] => Some((
+                shard(s)?,
+                num(f.strip_prefix("part-t")?.strip_suffix(".parquet")?)?,
+            )),
+            ["_rejects", s, f] => Some((
+                shard(s)?,
+                num(f.strip_prefix("rejects-t")?.strip_suffix(".jsonl")?)?,
+            )),
+            ["_tmp", s, l, f] if *f == "part.parquet" || *f == "rejects.jsonl" => {
+                Some((shard(s)?, num(l.strip_prefix("lease=")?)?))
+            }
+            _ => None,
+        }
+    }
+
+    /// Where an attempt's file of `kind` is published when committed.
+    pub fn committed(kind: FileKind, shard_id: u64, token: u64) -> String {
+        match kind {
+            FileKind::Pairs => Self::part_path(shard_id, token),
+            FileKind::Rejects => Self::rejects_path(shard_id, token),
+        }
+    }
+
+    /// Where a lease's worker writes its file of `kind`.
+    pub fn temp(kind: FileKind, shard_id: u64, token: u64) -> String {
+        match kind {
+            FileKind::Pairs => Self::temp_part_path(shard_id, token),
+            FileKind::Rejects => Self::temp_rejects_path(shard_id, token),
+        }
+    }
+
+    /// Whether a path is one a job writes (so an output holding it is a
+    /// job's, and another job must not start there).
+    pub fn is_job_file(path: &str) -> bool {
+        path.starts_with("shard=")
+            || path.starts_with("_rejects/")
+            || path.starts_with("_tmp/")
+            || path == MANIFEST_FILE
+            || path == SUCCESS_FILE
+    }
+
+    /// A para_score range's bin (seed 000, Table 3).
+    pub fn bin_range(label: &str) -> String {
+        format!("ranges/para_range={label}/part-00000.parquet")
+    }
+
+    /// Fold `fold` (0 the lowest tenth) of a score's deciles.
+    pub fn bin_fold(score: &str, fold: usize) -> String {
+        format!("deciles/{score}/fold={fold}/part-00000.parquet")
+    }
+
+    /// The training sample drawn from the top two para_score folds.
+    pub fn bin_train() -> String {
+        "train/part-00000.parquet".into()
+    }
+
+    /// The dataset-card config of a bin's file: its name and its folder's
+    /// glob (`range-LABEL`, `decile-SCORE-FOLD`, `train`).
+    pub fn bin_config(rel: &str) -> (String, String) {
+        let dir = rel.rsplit_once('/').map_or("", |d| d.0);
+        let name = if let Some(label) = dir.strip_prefix("ranges/para_range=") {
+            format!("range-{label}")
+        } else if let Some(rest) = dir.strip_prefix("deciles/") {
+            format!("decile-{}", rest.replace("/fold=", "-"))
+        } else {
+            dir.replace('/', "-")
+        };
+        (name, format!("{dir}/*.parquet"))
+    }
+}
