@@ -1260,7 +1260,7 @@ mod tests {
         // Sentence [0, 1]: z1 = A0 (z0 + B0), z2 = A1 (z1 + B1).
         let mu1 = [0.5 * 0.1, 2.0 * 0.2];
         let v1 = [0.25, 4.0];
-        let mu2 = [-1.0 * (mu1[0] - 0.3), 1.5 * (mu1[1] + 0.4)];
+        let mu2 = [-(mu1[0] - 0.3), 1.5 * (mu1[1] + 0.4)];
         let v2 = [0.25, 9.0];
         let klf = |m: [f64; 2], v: [f64; 2]| -> f64 {
             (0..2)
@@ -1273,7 +1273,7 @@ mod tests {
         }
         assert!((kl[0] - klf(mu1, v1) - klf(mu2, v2)).abs() < 1e-12);
         // Sentence [1] (padded): one operator, then nothing.
-        let mu = [-1.0 * -0.3, 1.5 * 0.4];
+        let mu = [0.3, 1.5 * 0.4];
         assert!((g[4] - mu[0]).abs() < 1e-12 && (g[7] - 2.25).abs() < 1e-12);
         assert!((kl[1] - klf(mu, [1.0, 2.25])).abs() < 1e-12);
         // The similarity: log N(0; mu1 - mu2, v1 + v2) + k/2 log(2 pi).
