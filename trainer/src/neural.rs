@@ -265,8 +265,9 @@ pub struct Shape {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Arch>,
     /// Rows of a combination's trigram table (`trigram.emb`); 0 without a
-    /// `trigram` part.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    /// `trigram` part. Saved as `trigram_rows`: the model's config lists
+    /// the trigrams themselves as `trigrams`.
+    #[serde(default, skip_serializing_if = "is_zero", rename = "trigram_rows")]
     pub trigrams: usize,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub trigram_dim: usize,
