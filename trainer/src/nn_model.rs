@@ -441,3 +441,52 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> 
     w().map_err(|e| TrainError::io(&tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| TrainError::io(path, e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Gaussian encoder and a combination with a trigram part save and
+    /// load back to the same embeddings (the config keeps the trigrams).
+    #[test]
+    fn gaussian_and_combination_round_trip() {
+        let words: Vec<String> = ["a", "man", "plays", "guitar"].map(String::from).to_vec();
+        let trigrams: Vec<String> = [" a ", "man", "gui"].map(String::from).to_vec();
+        let dir = tempfile::tempdir().unwrap();
+        let texts = ["A man plays a guitar.", "zzz", ""];
+        for spec in [
+            "gaussian",
+            "lstm-gaussian",
+            "word+trigram+lstm",
+            "trigram,dan",
+        ] {
+            let spec: Spec = spec.parse().unwrap();
+            let kind = if spec.has_trigrams() {
+                Kind::WordTrigram
+            } else {
+                Kind::Word
+            };
+            let tri = if spec.has_trigrams() {
+                trigrams.clone()
+            } else {
+                Vec::new()
+            };
+            let (wm, _) =
+                crate::model::init_with_words(kind, words.clone(), 3, None, tri, 3, 2).unwrap();
+            let m = NeuralModel::init_spec(&spec, wm, 3, 1, 4, &cpu()).unwrap();
+            let out = dir.path().join(spec.name());
+            m.save(&out).unwrap();
+            let back = NeuralModel::load(&out, &cpu()).unwrap();
+            assert_eq!(back.spec(), spec);
+            assert_eq!(back.embed_many(&texts), m.embed_many(&texts), "{spec}");
+            assert_eq!(back.words.trigrams(), m.words.trigrams());
+        }
+        // A Gaussian's embedding is [mean, variance]: the variances are
+        // positive.
+        let (wm, _) =
+            crate::model::init_with_words(Kind::Word, words, 3, None, vec![], 0, 2).unwrap();
+        let m = NeuralModel::init(Arch::Gaussian, wm, 3, 1, 4, &cpu()).unwrap();
+        let e = m.embed_many(&["a man"]);
+        assert!(e[0][3..].iter().all(|&v| v > 0.0), "{e:?}");
+    }
+}
