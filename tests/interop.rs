@@ -615,7 +615,7 @@ except ImportError:
 /// `config.json`, for every encoder.
 #[test]
 fn neural_encoders_open_in_python_as_documented() {
-    use paraforge_trainer::neural::Arch;
+    use paraforge_trainer::neural::{Arch, Spec};
     use paraforge_trainer::nn_model::{cpu, NeuralModel};
     let Some(py) = python_with("safetensors") else {
         return;
@@ -633,62 +633,112 @@ fn neural_encoders_open_in_python_as_documented() {
 import json, sys
 import numpy as np
 from safetensors.numpy import load_file
-d, ids = sys.argv[1], json.loads(sys.argv[2])
+d, sents = sys.argv[1], json.loads(sys.argv[2])
 t = load_file(d + "/model.safetensors")
 c = json.load(open(d + "/config.json"))
 assert t["emb"].shape == (c["vocab"], c["word_dim"]) and len(c["words"]) + 1 == c["vocab"]
 sig = lambda z: 1 / (1 + np.exp(-z))
-def lstm(p, xs, out_gate=True, gran=False):
-    h_dim = t[p + ".w_hh"].shape[0]
-    h, cell, hs, gs = np.zeros(h_dim), np.zeros(h_dim), [], []
-    for x in xs:
-        z = x @ t[p + ".w_ih"] + h @ t[p + ".w_hh"] + t[p + ".b"][0]
-        i, f, o, g = sig(z[:h_dim]), sig(z[h_dim:2*h_dim]), sig(z[2*h_dim:3*h_dim]), np.tanh(z[3*h_dim:])
-        cell = f * cell + i * g
-        h = (o if out_gate else 1) * np.tanh(cell)
-        hs.append(h)
-        if gran:
-            gs.append(x * sig(x @ t["gate.w_x"] + h @ t["gate.w_h"] + t["gate.b"][0]))
-    return np.mean(gs if gran else hs, axis=0)
-def rnn(xs, act):
-    h = np.zeros(t["rnn.w_h"].shape[0])
-    for x in xs:
-        h = act(x @ t["rnn.w_x"] + h @ t["rnn.w_h"] + t["rnn.b"][0])
-    return h
-for s in ids:
+def encode(a, s, pre=""):
+    P = lambda name: t[pre + name]
     xs = t["emb"][s].astype(np.float64)
-    a = c["arch"]
-    if a == "lstm": g = lstm("fwd", xs)
-    elif a == "lstm-no-o": g = lstm("fwd", xs, out_gate=False)
-    elif a in ("blstm", "blstm-concat"):
+    def lstm(p, xs, out_gate=True, gran=False):
+        h_dim = P(p + ".w_hh").shape[0]
+        h, cell, hs, gs = np.zeros(h_dim), np.zeros(h_dim), [], []
+        for x in xs:
+            z = x @ P(p + ".w_ih") + h @ P(p + ".w_hh") + P(p + ".b")[0]
+            i, f, o, g = sig(z[:h_dim]), sig(z[h_dim:2*h_dim]), sig(z[2*h_dim:3*h_dim]), np.tanh(z[3*h_dim:])
+            cell = f * cell + i * g
+            h = (o if out_gate else 1) * np.tanh(cell)
+            hs.append(h)
+            if gran:
+                gs.append(x * sig(x @ P("gate.w_x") + h @ P("gate.w_h") + P("gate.b")[0]))
+        return np.mean(gs if gran else hs, axis=0)
+    def rnn(xs, act):
+        h = np.zeros(P("rnn.w_h").shape[0])
+        for x in xs:
+            h = act(x @ P("rnn.w_x") + h @ P("rnn.w_h") + P("rnn.b")[0])
+        return h
+    if a == "lstm": return lstm("fwd", xs)
+    if a == "lstm-no-o": return lstm("fwd", xs, out_gate=False)
+    if a in ("blstm", "blstm-concat"):
         f, b = lstm("fwd", xs), lstm("bwd", xs[::-1])
-        g = (f + b) / 2 if a == "blstm" else np.concatenate([f, b])
-    elif a == "gran": g = lstm("fwd", xs, gran=True)
-    elif a == "rnn": g = rnn(xs, np.tanh)
-    elif a == "irnn": g = rnn(xs, lambda z: z) / len(xs)
+        return (f + b) / 2 if a == "blstm" else np.concatenate([f, b])
+    if a == "gran": return lstm("fwd", xs, gran=True)
+    if a == "rnn": return rnn(xs, np.tanh)
+    if a == "irnn": return rnn(xs, lambda z: z) / len(xs)
+    if a == "gaussian":
+        mu, var = np.zeros(xs.shape[1]), np.ones(xs.shape[1])
+        for scale, shift in zip(P("wlo.scale")[s].astype(np.float64), xs):
+            mu, var = scale * (mu + shift), scale ** 2 * var
+        return np.concatenate([mu, var])
+    if a == "lstm-gaussian":
+        h = lstm("fwd", xs)
+        mu = h @ P("gauss.w_mu") + P("gauss.b_mu")[0]
+        return np.concatenate([mu, np.exp(h @ P("gauss.w_lv") + P("gauss.b_lv")[0])])
+    g = xs.mean(axis=0)
+    if a == "avg": return g
+    for l in range(c["layers"] if a == "dan" else 1):
+        g = g @ P(f"dense.{l}.w") + P(f"dense.{l}.b")[0]
+        if a == "dan": g = np.tanh(g)
+    return g
+for words, trigrams in sents:
+    a = c["arch"]
+    if a in ("sum", "concat"):
+        parts = []
+        for i, p in enumerate(c["parts"]):
+            if p == "trigram":
+                rows = t["trigram.emb"][trigrams].astype(np.float64)
+                parts.append(rows.mean(axis=0) if len(trigrams) else np.zeros(c["trigram_dim"]))
+            else:
+                parts.append(encode(p, words, f"part{i}."))
+        g = sum(parts) if a == "sum" else np.concatenate(parts)
     else:
-        g = xs.mean(axis=0)
-        for l in range(c["layers"] if a == "dan" else 1):
-            g = g @ t[f"dense.{l}.w"] + t[f"dense.{l}.b"][0]
-            if a == "dan": g = np.tanh(g)
+        g = encode(a, words)
     print(json.dumps([float(v) for v in g]))
 "#;
-    for arch in Arch::ALL {
+    let specs: Vec<Spec> = Arch::ALL
+        .into_iter()
+        .map(Spec::single)
+        .chain(
+            [
+                "word+trigram+lstm",
+                "word,trigram,blstm,dan",
+                "trigram,irnn",
+            ]
+            .map(|s| s.parse().unwrap()),
+        )
+        .collect();
+    for spec in specs {
+        let (kind, trigrams) = if spec.has_trigrams() {
+            let t = [" a ", "a m", " ma", "man", "gui", "uit"];
+            (
+                paraforge_trainer::Kind::WordTrigram,
+                t.map(String::from).to_vec(),
+            )
+        } else {
+            (paraforge_trainer::Kind::Word, Vec::new())
+        };
         let (words, _) = paraforge_trainer::model::init_with_words(
-            paraforge_trainer::Kind::Word,
+            kind,
             ["a", "man", "plays", "guitar", "."]
                 .map(String::from)
                 .to_vec(),
             4,
             Some(&vectors),
-            Vec::new(),
-            0,
+            trigrams,
+            4,
             3,
         )
         .unwrap();
-        let ids: Vec<Vec<u32>> = texts.iter().map(|t| words.encode(t).words).collect();
-        let m = NeuralModel::init(arch, words, 4, 2, 5, &cpu()).unwrap();
-        let out = dir.path().join(arch.name());
+        let ids: Vec<(Vec<u32>, Vec<u32>)> = texts
+            .iter()
+            .map(|t| {
+                let e = words.encode(t);
+                (e.words, e.trigrams)
+            })
+            .collect();
+        let m = NeuralModel::init_spec(&spec, words, 4, 2, 5, &cpu()).unwrap();
+        let out = dir.path().join(spec.name());
         m.save(&out).unwrap();
         let o = Command::new(&py)
             .arg("-c")
@@ -699,17 +749,17 @@ for s in ids:
             .unwrap();
         assert!(
             o.status.success(),
-            "{arch}: {}",
+            "{spec}: {}",
             String::from_utf8_lossy(&o.stderr)
         );
         let ours = m.embed_many(&texts);
         for (line, mine) in String::from_utf8(o.stdout).unwrap().lines().zip(&ours) {
             let theirs: Vec<f64> = serde_json::from_str(line).unwrap();
-            assert_eq!(theirs.len(), mine.len(), "{arch}");
+            assert_eq!(theirs.len(), mine.len(), "{spec}");
             for (a, b) in theirs.iter().zip(mine) {
                 assert!(
                     (a - *b as f64).abs() < 1e-5,
-                    "{arch}: python {theirs:?}, paraforge {mine:?}"
+                    "{spec}: python {theirs:?}, paraforge {mine:?}"
                 );
             }
         }

@@ -3,7 +3,11 @@ models, margin loss, mega-batch negatives and lazy (sparse) Adam as
 `paraforge train`, on the same Parquet pairs; LSTM / BLSTM (hidden = word
 dimension, mean of the hidden states, BLSTM's directions averaged, packed
 sequences so that the backward pass starts at the last token, dense Adam)
-as `paraforge train --model lstm|blstm --scramble 0`. Prints one JSON line with
+as `paraforge train --model lstm|blstm --scramble 0`; the word-operator
+Gaussian (seed 004: per-word scale and translation, expected-likelihood
+margin loss with delta 1, hardest negative by that similarity, KL prior of
+every prefix state with weight 0.01, dense Adam) as `paraforge train --model
+gaussian --scramble 0`. Prints one JSON line with
 pairs/s. Usage: bench_train.py DATA_DIR VECTORS MODEL M THREADS [MAX_PAIRS]
 """
 
@@ -99,6 +103,8 @@ def main():
 
     if model in ("lstm", "blstm"):
         return recurrent(model, pairs, words, rows, unk, dim, M, threads)
+    if model == "gaussian":
+        return gaussian(pairs, words, rows, unk, dim, M, threads)
 
     W = torch.nn.EmbeddingBag(unk + 1, dim, mode="mean", sparse=True)
     with torch.no_grad():
@@ -182,6 +188,65 @@ def recurrent(model, pairs, words, rows, unk, dim, M, threads):
         done += len(mb)
     secs = time.time() - t0
     print(json.dumps({"peer": "pytorch", "model": model, "M": M, "threads": threads, "pairs": done, "seconds": secs, "pairs_per_second": done / secs}))
+
+
+def gaussian(pairs, words, rows, unk, dim, M, threads):
+    shift = torch.nn.Embedding(unk + 1, dim)
+    scale = torch.nn.Embedding(unk + 1, dim)
+    with torch.no_grad():
+        shift.weight[:unk] = torch.tensor(rows)
+        shift.weight[unk] = 0
+        scale.weight.uniform_(0.95, 1.05)
+    opt = torch.optim.Adam(list(shift.parameters()) + list(scale.parameters()), lr=0.001)
+
+    def encode(s):
+        return [words.get(t, unk) for t in tokens(s)][:100]
+
+    def embed(enc):
+        """[mean, variance] of each sentence and its summed KL terms."""
+        ids = torch.nn.utils.rnn.pad_sequence([torch.tensor(e) for e in enc], batch_first=True)
+        mask = (torch.arange(ids.shape[1])[None, :] < torch.tensor([len(e) for e in enc])[:, None])
+        A, B = scale(ids), shift(ids)
+        mu = torch.zeros(len(enc), dim)
+        lv = torch.zeros_like(mu)
+        kl = torch.zeros(len(enc))
+        for t in range(ids.shape[1]):
+            m = mask[:, t : t + 1]
+            a = A[:, t] * m + 1 - m
+            mu = a * (mu + B[:, t] * m)
+            lv = lv + torch.log(a * a)
+            kl = kl + 0.5 * (lv.exp() + mu * mu - 1 - lv).sum(1) * m[:, 0]
+        return torch.cat([mu, lv.exp()], 1), kl
+
+    def d(x, y):
+        v = x[:, dim:] + y[:, dim:]
+        return -0.5 * (v.log() + (x[:, :dim] - y[:, :dim]) ** 2 / v).sum(-1)
+
+    def most_likely(x):
+        own = torch.arange(len(x)) // 2
+        sim = torch.stack([d(x[i : i + 1], x) for i in range(len(x))])
+        sim[own[:, None] == own[None, :]] = -float("inf")
+        return sim.argmax(1)
+
+    t0 = time.time()
+    done = 0
+    for mb in megabatches(pairs, M, encode, bool):
+        sents = [s for p in mb for s in p]
+        with torch.no_grad():
+            neg = most_likely(torch.cat([embed(sents[k : k + 256])[0] for k in range(0, len(sents), 256)]))
+        for i in range(0, len(mb), B):
+            idx = list(range(i, min(i + B, len(mb))))
+            g, kl = embed([mb[j][0] for j in idx] + [mb[j][1] for j in idx]
+                          + [sents[neg[2 * j]] for j in idx] + [sents[neg[2 * j + 1]] for j in idx])
+            s, s2, n1, n2 = g.split(len(idx))
+            pos = d(s, s2)
+            loss = (torch.relu(1.0 - pos + d(s, n1)) + torch.relu(1.0 - pos + d(s2, n2))).mean() + 0.01 * kl.sum() / len(idx)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        done += len(mb)
+    secs = time.time() - t0
+    print(json.dumps({"peer": "pytorch", "model": "gaussian", "M": M, "threads": threads, "pairs": done, "seconds": secs, "pairs_per_second": done / secs}))
 
 
 if __name__ == "__main__":

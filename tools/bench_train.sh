@@ -29,11 +29,12 @@ for model in word word,trigram; do
     $PY tools/bench_train.py "$OUT/data" "$VECTORS" "$model" 40 "$t" >> "$OUT/results.jsonl"
   done
 done
-# The recurrent encoders train hundreds of times slower: the first
+# The recurrent encoders (and the word-operator Gaussian, a recurrence
+# too) train hundreds of times slower: the first
 # RNN_PAIRS pairs only (both peers), M = 1 as their negatives cost a
 # forward pass of every sentence.
 RNN_PAIRS=${RNN_PAIRS:-2000}
-for model in lstm blstm; do
+for model in lstm blstm gaussian; do
   for t in 1 2; do
     line=$($BIN train --data "$OUT/data" --model "$model" --init-vectors "$VECTORS" --megabatch 1 \
       --scramble 0 --no-dev --epochs 1 --max-pairs "$RNN_PAIRS" --shuffle-buffer 1 --threads "$t" \
@@ -48,7 +49,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print("| model | threads | paraforge pairs/s | per core | PyTorch pairs/s | per core | ratio |")
 print("|---|---:|---:|---:|---:|---:|---:|")
-for m in ("word", "word,trigram", "lstm", "blstm"):
+for m in ("word", "word,trigram", "lstm", "blstm", "gaussian"):
     for t in (1, 2):
         r = {x["peer"]: x["pairs_per_second"] for x in rows if x["model"] == m and x["threads"] == t}
         p, q = r["paraforge"], r["pytorch"]

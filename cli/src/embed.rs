@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use paraforge_trainer::data::PairSource;
-use paraforge_trainer::neural::Arch;
+use paraforge_trainer::neural::{Arch, Spec};
 use paraforge_trainer::nn_model::{self, NeuralModel};
 use paraforge_trainer::nn_train::NeuralOptions;
 use paraforge_trainer::sts;
@@ -21,7 +21,8 @@ pub struct TrainArgs {
     #[arg(long)]
     data: PathBuf,
     /// word, trigram, word,trigram (averages), or a neural encoder: lstm,
-    /// lstm-no-o, blstm, blstm-concat, gran, rnn, irnn, dan, proj.
+    /// lstm-no-o, blstm, blstm-concat, gran, rnn, irnn, dan, proj,
+    /// gaussian, lstm-gaussian.
     #[arg(long, default_value = "word")]
     model: Encoder,
     /// Hidden size of a neural encoder (default: the word dimension).
@@ -31,7 +32,7 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1)]
     layers: usize,
     /// Probability that a training sentence's words are shuffled (default
-    /// 0.3 for the LSTMs, 0 otherwise).
+    /// 0.3 for the LSTMs, 0.4 for the Gaussians, 0 otherwise).
     #[arg(long)]
     scramble: Option<f64>,
     /// Negatives of a neural encoder: max (the most similar sentence of
@@ -45,6 +46,10 @@ pub struct TrainArgs {
     /// L2 weight on the word table's distance from its start.
     #[arg(long, default_value_t = 0.0)]
     lambda_w: f64,
+    /// Weight of the Gaussian encoders' KL prior to N(0, I) (seed 004
+    /// section 3.2).
+    #[arg(long, default_value_t = paraforge_trainer::nn_train::DEFAULT_LAMBDA_KL)]
+    lambda_kl: f64,
     /// Where a neural encoder trains: cpu, or cuda:N with the `cuda` build
     /// feature.
     #[arg(long, default_value = "cpu")]
@@ -71,8 +76,10 @@ pub struct TrainArgs {
     megabatch: usize,
     #[arg(long, default_value_t = 100)]
     batch_size: usize,
-    #[arg(long, default_value_t = 0.4)]
-    margin: f32,
+    /// The margin delta (default 0.4; 1 for the Gaussian encoders, as
+    /// seed 004).
+    #[arg(long)]
+    margin: Option<f32>,
     #[arg(long, default_value_t = 0.001)]
     lr: f32,
     /// Passes over the data; 0 writes the initial model (the word vectors as
@@ -153,26 +160,30 @@ pub struct ExportArgs {
     out: PathBuf,
 }
 
-/// `--model`: one of the averages or a neural encoder.
-#[derive(Debug, Clone, Copy)]
+/// `--model`: one of the averages, or a neural encoder or combination.
+#[derive(Debug, Clone)]
 pub enum Encoder {
     Average(Kind),
-    Neural(Arch),
+    Neural(Spec),
 }
 
 impl std::str::FromStr for Encoder {
     type Err = String;
     fn from_str(s: &str) -> Result<Encoder, String> {
-        s.parse::<Kind>()
-            .map(Encoder::Average)
-            .or_else(|_| s.parse::<Arch>().map(Encoder::Neural))
-            .map_err(|_| {
-                let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
-                format!(
-                    "unknown model {s:?} (word, trigram, word,trigram, {})",
-                    names.join(", ")
-                )
-            })
+        if let Ok(k) = s.parse::<Kind>() {
+            return Ok(Encoder::Average(k));
+        }
+        if s.contains(['+', ',']) {
+            // A combination: its error names the bad part.
+            return s.parse::<Spec>().map(Encoder::Neural);
+        }
+        s.parse::<Spec>().map(Encoder::Neural).map_err(|_| {
+            let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
+            format!(
+                "unknown model {s:?} (word, trigram, word,trigram, {}, or parts joined by + or ,)",
+                names.join(", ")
+            )
+        })
     }
 }
 
@@ -180,13 +191,14 @@ pub fn train(a: TrainArgs) -> Result<()> {
     crate::threads(a.threads)?;
     let source = PairSource::open(&a.data)?;
     // A neural encoder reads words; its table starts as a WORD model's.
-    let kind = match a.model {
-        Encoder::Average(k) => k,
+    let kind = match &a.model {
+        Encoder::Average(k) => *k,
+        Encoder::Neural(s) if s.has_trigrams() => Kind::WordTrigram,
         Encoder::Neural(_) => Kind::Word,
     };
-    let name = match a.model {
+    let name = match &a.model {
         Encoder::Average(k) => k.name().to_string(),
-        Encoder::Neural(n) => n.name().to_string(),
+        Encoder::Neural(s) => s.name(),
     };
     let init = match (&a.init_vectors, kind.words()) {
         (Some(p), true) => {
@@ -240,8 +252,8 @@ pub fn train(a: TrainArgs) -> Result<()> {
         _ => paraforge_trainer::model::init(kind, init.as_ref(), trigrams, tdim, a.seed)?,
     };
     drop(init);
-    if let Encoder::Neural(arch) = a.model {
-        return train_neural(a, arch, model, source);
+    if let Encoder::Neural(spec) = a.model.clone() {
+        return train_neural(a, spec, model, source);
     }
     let o = train_options(&a);
     let dev_sets = dev_sets(&a)?;
@@ -275,7 +287,10 @@ fn train_options(a: &TrainArgs) -> TrainOptions {
     TrainOptions {
         megabatch: a.megabatch,
         batch_size: a.batch_size,
-        margin: a.margin,
+        margin: a.margin.unwrap_or(match &a.model {
+            Encoder::Neural(spec) => spec.default_margin(),
+            Encoder::Average(_) => 0.4,
+        }),
         lr: a.lr,
         epochs: a.epochs,
         seed: a.seed,
@@ -348,16 +363,19 @@ fn print_epochs(report: &TrainReport) {
     }
 }
 
-fn train_neural(a: TrainArgs, arch: Arch, words: Model, source: PairSource) -> Result<()> {
+fn train_neural(a: TrainArgs, spec: Spec, words: Model, source: PairSource) -> Result<()> {
     let device = nn_model::device(&a.device)?;
     let hidden = a.hidden.unwrap_or(words.word_dim);
-    let mut model = NeuralModel::init(arch, words, hidden, a.layers, a.seed, &device)?;
+    let mut model = NeuralModel::init_spec(&spec, words, hidden, a.layers, a.seed, &device)
+        .with_context(|| format!("--model {spec}"))?;
+    let arch = spec.arch;
     let o = NeuralOptions {
         base: train_options(&a),
-        scramble: a.scramble.unwrap_or(arch.default_scramble()),
+        scramble: a.scramble.unwrap_or(spec.default_scramble()),
         sampling: a.negatives,
         lambda_c: a.lambda_c,
         lambda_w: a.lambda_w,
+        lambda_kl: a.lambda_kl,
         ..NeuralOptions::default()
     };
     let dev_sets = dev_sets(&a)?;
@@ -384,10 +402,11 @@ fn train_neural(a: TrainArgs, arch: Arch, words: Model, source: PairSource) -> R
         serde_json::json!({
             "scramble": o.scramble, "negatives": o.sampling,
             "lambda_c": o.lambda_c, "lambda_w": o.lambda_w,
+            "lambda_kl": arch.is_gaussian().then_some(o.lambda_kl),
         }),
     );
     model.save(&a.out)?;
-    finish(&a, &report, arch.name(), model.dim(), "word", |sets| {
+    finish(&a, &report, &spec.name(), model.dim(), "word", |sets| {
         let table = model.embed_sets(sets);
         sts::evaluate(sets, &|s| table[s].clone())
     })
@@ -399,7 +418,7 @@ fn notes(a: &TrainArgs, report: &TrainReport, extra: serde_json::Value) -> serde
     let mut n = serde_json::json!({
         "data": a.data.display().to_string(),
         "init_vectors": a.init_vectors.as_ref().map(|p| p.display().to_string()),
-        "megabatch": a.megabatch, "batch_size": a.batch_size, "margin": a.margin,
+        "megabatch": a.megabatch, "batch_size": a.batch_size, "margin": train_options(a).margin,
         "lr": a.lr, "epochs": a.epochs, "seed": a.seed,
         "report": report,
     });
@@ -460,7 +479,7 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
             let m = NeuralModel::load(p, &nn_model::cpu())?;
             let table = m.embed_sets(&sets);
             columns.push((
-                format!("{} ({})", file_name(p), m.arch()),
+                format!("{} ({})", file_name(p), m.spec()),
                 sts::evaluate(&sets, &|s| table[s].clone()),
             ));
             continue;

@@ -194,6 +194,9 @@ impl ReferenceClassifier {
             word_dim: words.word_dim,
             hidden,
             layers: 0,
+            parts: Vec::new(),
+            trigrams: 0,
+            trigram_dim: 0,
         };
         let enc = Net::init(shape.clone(), &words.w, seed, dev)?;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x4845_4144);
@@ -673,6 +676,9 @@ mod tests {
                 word_dim: 3,
                 hidden: 3,
                 layers: 0,
+                parts: Vec::new(),
+                trigrams: 0,
+                trigram_dim: 0,
             };
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
             let mut vals =

@@ -41,10 +41,24 @@ pub enum Arch {
     /// encoder of seed 001's averaging reference classifier (`classifier.rs`;
     /// not a `train --model`, where `word` is the fast average).
     Avg,
+    /// Word linear operators (seed 004 section 2): each word scales and
+    /// translates a Gaussian that starts as N(0, I); the embedding is the
+    /// final mean and diagonal variance, concatenated.
+    Gaussian,
+    /// The LSTM's averaged hidden states, then two linear maps: the mean
+    /// and the log variance of a Gaussian (seed 004 section 4.1).
+    LstmGaussian,
+    /// Mean of the character-trigram vectors: only a part of a
+    /// combination (alone, `trigram` is the fast average).
+    Trigram,
+    /// The sum of its parts' embeddings (seed 000 Tables 8-9, "addition").
+    Sum,
+    /// Its parts' embeddings concatenated (seed 000, "concatenation").
+    Concat,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 9] = [
+    pub const ALL: [Arch; 11] = [
         Arch::Lstm,
         Arch::LstmNoO,
         Arch::Blstm,
@@ -54,6 +68,8 @@ impl Arch {
         Arch::Irnn,
         Arch::Dan,
         Arch::Proj,
+        Arch::Gaussian,
+        Arch::LstmGaussian,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,6 +84,31 @@ impl Arch {
             Arch::Dan => "dan",
             Arch::Proj => "proj",
             Arch::Avg => "avg",
+            Arch::Gaussian => "gaussian",
+            Arch::LstmGaussian => "lstm-gaussian",
+            Arch::Trigram => "trigram",
+            Arch::Sum => "sum",
+            Arch::Concat => "concat",
+        }
+    }
+
+    /// Does it embed a sentence as a Gaussian (mean, variance), trained
+    /// with the expected-likelihood similarity and the KL prior of seed 004?
+    pub fn is_gaussian(self) -> bool {
+        matches!(self, Arch::Gaussian | Arch::LstmGaussian)
+    }
+
+    pub fn is_combination(self) -> bool {
+        matches!(self, Arch::Sum | Arch::Concat)
+    }
+
+    /// The margin delta unless told otherwise: 0.4 (seed 000), 1 for the
+    /// Gaussians (seed 004 appendix A.1).
+    pub fn default_margin(self) -> f32 {
+        if self.is_gaussian() {
+            1.0
+        } else {
+            0.4
         }
     }
 
@@ -76,6 +117,8 @@ impl Arch {
     pub fn default_scramble(self) -> f64 {
         match self {
             Arch::Lstm | Arch::LstmNoO | Arch::Blstm | Arch::BlstmConcat => 0.3,
+            // Seed 004 appendix A.1 scrambles for LSTMGaussian and WLO.
+            Arch::Gaussian | Arch::LstmGaussian => 0.4,
             _ => 0.0,
         }
     }
@@ -101,6 +144,111 @@ impl std::str::FromStr for Arch {
     }
 }
 
+/// What `--model` names for the neural trainer: one encoder, or a
+/// combination of parts joined by `+` (their embeddings summed) or `,`
+/// (concatenated), as `word+trigram+lstm` or `word,trigram,lstm`. A part is
+/// `word` (the word average), `trigram` or a neural encoder other than the
+/// Gaussians.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    pub arch: Arch,
+    /// A combination's parts (`word` is [`Arch::Avg`]), else empty.
+    pub parts: Vec<Arch>,
+}
+
+impl Spec {
+    pub fn single(arch: Arch) -> Spec {
+        Spec {
+            arch,
+            parts: Vec::new(),
+        }
+    }
+
+    pub fn has_trigrams(&self) -> bool {
+        self.parts.contains(&Arch::Trigram)
+    }
+
+    /// The spec as written: the encoder's name, or the parts joined.
+    pub fn name(&self) -> String {
+        if self.parts.is_empty() {
+            return self.arch.name().into();
+        }
+        let sep = if self.arch == Arch::Sum { "+" } else { "," };
+        self.parts
+            .iter()
+            .map(|&p| if p == Arch::Avg { "word" } else { p.name() })
+            .collect::<Vec<_>>()
+            .join(sep)
+    }
+
+    /// Words are scrambled with the largest default of its parts.
+    pub fn default_scramble(&self) -> f64 {
+        if self.parts.is_empty() {
+            return self.arch.default_scramble();
+        }
+        self.parts
+            .iter()
+            .map(|p| p.default_scramble())
+            .fold(0.0, f64::max)
+    }
+
+    pub fn default_margin(&self) -> f32 {
+        self.arch.default_margin()
+    }
+}
+
+impl std::fmt::Display for Spec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+impl std::str::FromStr for Spec {
+    type Err = String;
+    fn from_str(spec: &str) -> Result<Spec, String> {
+        let s = spec.trim().to_ascii_lowercase();
+        let (sum, cat) = (s.contains('+'), s.contains(','));
+        if sum && cat {
+            return Err(format!(
+                "{spec:?} mixes + (sum) and , (concatenation); a combination uses one"
+            ));
+        }
+        if !sum && !cat {
+            return s.parse::<Arch>().map(Spec::single);
+        }
+        let (arch, sep) = if sum {
+            (Arch::Sum, '+')
+        } else {
+            (Arch::Concat, ',')
+        };
+        let mut parts = Vec::new();
+        for p in s.split(sep).map(str::trim) {
+            let part = match p {
+                "" => return Err(format!("{spec:?} has an empty part")),
+                "word" => Arch::Avg,
+                "trigram" => Arch::Trigram,
+                p => p
+                    .parse::<Arch>()
+                    .map_err(|e| format!("part of {spec:?}: {e}"))?,
+            };
+            if part.is_gaussian() {
+                return Err(format!(
+                    "part {p:?} of {spec:?}: a Gaussian encoder does not combine (its embedding is a distribution, trained with its own similarity)"
+                ));
+            }
+            if parts.contains(&part) {
+                return Err(format!("part {p:?} of {spec:?} is there twice"));
+            }
+            parts.push(part);
+        }
+        Ok(Spec { arch, parts })
+    }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 /// The shape of a network; saved as the model's `config.json` with its
 /// vocabulary.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -113,6 +261,16 @@ pub struct Shape {
     pub hidden: usize,
     /// DAN layers.
     pub layers: usize,
+    /// A combination's parts, in order (`avg` is the word average).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Arch>,
+    /// Rows of a combination's trigram table (`trigram.emb`); 0 without a
+    /// `trigram` part. Saved as `trigram_rows`: the model's config lists
+    /// the trigrams themselves as `trigrams`.
+    #[serde(default, skip_serializing_if = "is_zero", rename = "trigram_rows")]
+    pub trigrams: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub trigram_dim: usize,
 }
 
 impl Shape {
@@ -130,17 +288,105 @@ impl Shape {
                 self.word_dim, self.hidden
             ));
         }
+        if self.arch == Arch::Gaussian && self.hidden != self.word_dim {
+            return bad(format!(
+                "gaussian's operators act in the word dimension ({}), so its hidden size must equal it, not {}",
+                self.word_dim, self.hidden
+            ));
+        }
         if self.arch == Arch::Dan && self.layers < 1 {
             return bad("dan needs at least one layer".into());
         }
+        if self.arch.is_combination() {
+            return self.validate_combination();
+        }
+        if self.arch == Arch::Trigram || !self.parts.is_empty() || self.trigrams > 0 {
+            return bad(format!(
+                "{}: not a combination, so no parts or trigram table",
+                self.arch
+            ));
+        }
         Ok(())
+    }
+
+    fn validate_combination(&self) -> Result<(), TrainError> {
+        let bad = |m: String| Err(TrainError::Invalid(m));
+        let spec = Spec {
+            arch: self.arch,
+            parts: self.parts.clone(),
+        };
+        if self.parts.len() < 2 {
+            return bad(format!(
+                "{}: a combination needs two parts or more",
+                self.arch
+            ));
+        }
+        for &p in &self.parts {
+            if p.is_combination() || p.is_gaussian() {
+                return bad(format!("{spec}: {p} cannot be a part"));
+            }
+        }
+        if spec.has_trigrams() != (self.trigrams > 0 && self.trigram_dim > 0) {
+            return bad(format!(
+                "{spec}: a trigram table ({} x {}) exactly when there is a trigram part",
+                self.trigrams, self.trigram_dim
+            ));
+        }
+        for &p in &self.parts {
+            self.part_shape(p).validate()?;
+        }
+        let dims: Vec<usize> = self
+            .parts
+            .iter()
+            .map(|&p| self.part_shape(p).out_dim())
+            .collect();
+        if self.arch == Arch::Sum && dims.iter().any(|&d| d != dims[0]) {
+            return bad(format!(
+                "{spec}: a sum needs parts of one size, not {dims:?} (set --hidden, --trigram-dim)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A part of a combination as a network of its own: a word-reading
+    /// part shares the word table; the trigram part's table is the
+    /// trigram table (read as an average).
+    fn part_shape(&self, p: Arch) -> Shape {
+        if p == Arch::Trigram {
+            Shape {
+                arch: Arch::Avg,
+                vocab: self.trigrams,
+                word_dim: self.trigram_dim,
+                hidden: self.trigram_dim,
+                layers: 0,
+                parts: Vec::new(),
+                trigrams: 0,
+                trigram_dim: 0,
+            }
+        } else {
+            Shape {
+                arch: p,
+                parts: Vec::new(),
+                trigrams: 0,
+                trigram_dim: 0,
+                ..self.clone()
+            }
+        }
     }
 
     /// The sentence embedding's size.
     pub fn out_dim(&self) -> usize {
         match self.arch {
-            Arch::BlstmConcat => 2 * self.hidden,
+            Arch::BlstmConcat | Arch::LstmGaussian => 2 * self.hidden,
+            Arch::Gaussian => 2 * self.word_dim,
             Arch::Gran | Arch::Avg => self.word_dim,
+            Arch::Trigram => self.trigram_dim,
+            Arch::Sum => self.part_shape(self.parts[0]).out_dim(),
+            Arch::Concat => self
+                .parts
+                .iter()
+                .map(|&p| self.part_shape(p).out_dim())
+                .sum(),
             _ => self.hidden,
         }
     }
@@ -182,7 +428,39 @@ impl Shape {
                 ("rnn.w_h".into(), h, h, Init::Identity),
                 ("rnn.b".into(), 1, h, Init::Zero),
             ],
-            Arch::Avg => Vec::new(),
+            Arch::Avg | Arch::Trigram => Vec::new(),
+            // The trigram table first, then each part's parameters under
+            // `part<i>.`.
+            Arch::Sum | Arch::Concat => {
+                let mut v = Vec::new();
+                if self.trigrams > 0 {
+                    v.push((
+                        "trigram.emb".into(),
+                        self.trigrams,
+                        self.trigram_dim,
+                        Init::Uniform(0.05),
+                    ));
+                }
+                for (i, &p) in self.parts.iter().enumerate() {
+                    if p != Arch::Trigram {
+                        for (name, r, c, init) in self.part_shape(p).params() {
+                            v.push((format!("part{i}.{name}"), r, c, init));
+                        }
+                    }
+                }
+                v
+            }
+            // The translations B are the word table; the scales A start
+            // near 1 (the identity operator).
+            Arch::Gaussian => vec![("wlo.scale".into(), self.vocab, d, Init::AroundOne(0.05))],
+            Arch::LstmGaussian => {
+                let mut v = lstm("fwd");
+                for m in ["mu", "lv"] {
+                    v.push((format!("gauss.w_{m}"), h, h, glorot(h, h)));
+                    v.push((format!("gauss.b_{m}"), 1, h, Init::Zero));
+                }
+                v
+            }
             Arch::Proj => vec![
                 ("dense.0.w".into(), d, h, glorot(d, h)),
                 ("dense.0.b".into(), 1, h, Init::Zero),
@@ -200,9 +478,42 @@ impl Shape {
     }
 }
 
+/// Where the L2 regulariser pulls a compositional parameter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Pull {
+    /// Towards 0, weight lambda_c.
+    Zero,
+    /// Towards its value at the start, lambda_c (the iRNN's identity, the
+    /// word operators' scales).
+    Start,
+    /// A table of rows: towards the start, lambda_w (the trigram table).
+    Table,
+}
+
+impl Shape {
+    fn pulls(&self) -> Vec<Pull> {
+        match self.arch {
+            Arch::Sum | Arch::Concat => {
+                let mut v = Vec::new();
+                if self.trigrams > 0 {
+                    v.push(Pull::Table);
+                }
+                for &p in self.parts.iter().filter(|&&p| p != Arch::Trigram) {
+                    v.extend(self.part_shape(p).pulls());
+                }
+                v
+            }
+            Arch::Irnn | Arch::Gaussian => vec![Pull::Start; self.params().len()],
+            _ => vec![Pull::Zero; self.params().len()],
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Init {
     Uniform(f64),
+    /// Uniform in 1 +- a.
+    AroundOne(f64),
     Identity,
     Zero,
 }
@@ -225,6 +536,8 @@ pub struct Batch {
     pub(crate) ids: Vec<i64>,
     pub(crate) mask: Vec<f32>,
     pub(crate) lens: Vec<f32>,
+    /// The sentences' trigram ids, for a combination with a trigram part.
+    pub(crate) trigrams: Option<Box<Batch>>,
 }
 
 impl Batch {
@@ -247,6 +560,15 @@ impl Batch {
             ids,
             mask,
             lens,
+            trigrams: None,
+        }
+    }
+
+    /// Sentences as word ids and as trigram ids (which may be empty).
+    pub fn with_trigrams(words: &[&[u32]], trigrams: &[&[u32]]) -> Batch {
+        Batch {
+            trigrams: Some(Box::new(Batch::new(trigrams))),
+            ..Batch::new(words)
         }
     }
 }
@@ -271,6 +593,9 @@ impl Net {
             .map(|(_, r, c, init)| {
                 let v: Vec<f64> = match init {
                     Init::Uniform(a) => (0..r * c).map(|_| rng.random_range(-a..a)).collect(),
+                    Init::AroundOne(a) => {
+                        (0..r * c).map(|_| 1.0 + rng.random_range(-a..a)).collect()
+                    }
                     Init::Zero => vec![0.0; r * c],
                     Init::Identity => (0..r * c)
                         .map(|k| if k / c == k % c { 1.0 } else { 0.0 })
@@ -316,12 +641,33 @@ impl Net {
 
     /// Sentence embeddings [n, out_dim].
     pub fn forward(&self, b: &Batch) -> Tensor<2> {
+        self.forward_kl(b).0
+    }
+
+    /// Sentence embeddings [n, out_dim] and, for the Gaussian encoders,
+    /// each sentence's KL term [n, 1] (see [`Net::gaussian`]).
+    pub fn forward_kl(&self, b: &Batch) -> (Tensor<2>, Option<Tensor<2>>) {
+        if self.shape.arch.is_combination() {
+            let outs: Vec<Tensor<2>> = self
+                .part_nets()
+                .into_iter()
+                .map(|(net, tri)| match tri {
+                    true => net.forward(b.trigrams.as_deref().expect("a trigram part's ids")),
+                    false => net.forward(b),
+                })
+                .collect();
+            let g = match self.shape.arch {
+                Arch::Sum => outs.into_iter().reduce(|a, b| a + b).expect("parts"),
+                _ => Tensor::cat(outs, 1),
+            };
+            return (g, None);
+        }
         let emb = self.emb.val();
         let dev = emb.device();
         let dtype = emb.dtype();
         let (n, len, d) = (b.n, b.len, self.shape.word_dim);
         let ids = Tensor::<1, Int>::from_data(TensorData::new(b.ids.clone(), [n * len]), &dev);
-        let x = emb.select(0, ids).reshape([n, len, d]);
+        let x = emb.select(0, ids.clone()).reshape([n, len, d]);
         let f = |v: &[f32], shape: [usize; 2]| {
             Tensor::<2>::from_data(
                 TensorData::new(v.to_vec(), shape).convert_dtype(dtype),
@@ -330,7 +676,14 @@ impl Net {
         };
         let mask = f(&b.mask, [n, len]);
         let lens = f(&b.lens, [n, 1]);
-        match self.shape.arch {
+        if self.shape.arch.is_gaussian() {
+            let (g, kl) = self.gaussian(&x, ids, &mask, lens);
+            return (g, Some(kl));
+        }
+        let g = match self.shape.arch {
+            Arch::Gaussian | Arch::LstmGaussian | Arch::Sum | Arch::Concat => {
+                unreachable!("handled above")
+            }
             Arch::Lstm => self.lstm(0, &x, &mask, false, true).0 / lens,
             Arch::LstmNoO => self.lstm(0, &x, &mask, false, false).0 / lens,
             Arch::Blstm | Arch::BlstmConcat => {
@@ -351,7 +704,7 @@ impl Net {
                     h
                 }
             }
-            Arch::Dan | Arch::Proj | Arch::Avg => {
+            Arch::Dan | Arch::Proj | Arch::Avg | Arch::Trigram => {
                 let mut g = (x * mask.unsqueeze_dim::<3>(2))
                     .sum_dim(1)
                     .reshape([n as i64, -1])
@@ -364,7 +717,81 @@ impl Net {
                 }
                 g
             }
+        };
+        (g, None)
+    }
+
+    /// A combination's parts as networks of their own over this one's
+    /// parameters (shared, so gradients reach them), each with whether it
+    /// reads trigrams.
+    fn part_nets(&self) -> Vec<(Net, bool)> {
+        let tri = usize::from(self.shape.trigrams > 0);
+        let mut at = tri;
+        self.shape
+            .parts
+            .iter()
+            .map(|&p| {
+                let shape = self.shape.part_shape(p);
+                if p == Arch::Trigram {
+                    let emb = self.comp[0].clone();
+                    return (
+                        Net {
+                            emb,
+                            comp: Vec::new(),
+                            shape,
+                        },
+                        true,
+                    );
+                }
+                let k = shape.params().len();
+                let comp = self.comp[at..at + k].to_vec();
+                at += k;
+                let emb = self.emb.clone();
+                (Net { emb, comp, shape }, false)
+            })
+            .collect()
+    }
+
+    /// The Gaussian encoders (seed 004): [mean, variance] of the sentence
+    /// [n, 2k] and each sentence's KL term [n, 1], the sum of
+    /// KL(N(mean, diag variance) || N(0, I)) over the distributions the
+    /// prior constrains: for `gaussian` the one after each word's operator
+    /// (z_1..z_n), for `lstm-gaussian` the sentence's one.
+    fn gaussian(
+        &self,
+        x: &Tensor<3>,
+        ids: Tensor<1, Int>,
+        mask: &Tensor<2>,
+        lens: Tensor<2>,
+    ) -> (Tensor<2>, Tensor<2>) {
+        // 0.5 (var + mu^2 - 1 - log var), summed over the dimensions.
+        let kl = |mu: Tensor<2>, lv: Tensor<2>| {
+            ((lv.clone().exp() + mu.square() - lv - 1.0) * 0.5).sum_dim(1)
+        };
+        let [n, len, d] = x.dims();
+        if self.shape.arch == Arch::LstmGaussian {
+            let hbar = self.lstm(0, x, mask, false, true).0 / lens;
+            let mu = hbar.clone().matmul(self.p(3)) + self.p(4);
+            let lv = hbar.matmul(self.p(5)) + self.p(6);
+            let k = kl(mu.clone(), lv.clone());
+            return (Tensor::cat(vec![mu, lv.exp()], 1), k);
         }
+        // z_t = A_t (z_{t-1} + B_t): mu_t = A_t (mu_{t-1} + B_t) and
+        // var_t = A_t^2 var_{t-1}, carried as log var; padding is the
+        // identity operator (A = 1, B = 0) and adds no KL.
+        let scale = self.p(0).select(0, ids).reshape([n, len, d]);
+        let z0 = Tensor::<2>::zeros([n, d], (&x.device(), x.dtype()));
+        let mut klsum = Tensor::<2>::zeros([n, 1], (&x.device(), x.dtype()));
+        let (mut mu, mut lv) = (z0.clone(), z0);
+        for t in 0..len {
+            let m = mask.clone().narrow(1, t, 1);
+            let a = scale.clone().narrow(1, t, 1).reshape([n, d]) * m.clone() - m.clone() + 1.0;
+            let b = x.clone().narrow(1, t, 1).reshape([n, d]) * m.clone();
+            mu = a.clone() * (mu + b);
+            lv = lv + (a.clone() * a).log();
+            klsum = klsum + kl(mu.clone(), lv.clone()) * m;
+        }
+        (Tensor::cat(vec![mu, lv.exp()], 1), klsum)
     }
 
     /// Runs the LSTM whose parameters start at `comp[at]` over `x` [n, len,
@@ -481,22 +908,66 @@ pub fn margin_loss(g: Tensor<2>, pairs: usize, margin: f64) -> Tensor<1> {
     (l1 + l2).sum() / pairs as f64
 }
 
+/// log of the expected inner product of two diagonal Gaussians given as
+/// rows [mean, variance] (seed 004 eq. 4): log N(0; mu1 - mu2, v1 + v2),
+/// less its constant -k/2 log(2 pi), which cancels in the margin loss.
+/// One value per row pair, [n, 1].
+pub fn expected_likelihood(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
+    let k = a.dims()[1] / 2;
+    let v = a.clone().narrow(1, k, k) + b.clone().narrow(1, k, k);
+    let diff = a.narrow(1, 0, k) - b.narrow(1, 0, k);
+    ((v.clone().log() + diff.square() / v) * -0.5).sum_dim(1)
+}
+
+/// The margin loss of [`margin_loss`] with the expected-likelihood
+/// similarity of two Gaussians in place of the cosine (seed 004 section 3).
+pub fn gaussian_margin_loss(g: Tensor<2>, pairs: usize, margin: f64) -> Tensor<1> {
+    let part = |k: usize| g.clone().narrow(0, k * pairs, pairs);
+    let (s, s2, ns, ns2) = (part(0), part(1), part(2), part(3));
+    let pos = expected_likelihood(s.clone(), s2.clone());
+    let l1 = relu(expected_likelihood(s, ns) - pos.clone() + margin);
+    let l2 = relu(expected_likelihood(s2, ns2) - pos + margin);
+    (l1 + l2).sum() / pairs as f64
+}
+
+/// The training objective of `net` on `b` (4 x `pairs` sentences, as
+/// [`margin_loss`] takes them): the margin loss, and for the Gaussian
+/// encoders lambda_kl x the KL prior term of every sentence of the batch
+/// (s, s' and both negatives), divided like the loss by the pairs.
+pub fn objective(
+    net: &Net,
+    b: &Batch,
+    pairs: usize,
+    margin: f64,
+    lambda_kl: f64,
+) -> (Tensor<1>, Option<Tensor<1>>) {
+    let (g, kl) = net.forward_kl(b);
+    if !net.shape.arch.is_gaussian() {
+        return (margin_loss(g, pairs, margin), None);
+    }
+    let prior = kl
+        .filter(|_| lambda_kl > 0.0)
+        .map(|k| k.sum() * (lambda_kl / pairs as f64));
+    (gaussian_margin_loss(g, pairs, margin), prior)
+}
+
 /// lambda_c |W_c - W_c0|^2 + lambda_w |W_w - W_w0|^2 (seed 002 eq. 1; the
-/// iRNN is pulled towards its identity start, every other W_c towards 0).
+/// iRNN and the word operators' scales are pulled towards their start,
+/// every other W_c towards 0; a trigram table is a W_w).
 pub fn regulariser(net: &Net, start: &Net, lambda_c: f64, lambda_w: f64) -> Option<Tensor<1>> {
     let mut total: Option<Tensor<1>> = None;
     let mut add = |t: Tensor<1>| total = Some(total.take().map_or(t.clone(), |a| a + t));
     if lambda_w > 0.0 {
         add((net.emb.val() - start.emb.val().detach()).square().sum() * lambda_w);
     }
-    if lambda_c > 0.0 {
-        for (p, p0) in net.comp.iter().zip(&start.comp) {
-            let d = if net.shape.arch == Arch::Irnn {
-                p.val() - p0.val().detach()
-            } else {
-                p.val()
-            };
-            add(d.square().sum() * lambda_c);
+    for ((p, p0), pull) in net.comp.iter().zip(&start.comp).zip(net.shape.pulls()) {
+        let (lambda, d) = match pull {
+            Pull::Zero => (lambda_c, p.val()),
+            Pull::Start => (lambda_c, p.val() - p0.val().detach()),
+            Pull::Table => (lambda_w, p.val() - p0.val().detach()),
+        };
+        if lambda > 0.0 {
+            add(d.square().sum() * lambda);
         }
     }
     total
@@ -523,102 +994,299 @@ mod tests {
             .unwrap()
     }
 
+    /// s, s', t(s), t(s') for two pairs; lengths differ so that padding
+    /// and the backward direction's start are exercised.
+    const SENTS: [&[u32]; 8] = [
+        &[0, 1, 2],
+        &[3, 4],
+        &[1, 2, 5, 0],
+        &[5],
+        &[3, 4],
+        &[2, 0, 1],
+        &[5],
+        &[1, 2, 5, 0],
+    ];
+
+    type Values = (Vec<f64>, Vec<(Vec<f64>, usize, usize)>);
+
+    /// Random values in +-0.8 for `shape`'s parameters (6 words), from
+    /// `seed`; `comp_range` overrides the range of a parameter by name.
+    fn random_values(shape: &Shape, seed: u64, comp_range: &dyn Fn(&str) -> (f64, f64)) -> Values {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let emb = (0..shape.vocab * shape.word_dim)
+            .map(|_| rng.random_range(-0.8..0.8))
+            .collect();
+        let comp = expected_dims(shape)
+            .into_iter()
+            .map(|(name, [r, c])| {
+                let (lo, hi) = comp_range(&name);
+                ((0..r * c).map(|_| rng.random_range(lo..hi)).collect(), r, c)
+            })
+            .collect();
+        (emb, comp)
+    }
+
+    /// burn's gradient of `loss` (of a network built in f64 from the
+    /// values) against central finite differences, for every entry of every
+    /// parameter; every parameter must move the loss. Returns the entries
+    /// checked and the worst relative error.
+    fn check_gradients(
+        shape: &Shape,
+        values: &Values,
+        loss: &dyn Fn(&Net) -> Tensor<1>,
+    ) -> (usize, f64) {
+        let dev = Device::flex().autodiff();
+        let (emb, comp) = values;
+        let loss_of = |emb: &[f64], comp: &[(Vec<f64>, usize, usize)]| {
+            let net = Net::from_values(shape.clone(), emb, comp, &dev, DType::F64);
+            let l = loss(&net);
+            (net, l)
+        };
+        let (net, l) = loss_of(emb, comp);
+        let grads = l.backward();
+        let mut analytic = vec![f64s(net.emb.val().grad(&grads).unwrap())];
+        for p in &net.comp {
+            analytic.push(f64s(p.val().grad(&grads).unwrap()));
+        }
+        let value =
+            |e: &[f64], c: &[(Vec<f64>, usize, usize)]| -> f64 { loss_of(e, c).1.into_scalar() };
+        let arch = shape.arch;
+        let h = 1e-6;
+        let mut checked = 0;
+        let mut worst = 0f64;
+        for (k, an) in analytic.iter().enumerate() {
+            for i in 0..an.len() {
+                let (mut e1, mut c1) = (emb.clone(), comp.clone());
+                let (mut e2, mut c2) = (emb.clone(), comp.clone());
+                if k == 0 {
+                    e1[i] += h;
+                    e2[i] -= h;
+                } else {
+                    c1[k - 1].0[i] += h;
+                    c2[k - 1].0[i] -= h;
+                }
+                let fd = (value(&e1, &c1) - value(&e2, &c2)) / (2.0 * h);
+                let err = (fd - an[i]).abs() / (1e-3 + an[i].abs().max(fd.abs()));
+                worst = worst.max(err);
+                assert!(
+                    err < 1e-5,
+                    "{arch}: parameter {k} entry {i}: finite differences {fd}, burn {}",
+                    an[i]
+                );
+                checked += 1;
+            }
+        }
+        for (k, an) in analytic.iter().enumerate() {
+            assert!(
+                an.iter().any(|g| g.abs() > 1e-6),
+                "{arch}: parameter {k} has no gradient"
+            );
+        }
+        (checked, worst)
+    }
+
+    fn small_shape(arch: Arch) -> Shape {
+        Shape {
+            arch,
+            vocab: 6,
+            word_dim: 3,
+            hidden: 3,
+            layers: 2,
+            parts: Vec::new(),
+            trigrams: 0,
+            trigram_dim: 0,
+        }
+    }
+
     /// burn's gradients of the margin loss (plus both regularisers) equal
     /// central finite differences, in f64, for every parameter of every
-    /// encoder.
+    /// cosine encoder.
     #[test]
     fn gradients_match_finite_differences_for_every_encoder() {
         let dev = Device::flex().autodiff();
-        // s, s', t(s), t(s') for two pairs; lengths differ so that padding
-        // and the backward direction's start are exercised.
-        let sents: [&[u32]; 8] = [
-            &[0, 1, 2],
-            &[3, 4],
-            &[1, 2, 5, 0],
-            &[5],
-            &[3, 4],
-            &[2, 0, 1],
-            &[5],
-            &[1, 2, 5, 0],
-        ];
-        let batch = Batch::new(&sents);
-        for arch in Arch::ALL {
-            let shape = Shape {
-                arch,
-                vocab: 6,
-                word_dim: 3,
-                hidden: 3,
-                layers: 2,
-            };
-            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-            let mut vals =
-                |n: usize| -> Vec<f64> { (0..n).map(|_| rng.random_range(-0.8..0.8)).collect() };
-            let emb = vals(6 * 3);
-            let comp: Vec<(Vec<f64>, usize, usize)> = expected_dims(&shape)
-                .into_iter()
-                .map(|(_, [r, c])| (vals(r * c), r, c))
-                .collect();
+        let batch = Batch::new(&SENTS);
+        for arch in Arch::ALL.into_iter().filter(|a| !a.is_gaussian()) {
+            let shape = small_shape(arch);
+            let values = random_values(&shape, 7, &|_| (-0.8, 0.8));
             // The regulariser's start point differs from the values.
+            let (emb0, _) = random_values(&shape, 8, &|_| (-0.8, 0.8));
             let start = Net::from_values(
                 shape.clone(),
-                &vals(6 * 3),
-                &comp
+                &emb0,
+                &values
+                    .1
                     .iter()
                     .map(|(v, r, c)| (v.iter().map(|x| x * 0.5).collect(), *r, *c))
                     .collect::<Vec<_>>(),
                 &dev,
                 DType::F64,
             );
-            let loss_of = |emb: &[f64], comp: &[(Vec<f64>, usize, usize)]| {
-                let net = Net::from_values(shape.clone(), emb, comp, &dev, DType::F64);
+            let (checked, worst) = check_gradients(&shape, &values, &|net| {
                 // A margin large enough that every hinge is active.
-                let l = margin_loss(net.forward(&batch), 2, 3.0)
-                    + regulariser(&net, &start, 0.01, 0.02).unwrap();
-                (net, l)
-            };
-            let (net, loss) = loss_of(&emb, &comp);
-            let grads = loss.backward();
-            let mut analytic = vec![f64s(net.emb.val().grad(&grads).unwrap())];
-            for p in &net.comp {
-                analytic.push(f64s(p.val().grad(&grads).unwrap()));
-            }
-            let value = |e: &[f64], c: &[(Vec<f64>, usize, usize)]| -> f64 {
-                loss_of(e, c).1.into_scalar()
-            };
-            let h = 1e-6;
-            let mut checked = 0;
-            let mut worst = 0f64;
-            for (k, an) in analytic.iter().enumerate() {
-                for i in 0..an.len() {
-                    let (mut e1, mut c1) = (emb.clone(), comp.clone());
-                    let (mut e2, mut c2) = (emb.clone(), comp.clone());
-                    if k == 0 {
-                        e1[i] += h;
-                        e2[i] -= h;
-                    } else {
-                        c1[k - 1].0[i] += h;
-                        c2[k - 1].0[i] -= h;
-                    }
-                    let fd = (value(&e1, &c1) - value(&e2, &c2)) / (2.0 * h);
-                    let err = (fd - an[i]).abs() / (1e-3 + an[i].abs().max(fd.abs()));
-                    worst = worst.max(err);
-                    assert!(
-                        err < 1e-5,
-                        "{arch}: parameter {k} entry {i}: finite differences {fd}, burn {}",
-                        an[i]
-                    );
-                    checked += 1;
-                }
-            }
-            // Every parameter moves the loss somewhere.
-            for (k, an) in analytic.iter().enumerate() {
-                assert!(
-                    an.iter().any(|g| g.abs() > 1e-6),
-                    "{arch}: parameter {k} has no gradient"
-                );
-            }
+                margin_loss(net.forward(&batch), 2, 3.0)
+                    + regulariser(net, &start, 0.01, 0.02).unwrap()
+            });
             eprintln!("{arch}: {checked} entries, worst relative error {worst:.1e}");
         }
+    }
+
+    /// The same for the Gaussian encoders' whole objective: the
+    /// expected-likelihood margin loss, the KL prior and both regularisers.
+    #[test]
+    fn gaussian_gradients_match_finite_differences() {
+        let dev = Device::flex().autodiff();
+        let batch = Batch::new(&SENTS);
+        for arch in [Arch::Gaussian, Arch::LstmGaussian] {
+            let shape = small_shape(arch);
+            // The operators' scales stay away from 0, where log A^2 is.
+            let range = |name: &str| {
+                if name == "wlo.scale" {
+                    (0.5, 1.5)
+                } else {
+                    (-0.8, 0.8)
+                }
+            };
+            let values = random_values(&shape, 7, &range);
+            let (emb0, comp0) = random_values(&shape, 8, &range);
+            let start = Net::from_values(shape.clone(), &emb0, &comp0, &dev, DType::F64);
+            let (checked, worst) = check_gradients(&shape, &values, &|net| {
+                // A margin large enough that every hinge is active.
+                let (l, kl) = objective(net, &batch, 2, 50.0, 0.1);
+                l + kl.unwrap() + regulariser(net, &start, 0.01, 0.02).unwrap()
+            });
+            eprintln!("{arch}: {checked} entries, worst relative error {worst:.1e}");
+        }
+    }
+
+    /// The same for combinations, summed and concatenated, with a trigram
+    /// part (one sentence has no known trigram) and both regularisers.
+    #[test]
+    fn combination_gradients_match_finite_differences() {
+        let dev = Device::flex().autodiff();
+        let tri: [&[u32]; 8] = [
+            &[0, 1],
+            &[2, 3, 4],
+            &[4],
+            &[],
+            &[2, 3, 4],
+            &[1, 0, 3],
+            &[],
+            &[4],
+        ];
+        let batch = Batch::with_trigrams(&SENTS, &tri);
+        for spec in ["word+trigram+lstm", "word,trigram,gran", "trigram+dan"] {
+            let spec: Spec = spec.parse().unwrap();
+            let shape = Shape {
+                arch: spec.arch,
+                parts: spec.parts.clone(),
+                trigrams: 5,
+                trigram_dim: 3,
+                ..small_shape(Arch::Lstm)
+            };
+            shape.validate().unwrap();
+            let values = random_values(&shape, 7, &|_| (-0.8, 0.8));
+            let (emb0, comp0) = random_values(&shape, 8, &|_| (-0.8, 0.8));
+            let start = Net::from_values(shape.clone(), &emb0, &comp0, &dev, DType::F64);
+            let (checked, worst) = check_gradients(&shape, &values, &|net| {
+                margin_loss(net.forward(&batch), 2, 3.0)
+                    + regulariser(net, &start, 0.01, 0.02).unwrap()
+            });
+            eprintln!("{spec}: {checked} entries, worst relative error {worst:.1e}");
+        }
+    }
+
+    /// A combination's embedding is its parts' own, summed or concatenated.
+    #[test]
+    fn combinations_sum_or_concatenate_their_parts() {
+        let dev = Device::flex();
+        let tri: [&[u32]; 2] = [&[0, 1], &[]];
+        let batch = Batch::with_trigrams(&SENTS[..2], &tri);
+        let embed = |spec: &str| {
+            let spec: Spec = spec.parse().unwrap();
+            let shape = Shape {
+                arch: spec.arch,
+                parts: spec.parts.clone(),
+                trigrams: 2,
+                trigram_dim: 3,
+                ..small_shape(Arch::Lstm)
+            };
+            let (emb, comp) = random_values(&shape, 3, &|_| (-0.8, 0.8));
+            let net = Net::from_values(shape, &emb, &comp, &dev, DType::F64);
+            let parts: Vec<Vec<f64>> = net
+                .part_nets()
+                .into_iter()
+                .map(|(p, t)| {
+                    f64s(p.forward(if t {
+                        batch.trigrams.as_deref().unwrap()
+                    } else {
+                        &batch
+                    }))
+                })
+                .collect();
+            (f64s(net.forward(&batch)), parts, emb)
+        };
+        let (sum, parts, emb) = embed("word+trigram+lstm");
+        for k in 0..6 {
+            let want: f64 = parts.iter().map(|p| p[k]).sum();
+            assert!((sum[k] - want).abs() < 1e-12);
+        }
+        // The word part is the mean of the rows; an empty trigram list, 0.
+        assert!((parts[0][0] - (emb[0] + emb[3] + emb[6]) / 3.0).abs() < 1e-12);
+        assert_eq!(&parts[1][3..], &[0.0, 0.0, 0.0]);
+        let (cat, parts, _) = embed("word,trigram,lstm");
+        assert_eq!(cat.len(), 2 * 9);
+        assert_eq!(&cat[..3], &parts[0][..3]);
+        assert_eq!(&cat[3..6], &parts[1][..3]);
+        assert_eq!(&cat[6..9], &parts[2][..3]);
+    }
+
+    /// The Gaussian encoders compute what seed 004 defines, by hand: the
+    /// word operators' mean and variance, the KL terms and the similarity.
+    #[test]
+    fn gaussian_encoder_follows_its_definition() {
+        let dev = Device::flex();
+        let shape = Shape {
+            vocab: 3,
+            word_dim: 2,
+            hidden: 2,
+            ..small_shape(Arch::Gaussian)
+        };
+        let (a, b) = (
+            [0.5, 2.0, -1.0, 1.5, 1.0, 1.0],
+            [0.1, 0.2, -0.3, 0.4, 0.0, 0.0],
+        );
+        let net = Net::from_values(shape, &b, &[(a.to_vec(), 3, 2)], &dev, DType::F64);
+        let (g, kl) = net.forward_kl(&Batch::new(&[&[0, 1], &[1]]));
+        let (g, kl) = (f64s(g), f64s(kl.unwrap()));
+        // Sentence [0, 1]: z1 = A0 (z0 + B0), z2 = A1 (z1 + B1).
+        let mu1 = [0.5 * 0.1, 2.0 * 0.2];
+        let v1 = [0.25, 4.0];
+        let mu2 = [-(mu1[0] - 0.3), 1.5 * (mu1[1] + 0.4)];
+        let v2 = [0.25, 9.0];
+        let klf = |m: [f64; 2], v: [f64; 2]| -> f64 {
+            (0..2)
+                .map(|k| 0.5 * (v[k] + m[k] * m[k] - 1.0 - v[k].ln()))
+                .sum()
+        };
+        let want = [mu2[0], mu2[1], v2[0], v2[1]];
+        for k in 0..4 {
+            assert!((g[k] - want[k]).abs() < 1e-12, "{g:?} vs {want:?}");
+        }
+        assert!((kl[0] - klf(mu1, v1) - klf(mu2, v2)).abs() < 1e-12);
+        // Sentence [1] (padded): one operator, then nothing.
+        let mu = [0.3, 1.5 * 0.4];
+        assert!((g[4] - mu[0]).abs() < 1e-12 && (g[7] - 2.25).abs() < 1e-12);
+        assert!((kl[1] - klf(mu, [1.0, 2.25])).abs() < 1e-12);
+        // The similarity: log N(0; mu1 - mu2, v1 + v2) + k/2 log(2 pi).
+        let t = |v: &[f64]| {
+            Tensor::<2>::from_data(TensorData::new(v.to_vec(), [1, 4]), (&dev, DType::F64))
+        };
+        let e = f64s(expected_likelihood(
+            t(&[0.0, 1.0, 1.0, 2.0]),
+            t(&[1.0, 1.0, 3.0, 2.0]),
+        ))[0];
+        let want = -0.5 * ((4f64).ln() + 1.0 / 4.0 + (4f64).ln());
+        assert!((e - want).abs() < 1e-12, "{e} vs {want}");
     }
 
     #[test]
@@ -628,12 +1296,57 @@ mod tests {
         }
         let e = "lstmm".parse::<Arch>().unwrap_err();
         assert!(e.contains("lstmm") && e.contains("blstm"), "{e}");
+        let spec: Spec = "Word + trigram+LSTM".parse().unwrap();
+        assert_eq!(
+            (spec.arch, spec.name()),
+            (Arch::Sum, "word+trigram+lstm".into())
+        );
+        assert_eq!(spec.parts, [Arch::Avg, Arch::Trigram, Arch::Lstm]);
+        let spec: Spec = "word,trigram,lstm".parse().unwrap();
+        assert_eq!((spec.arch, spec.default_scramble()), (Arch::Concat, 0.3));
+        assert_eq!("gaussian".parse::<Spec>().unwrap().default_margin(), 1.0);
+        for (bad, says) in [
+            ("word+trigram,lstm", "mixes"),
+            ("word++lstm", "empty part"),
+            ("word+lstmm", "\"lstmm\""),
+            ("word+gaussian", "does not combine"),
+            ("word,lstm,word", "twice"),
+            ("sum", "unknown encoder"),
+        ] {
+            let e = bad.parse::<Spec>().unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let sum = Shape {
+            arch: Arch::Sum,
+            parts: vec![Arch::Avg, Arch::Lstm],
+            hidden: 5,
+            word_dim: 4,
+            ..small_shape(Arch::Lstm)
+        };
+        let e = sum.validate().unwrap_err().to_string();
+        assert!(e.contains("one size") && e.contains("[4, 5]"), "{e}");
+        let cat = Shape {
+            arch: Arch::Concat,
+            ..sum.clone()
+        };
+        assert_eq!(cat.out_dim(), 9);
+        let e = Shape {
+            parts: vec![Arch::Avg, Arch::Trigram],
+            ..cat
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("trigram table"), "{e}");
         let s = Shape {
             arch: Arch::Irnn,
             vocab: 5,
             word_dim: 4,
             hidden: 3,
             layers: 1,
+            parts: Vec::new(),
+            trigrams: 0,
+            trigram_dim: 0,
         };
         assert!(s
             .validate()

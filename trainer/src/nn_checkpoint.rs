@@ -38,6 +38,9 @@ pub struct NeuralKey {
     pub lambda_c: f64,
     pub lambda_w: f64,
     pub max_tokens: usize,
+    /// The Gaussian encoders' KL weight (0 for the others).
+    #[serde(default)]
+    pub lambda_kl: f64,
     /// The training rows' count: a changed dataset does not resume.
     pub rows: u64,
 }

@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use burn::tensor::{DType, Tensor};
-use paraforge_core::encoder::Kind;
+use paraforge_core::encoder::{Encoded, Kind};
 
 use crate::model::Model;
-use crate::neural::{expected_dims, Arch, Batch, Net, Shape};
+use crate::neural::{expected_dims, Arch, Batch, Net, Shape, Spec};
 use crate::TrainError;
 
 pub const WEIGHTS: &str = "model.safetensors";
@@ -29,6 +29,9 @@ pub struct Config {
     /// other word the unknown row (`vocab - 1`).
     pub tokenization: String,
     pub words: Vec<String>,
+    /// A combination's trigrams: row i of `trigram.emb` is `trigrams[i]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trigrams: Vec<String>,
     /// Names of the parameters after `emb`, in the order the network uses
     /// them.
     pub params: Vec<String>,
@@ -90,18 +93,41 @@ impl NeuralModel {
         seed: u64,
         dev: &Device,
     ) -> Result<NeuralModel, TrainError> {
-        if words.kind != Kind::Word {
+        NeuralModel::init_spec(&Spec::single(arch), words, hidden, layers, seed, dev)
+    }
+
+    /// A fresh encoder or combination: as [`NeuralModel::init`]; a
+    /// combination with a trigram part takes a WORD,TRIGRAM model, whose
+    /// trigram vocabulary and dimension its trigram table gets.
+    pub fn init_spec(
+        spec: &Spec,
+        words: Model,
+        hidden: usize,
+        layers: usize,
+        seed: u64,
+        dev: &Device,
+    ) -> Result<NeuralModel, TrainError> {
+        let want = if spec.has_trigrams() {
+            Kind::WordTrigram
+        } else {
+            Kind::Word
+        };
+        if words.kind != want {
             return Err(TrainError::Invalid(format!(
-                "{arch} reads word vectors, not a {} model",
+                "{spec} reads a {} model's vocabulary, not a {} model's",
+                want.name(),
                 words.kind.name()
             )));
         }
         let shape = Shape {
-            arch,
+            arch: spec.arch,
             vocab: words.words().len() + 1,
             word_dim: words.word_dim,
             hidden,
             layers,
+            parts: spec.parts.clone(),
+            trigrams: words.trigrams().len(),
+            trigram_dim: words.trigram_dim,
         };
         let net = Net::init(shape, &words.w, seed, dev)?;
         Ok(NeuralModel {
@@ -115,16 +141,24 @@ impl NeuralModel {
         self.net.shape.arch
     }
 
+    /// What `--model` names: the encoder, or the combination's parts.
+    pub fn spec(&self) -> Spec {
+        Spec {
+            arch: self.net.shape.arch,
+            parts: self.net.shape.parts.clone(),
+        }
+    }
+
     pub fn dim(&self) -> usize {
         self.net.shape.out_dim()
     }
 
     /// Embeddings of `texts`, in order; a text with no token gets zeros.
     pub fn embed_many(&self, texts: &[&str]) -> Vec<Vec<f32>> {
-        let ids: Vec<Vec<u32>> = texts.iter().map(|t| self.words.encode(t).words).collect();
-        let refs: Vec<&[u32]> = ids.iter().map(|v| v.as_slice()).collect();
+        let enc: Vec<Encoded> = texts.iter().map(|t| self.words.encode(t)).collect();
+        let refs: Vec<&Encoded> = enc.iter().collect();
         let dim = self.dim();
-        embed_ids(&burn::module::Module::valid(&self.net), &refs)
+        embed_encoded(&burn::module::Module::valid(&self.net), &refs)
             .chunks(dim)
             .map(|r| r.to_vec())
             .collect()
@@ -178,6 +212,7 @@ impl NeuralModel {
             shape: self.net.shape.clone(),
             tokenization: TOKENIZATION.into(),
             words: self.words.words().to_vec(),
+            trigrams: self.words.trigrams().to_vec(),
             params: names,
             notes: self.notes.clone(),
         };
@@ -219,7 +254,31 @@ impl NeuralModel {
                 ),
             ));
         }
-        let (emb, comp, words) = read_tables(dir, &c.shape, c.words, expected_dims(&c.shape))?;
+        if c.trigrams.len() != c.shape.trigrams {
+            return Err(bad(
+                &cpath,
+                format!(
+                    "{} trigrams for a trigram table of {} rows",
+                    c.trigrams.len(),
+                    c.shape.trigrams
+                ),
+            ));
+        }
+        let (emb, comp, mut words) = read_tables(dir, &c.shape, c.words, expected_dims(&c.shape))?;
+        if c.shape.trigrams > 0 {
+            // The trigram table is the first parameter; the WORD,TRIGRAM
+            // model over both tables tokenises for the combination.
+            let t = comp[0].0.iter().map(|&x| x as f32).collect();
+            words = Model::from_tables(
+                Kind::WordTrigram,
+                words.words().to_vec(),
+                c.shape.word_dim,
+                words.w,
+                c.trigrams,
+                c.shape.trigram_dim,
+                t,
+            )?;
+        }
         let net = Net::from_values(c.shape.clone(), &emb, &comp, dev, DType::F32);
         Ok(NeuralModel {
             net,
@@ -234,13 +293,32 @@ impl NeuralModel {
 /// sentence gets zeros. Sentences of similar length share a batch, so that
 /// little of a batch is padding.
 pub fn embed_ids(net: &Net, sents: &[&[u32]]) -> Vec<f32> {
+    embed_sentences(net, sents, None)
+}
+
+/// [`embed_ids`] of encoded sentences: their words, and their trigrams
+/// for a combination with a trigram part.
+pub fn embed_encoded(net: &Net, sents: &[&Encoded]) -> Vec<f32> {
+    let words: Vec<&[u32]> = sents.iter().map(|e| e.words.as_slice()).collect();
+    let tri: Vec<&[u32]> = sents.iter().map(|e| e.trigrams.as_slice()).collect();
+    embed_sentences(net, &words, (net.shape.trigrams > 0).then_some(&tri))
+}
+
+fn embed_sentences(net: &Net, sents: &[&[u32]], trigrams: Option<&Vec<&[u32]>>) -> Vec<f32> {
     let dim = net.shape.out_dim();
     let mut out = vec![0f32; sents.len() * dim];
     let mut order: Vec<usize> = (0..sents.len()).filter(|&i| !sents[i].is_empty()).collect();
     order.sort_by_key(|&i| sents[i].len());
     for chunk in order.chunks(256) {
         let b: Vec<&[u32]> = chunk.iter().map(|&i| sents[i]).collect();
-        let g = table(net.forward(&Batch::new(&b)));
+        let batch = match trigrams {
+            Some(t) => {
+                let tb: Vec<&[u32]> = chunk.iter().map(|&i| t[i]).collect();
+                Batch::with_trigrams(&b, &tb)
+            }
+            None => Batch::new(&b),
+        };
+        let g = table(net.forward(&batch));
         for (k, &i) in chunk.iter().enumerate() {
             out[i * dim..(i + 1) * dim].copy_from_slice(&g[k * dim..(k + 1) * dim]);
         }
@@ -362,4 +440,53 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> 
     };
     w().map_err(|e| TrainError::io(&tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| TrainError::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Gaussian encoder and a combination with a trigram part save and
+    /// load back to the same embeddings (the config keeps the trigrams).
+    #[test]
+    fn gaussian_and_combination_round_trip() {
+        let words: Vec<String> = ["a", "man", "plays", "guitar"].map(String::from).to_vec();
+        let trigrams: Vec<String> = [" a ", "man", "gui"].map(String::from).to_vec();
+        let dir = tempfile::tempdir().unwrap();
+        let texts = ["A man plays a guitar.", "zzz", ""];
+        for spec in [
+            "gaussian",
+            "lstm-gaussian",
+            "word+trigram+lstm",
+            "trigram,dan",
+        ] {
+            let spec: Spec = spec.parse().unwrap();
+            let kind = if spec.has_trigrams() {
+                Kind::WordTrigram
+            } else {
+                Kind::Word
+            };
+            let tri = if spec.has_trigrams() {
+                trigrams.clone()
+            } else {
+                Vec::new()
+            };
+            let (wm, _) =
+                crate::model::init_with_words(kind, words.clone(), 3, None, tri, 3, 2).unwrap();
+            let m = NeuralModel::init_spec(&spec, wm, 3, 1, 4, &cpu()).unwrap();
+            let out = dir.path().join(spec.name());
+            m.save(&out).unwrap();
+            let back = NeuralModel::load(&out, &cpu()).unwrap();
+            assert_eq!(back.spec(), spec);
+            assert_eq!(back.embed_many(&texts), m.embed_many(&texts), "{spec}");
+            assert_eq!(back.words.trigrams(), m.words.trigrams());
+        }
+        // A Gaussian's embedding is [mean, variance]: the variances are
+        // positive.
+        let (wm, _) =
+            crate::model::init_with_words(Kind::Word, words, 3, None, vec![], 0, 2).unwrap();
+        let m = NeuralModel::init(Arch::Gaussian, wm, 3, 1, 4, &cpu()).unwrap();
+        let e = m.embed_many(&["a man"]);
+        assert!(e[0][3..].iter().all(|&v| v > 0.0), "{e:?}");
+    }
 }

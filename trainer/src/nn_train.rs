@@ -11,9 +11,10 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use crate::data::{PairSource, ReadStats};
-use crate::neural::{margin_loss, regulariser, Batch, Net, Sampling};
+use crate::model::Encoded;
+use crate::neural::{objective, regulariser, Batch, Net, Sampling};
 use crate::nn_checkpoint::{self, NeuralKey, NeuralState};
-use crate::nn_model::{embed_ids, NeuralModel};
+use crate::nn_model::{embed_encoded, NeuralModel};
 use crate::train::{nearest_of_other_pair, next_megabatch};
 use crate::train::{EpochReport, Progress, TrainOptions, TrainReport};
 use crate::TrainError;
@@ -30,6 +31,9 @@ pub struct NeuralOptions {
     pub lambda_w: f64,
     /// Sentences are cut to this many tokens (bounds a batch's memory).
     pub max_tokens: usize,
+    /// Weight of the Gaussian encoders' KL prior (seed 004 section 3.2's
+    /// lambda); ignored by the others.
+    pub lambda_kl: f64,
 }
 
 impl Default for NeuralOptions {
@@ -41,9 +45,14 @@ impl Default for NeuralOptions {
             lambda_c: 0.0,
             lambda_w: 0.0,
             max_tokens: 100,
+            lambda_kl: DEFAULT_LAMBDA_KL,
         }
     }
 }
+
+/// The KL prior's weight unless told otherwise (seed 004 tunes it and
+/// does not say the value; docs/encoders.md says how this one was chosen).
+pub const DEFAULT_LAMBDA_KL: f64 = 0.01;
 
 /// Scores a model on the dev set (higher is better).
 pub type NeuralDevScore<'a> = &'a dyn Fn(&NeuralModel) -> f64;
@@ -53,24 +62,26 @@ pub type NeuralDevScore<'a> = &'a dyn Fn(&NeuralModel) -> f64;
 /// the time a random one.
 fn negatives(
     net: &Net,
-    mb: &[(Vec<u32>, Vec<u32>)],
+    mb: &[(Encoded, Encoded)],
     sampling: Sampling,
     rng: &mut impl Rng,
 ) -> Vec<u32> {
-    let sents: Vec<&[u32]> = mb
-        .iter()
-        .flat_map(|(a, b)| [a.as_slice(), b.as_slice()])
-        .collect();
+    let sents: Vec<&Encoded> = mb.iter().flat_map(|(a, b)| [a, b]).collect();
     let n = sents.len();
-    let mut x = ndarray::Array2::from_shape_vec((n, net.shape.out_dim()), embed_ids(net, &sents))
-        .expect("n x dim");
-    for mut row in x.rows_mut() {
-        let norm = row.dot(&row).sqrt();
-        if norm > 0.0 {
-            row /= norm;
+    let mut x =
+        ndarray::Array2::from_shape_vec((n, net.shape.out_dim()), embed_encoded(net, &sents))
+            .expect("n x dim");
+    let mut neg = if net.shape.arch.is_gaussian() {
+        most_likely_of_other_pair(&x)
+    } else {
+        for mut row in x.rows_mut() {
+            let norm = row.dot(&row).sqrt();
+            if norm > 0.0 {
+                row /= norm;
+            }
         }
-    }
-    let mut neg = nearest_of_other_pair(&x);
+        nearest_of_other_pair(&x)
+    };
     if sampling == Sampling::Mix {
         for (i, t) in neg.iter_mut().enumerate() {
             if rng.random_bool(0.5) {
@@ -81,6 +92,34 @@ fn negatives(
         }
     }
     neg
+}
+
+/// For each row of `x` (Gaussians as [mean, variance]; rows 2p and 2p+1
+/// are pair p) the row of another pair with the largest expected
+/// likelihood ([`crate::neural::expected_likelihood`]).
+fn most_likely_of_other_pair(x: &ndarray::Array2<f32>) -> Vec<u32> {
+    use rayon::prelude::*;
+    let (n, k) = (x.nrows(), x.ncols() / 2);
+    (0..n)
+        .into_par_iter()
+        .map(|i| {
+            let a = x.row(i);
+            let mut best = (f32::NEG_INFINITY, u32::MAX);
+            for j in (0..n).filter(|j| j / 2 != i / 2) {
+                let b = x.row(j);
+                let mut d = 0f32;
+                for c in 0..k {
+                    let v = a[k + c] + b[k + c];
+                    let m = a[c] - b[c];
+                    d -= v.ln() + m * m / v;
+                }
+                if d > best.0 || best.1 == u32::MAX {
+                    best = (d, j as u32);
+                }
+            }
+            best.1
+        })
+        .collect()
 }
 
 /// Trains `model` in place on `dev` (an autodiff device is made of it).
@@ -119,6 +158,11 @@ pub fn train(
         lambda_c: o.lambda_c,
         lambda_w: o.lambda_w,
         max_tokens: o.max_tokens,
+        lambda_kl: if model.net.shape.arch.is_gaussian() {
+            o.lambda_kl
+        } else {
+            0.0
+        },
         rows: source.rows(),
     };
     // The regulariser's start is the network as the run began, resumed or not.
@@ -169,12 +213,15 @@ pub fn train(
         while !done {
             let mb = next_megabatch(&mut it, b, pairs, &mut skipped, &mut done, |x, y| {
                 let ids = |t: &str| {
-                    let mut w = model.words.encode(t).words;
-                    w.truncate(o.max_tokens);
-                    w
+                    let mut e = model.words.encode(t);
+                    e.words.truncate(o.max_tokens);
+                    // A combination's trigrams: as many as the words' 6
+                    // characters each give, to bound a batch alike.
+                    e.trigrams.truncate(6 * o.max_tokens);
+                    e
                 };
                 let (ea, eb) = (ids(x), ids(y));
-                (!ea.is_empty() && !eb.is_empty()).then_some((ea, eb))
+                (!ea.words.is_empty() && !eb.words.is_empty()).then_some((ea, eb))
             })?;
             if mb.len() < 2 {
                 break;
@@ -192,7 +239,7 @@ pub fn train(
                         &p.1
                     }
                 };
-                let mut sents: Vec<Vec<u32>> = Vec::with_capacity(4 * (hi - lo));
+                let mut sents: Vec<Encoded> = Vec::with_capacity(4 * (hi - lo));
                 for part in 0..4 {
                     for p in lo..hi {
                         let i = match part {
@@ -203,15 +250,24 @@ pub fn train(
                         };
                         let mut s = sentence(i).clone();
                         if o.scramble > 0.0 && mrng.random_bool(o.scramble) {
-                            s.shuffle(&mut mrng);
+                            s.words.shuffle(&mut mrng);
                         }
                         sents.push(s);
                     }
                 }
-                let refs: Vec<&[u32]> = sents.iter().map(|s| s.as_slice()).collect();
-                let g = net.forward(&Batch::new(&refs));
-                let mut loss = margin_loss(g, hi - lo, b.margin as f64);
+                let refs: Vec<&[u32]> = sents.iter().map(|s| s.words.as_slice()).collect();
+                let batch = if net.shape.trigrams > 0 {
+                    let t: Vec<&[u32]> = sents.iter().map(|s| s.trigrams.as_slice()).collect();
+                    Batch::with_trigrams(&refs, &t)
+                } else {
+                    Batch::new(&refs)
+                };
+                let (mut loss, prior) =
+                    objective(&net, &batch, hi - lo, b.margin as f64, o.lambda_kl);
                 let value: f64 = loss.clone().into_scalar::<f64>() * (hi - lo) as f64;
+                if let Some(p) = prior {
+                    loss = loss + p;
+                }
                 if let Some(r) = start
                     .as_ref()
                     .and_then(|s| regulariser(&net, s, o.lambda_c, o.lambda_w))
