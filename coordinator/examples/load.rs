@@ -200,6 +200,7 @@ async fn main() {
                                 rejects: 0,
                             }),
                         }],
+                        metrics: None,
                     })
                     .await
                     .unwrap();
@@ -218,6 +219,7 @@ async fn main() {
                                 pairs_written: 1,
                                 rejects: 0,
                             }),
+                            metrics: None,
                         })
                         .await
                         .unwrap()

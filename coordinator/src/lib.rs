@@ -3,6 +3,7 @@
 
 pub mod dedup;
 pub mod http;
+pub mod metrics;
 pub mod plan;
 pub mod run;
 pub mod service;
