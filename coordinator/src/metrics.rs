@@ -135,7 +135,7 @@ impl Metrics {
         // Every method shows from the start, at zero, so a dashboard has
         // its series before the first call.
         for method in RPC_METHODS {
-            rpc_seconds.get_or_create(&MethodLabels { method });
+            let _ = rpc_seconds.get_or_create(&MethodLabels { method });
         }
         registry.register(
             "rpc_duration_seconds",

@@ -781,10 +781,10 @@ impl Coordinator for CoordinatorService {
         req: Request<pb::CompleteShardRequest>,
     ) -> Result<Response<pb::CompleteShardResponse>, Status> {
         let _t = self.shared.metrics.rpc("CompleteShard");
-        let r = req.into_inner();
+        let mut r = req.into_inner();
         self.authenticate(&r.worker_id, &r.worker_secret)?;
         // The worker's figures count whatever becomes of the completion.
-        self.shared.record_figures(&r.worker_id, r.metrics);
+        self.shared.record_figures(&r.worker_id, r.metrics.take());
         let totals = r.totals.unwrap_or_default();
         // A worker may only name this lease's own two temporary files:
         // nothing can point the manifest (or the clean-up) elsewhere.
