@@ -12,7 +12,9 @@ use std::time::Duration;
 use paraforge_coordinator::run::{finalize, start};
 use paraforge_core::config::JobConfig;
 use paraforge_core::storage::Storage;
-use paraforge_tests::{job_toml, output_rows, sample_lines, scoring_section};
+use paraforge_tests::{
+    get_plain, job_toml, metric, output_rows, sample_lines, scoring_section, start_on_loopback,
+};
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
 
 fn job(dir: &Path, lines: usize) -> (JobConfig, Vec<String>, usize) {
@@ -268,4 +270,103 @@ async fn a_stopped_worker_finishes_its_shard_and_leases_no_more() {
         output_rows(Path::new(&cfg.job.output)).len(),
         valid_ids.len()
     );
+}
+
+/// While a worker runs, the coordinator's `/metrics` shows the worker's own
+/// figures under its id and device; at the end they add up to the job, and
+/// the coordinator's histograms count its shards and calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn metrics_show_a_running_workers_figures_and_the_jobs_histograms() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, valid_ids, _) = job(dir.path(), 900);
+    let coord = start_on_loopback(&cfg).await.unwrap();
+    let o = WorkerOptions {
+        coordinator: format!("http://{}", coord.grpc_addr),
+        name: "measured".into(),
+        connect_attempts: 5,
+        access: Default::default(),
+        device: None,
+        model_dir: None,
+    };
+    let worker = tokio::spawn(run_worker(o, Arc::new(AtomicBool::new(false))));
+    let http = coord.http_addr;
+    let page = move || get_plain(http, "/metrics", None);
+
+    // The worker's figures arrive with its heartbeats and completions:
+    // watch for them before it is done.
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    let (id, device, seen) = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no worker figures on /metrics in 300 s"
+        );
+        assert!(
+            !worker.is_finished(),
+            "the worker finished before /metrics showed its figures:\n{}",
+            page().await.1
+        );
+        let s = paraforge_coordinator::service::status(&coord.shared);
+        if let Some(w) = s.workers.first() {
+            let (code, body) = page().await;
+            assert_eq!(code, 200, "{body}");
+            let series = format!(
+                "paraforge_worker_sentences_total{{worker=\"{}\",device=\"{}\"}}",
+                w.worker_id, w.device
+            );
+            if let Some(n) = metric(&body, &series).filter(|&n| n > 0.0) {
+                break (w.worker_id.clone(), w.device.clone(), n);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        device, "cpu",
+        "the job's device labels a worker that names none"
+    );
+
+    let summary = tokio::time::timeout(Duration::from_secs(600), worker)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let (_, body) = page().await;
+    let labels = format!("{{worker=\"{id}\",device=\"{device}\"}}");
+    let get = |name: &str, labels: &str| {
+        metric(&body, &format!("{name}{labels}"))
+            .unwrap_or_else(|| panic!("no {name}{labels} on the page:\n{body}"))
+    };
+    let sentences = get("paraforge_worker_sentences_total", &labels);
+    assert!(sentences >= seen, "a counter never goes back");
+    // One worker, no lease lost: every valid pair was translated once.
+    assert_eq!(get("paraforge_lease_expiries_total", ""), 0.0, "{body}");
+    assert_eq!(sentences, valid_ids.len() as f64, "{body}");
+    assert!(get("paraforge_worker_output_tokens_total", &labels) > 0.0);
+    assert!(get("paraforge_worker_tokens_per_second", &labels) > 0.0);
+    let batches = get("paraforge_worker_batch_duration_seconds_count", &labels);
+    assert!(batches >= sentences / 16.0, "batch_size = 16: {body}");
+    assert_eq!(
+        get(
+            "paraforge_worker_batch_duration_seconds_bucket",
+            &format!("{{le=\"+Inf\",worker=\"{id}\",device=\"{device}\"}}")
+        ),
+        batches
+    );
+    // The coordinator's own: one shard duration per committed shard, a
+    // CompleteShard latency for each, and the pairs committed.
+    let shards = summary.shards_committed as f64;
+    assert!(shards >= 3.0, "{summary:?}");
+    assert_eq!(get("paraforge_shard_duration_seconds_count", ""), shards);
+    assert!(
+        get(
+            "paraforge_rpc_duration_seconds_count",
+            "{method=\"CompleteShard\"}"
+        ) >= shards
+    );
+    assert_eq!(
+        get("paraforge_pairs_committed_total", ""),
+        valid_ids.len() as f64
+    );
+    assert_eq!(get("paraforge_shards_committed", ""), shards);
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    coord.stop().await;
 }

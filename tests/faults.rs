@@ -101,6 +101,7 @@ fn forge_completions(url: &str, shards: usize) -> usize {
                     pairs_written: 100,
                     rejects: 0,
                 }),
+                metrics: None,
             }
         };
         let mut forged = Vec::new();

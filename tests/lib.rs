@@ -228,3 +228,57 @@ pub async fn start_on_loopback(
     )
     .await
 }
+
+/// One HTTP/1.1 GET over `io`; returns (status code, body).
+pub async fn http_get<S>(mut io: S, path: &str, token: Option<&str>) -> (u16, String)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    io.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    let _ = io.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {text:?}"));
+    let body = text
+        .find("\r\n\r\n")
+        .map_or(String::new(), |i| text[i + 4..].to_string());
+    (code, body)
+}
+
+/// [`http_get`] over plain TCP.
+pub async fn get_plain(
+    addr: std::net::SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, String) {
+    http_get(
+        tokio::net::TcpStream::connect(addr).await.unwrap(),
+        path,
+        token,
+    )
+    .await
+}
+
+/// The value of one series (`name{labels}` exactly as the page writes it)
+/// on a metrics page, if the page has it.
+pub fn metric(page: &str, series: &str) -> Option<f64> {
+    page.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}

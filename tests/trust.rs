@@ -15,7 +15,7 @@ use paraforge_core::config::JobConfig;
 use paraforge_core::layout::OutputLayout;
 use paraforge_core::proto::{self as pb, lease_shard_response};
 use paraforge_core::storage::Storage;
-use paraforge_tests::{job_toml, repo_root, sample_lines};
+use paraforge_tests::{get_plain, http_get, job_toml, repo_root, sample_lines};
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -183,6 +183,7 @@ async fn complete(
             pairs_written: pairs,
             rejects,
         }),
+        metrics: None,
     })
     .await
     .unwrap()
@@ -226,6 +227,7 @@ async fn a_forged_completion_under_another_workers_id_is_refused() {
                     pairs_written: 100,
                     rejects: 0,
                 }),
+                metrics: None,
             })
             .await
             .map(|r| r.into_inner());
@@ -246,6 +248,7 @@ async fn a_forged_completion_under_another_workers_id_is_refused() {
                 worker_id: w.worker_id.clone(),
                 worker_secret: secret.clone(),
                 leases: vec![],
+                metrics: None,
             })
             .await
             .unwrap_err();
@@ -382,41 +385,6 @@ async fn completions_their_files_do_not_back_are_refused_and_the_shard_is_redone
     assert_eq!((m.files.len(), rows), (1, 120), "{:?}", m.files);
     let on_disk = std::fs::read(Path::new(&cfg.job.output).join(&m.files[0].path)).unwrap();
     assert_eq!(sha(&on_disk), m.files[0].sha256);
-}
-
-/// One HTTP/1.1 GET over `io`; returns (status code, body).
-async fn http_get<S>(mut io: S, path: &str, token: Option<&str>) -> (u16, String)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    io.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
-            .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut out = Vec::new();
-    let _ = io.read_to_end(&mut out).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP answer: {text:?}"));
-    let body = text
-        .find("\r\n\r\n")
-        .map_or(String::new(), |i| text[i + 4..].to_string());
-    (code, body)
-}
-
-async fn get_plain(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    http_get(
-        tokio::net::TcpStream::connect(addr).await.unwrap(),
-        path,
-        token,
-    )
-    .await
 }
 
 async fn get_tls(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
@@ -597,6 +565,7 @@ async fn a_silent_worker_expires_and_must_register_again() {
             worker_id: chatty.worker_id.clone(),
             worker_secret: chatty.worker_secret.clone(),
             leases: vec![],
+            metrics: None,
         })
         .await
         .unwrap();

@@ -197,6 +197,7 @@ async fn main() {
                                 rejects: 0,
                             }),
                         }],
+                        metrics: None,
                     })
                     .await
                     .unwrap();
@@ -215,6 +216,7 @@ async fn main() {
                                 pairs_written: 1,
                                 rejects: 0,
                             }),
+                            metrics: None,
                         })
                         .await
                         .unwrap()

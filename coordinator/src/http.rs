@@ -7,7 +7,6 @@
 //! TOKEN` (checked in constant time), and with its certificate they are
 //! served over TLS only. A job without a token keeps them open.
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -230,90 +229,18 @@ impl axum::serve::Listener for TlsListener {
     }
 }
 
-/// Metrics in the Prometheus text exposition format.
-pub fn render_metrics(shared: &Shared) -> String {
-    let s = status(shared);
-    let mut out = String::new();
-    let mut gauge = |name: &str, help: &str, v: f64| {
-        let _ = writeln!(
-            out,
-            "# HELP paraforge_{name} {help}\n# TYPE paraforge_{name} gauge\nparaforge_{name} {v}"
-        );
-    };
-    gauge(
-        "shards_total",
-        "Shards planned for the job.",
-        s.shards_total as f64,
-    );
-    gauge(
-        "shards_committed",
-        "Shards whose output is committed.",
-        s.shards_committed as f64,
-    );
-    gauge(
-        "shards_leased",
-        "Shards leased to a worker now.",
-        s.shards_leased as f64,
-    );
-    gauge(
-        "shards_pending",
-        "Shards waiting for a worker.",
-        s.shards_pending as f64,
-    );
-    gauge(
-        "shards_failed",
-        "Shards that ran out of attempts.",
-        s.shards_failed as f64,
-    );
-    gauge(
-        "pairs_written",
-        "Pairs in committed shards plus progress of leased ones.",
-        s.pairs_written as f64,
-    );
-    gauge(
-        "rejects",
-        "Input lines rejected in committed shards.",
-        s.rejects as f64,
-    );
-    gauge(
-        "pairs_per_second",
-        "Pairs per second since the coordinator started.",
-        s.pairs_per_second,
-    );
-    gauge(
-        "eta_seconds",
-        "Estimated seconds to finish (-1 before the first commit).",
-        s.eta_seconds,
-    );
-    gauge(
-        "workers",
-        "Registered workers (not yet forgotten).",
-        s.workers_total as f64,
-    );
-    gauge(
-        "job_finished",
-        "1 when every shard is committed or failed.",
-        if s.finished { 1.0 } else { 0.0 },
-    );
-    // Codes come from a fixed set (the coordinator refuses others), so
-    // they need no escaping as label values.
-    let _ = writeln!(
-        out,
-        "# HELP paraforge_rejects_by_reason Input lines rejected in committed shards, by reason code (malformed lines and [filters] rules).\n# TYPE paraforge_rejects_by_reason gauge"
-    );
-    let mut by: Vec<_> = s.rejects_by_reason.iter().collect();
-    by.sort();
-    for (code, n) in by {
-        let _ = writeln!(out, "paraforge_rejects_by_reason{{reason=\"{code}\"}} {n}");
-    }
-    out
-}
+/// The OpenMetrics content type: counters' samples end in `_total` and the
+/// page in `# EOF`, which the older Prometheus text format would misread.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        render_metrics(&shared),
-    )
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    match crate::metrics::render(&shared) {
+        Ok(page) => ([(header::CONTENT_TYPE, OPENMETRICS)], page).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "metrics page failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response()
+        }
+    }
 }
 
 async fn status_json(State(shared): State<Arc<Shared>>) -> impl IntoResponse {

@@ -4,6 +4,7 @@
 pub mod dedup;
 pub mod http;
 pub mod job;
+pub mod metrics;
 pub mod plan;
 pub mod run;
 pub mod service;

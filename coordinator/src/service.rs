@@ -17,6 +17,7 @@ use paraforge_core::proto::coordinator_server::Coordinator;
 use paraforge_core::proto::{self as pb, lease_shard_response};
 use tonic::{Request, Response, Status};
 
+use crate::metrics::{check_figures, Metrics};
 use crate::state::{JobState, OutputFile, StateError, Tally};
 
 /// Longest worker name accepted at registration, in bytes.
@@ -113,6 +114,8 @@ pub struct WorkerInfo {
     pub last_seen_ms: u64,
     /// This worker has been answered `done` (it will stop on its own).
     pub told_done: bool,
+    /// Its newest report of its own figures, for `/metrics`.
+    pub figures: Option<pb::WorkerMetrics>,
     secret: Secret,
 }
 
@@ -132,6 +135,8 @@ pub struct Shared {
     pub beam_candidates: u64,
     pub heartbeat: Duration,
     pub started: std::time::Instant,
+    /// Counted as things happen; `/metrics` adds what the state says.
+    pub metrics: Metrics,
     storage: std::sync::OnceLock<paraforge_core::storage::Storage>,
     registered: AtomicU64,
 }
@@ -153,6 +158,27 @@ impl Shared {
         ws.values()
             .filter(|w| !w.told_done && w.last_seen_ms >= cutoff)
             .count()
+    }
+
+    /// Keeps `report` as `worker`'s figures if it is newer than the one
+    /// held: a heartbeat and a completion can cross on the way.
+    fn record_figures(&self, worker: &str, report: Option<pb::WorkerMetrics>) {
+        let Some(report) = report else {
+            return;
+        };
+        if let Err(e) = check_figures(&report) {
+            tracing::warn!(worker, error = %e, "worker metrics ignored");
+            return;
+        }
+        let mut ws = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = ws.get_mut(worker) {
+            if w.figures
+                .as_ref()
+                .is_none_or(|old| old.uptime_ms <= report.uptime_ms)
+            {
+                w.figures = Some(report);
+            }
+        }
     }
 
     /// Last contact before which a worker is forgotten.
@@ -192,6 +218,7 @@ impl Shared {
             beam_candidates: 1,
             heartbeat: (lease / 4).max(Duration::from_millis(100)),
             started: std::time::Instant::now(),
+            metrics: Metrics::new(),
             storage: std::sync::OnceLock::new(),
             registered: AtomicU64::new(0),
         }
@@ -600,6 +627,7 @@ impl Coordinator for CoordinatorService {
         &self,
         req: Request<pb::RegisterWorkerRequest>,
     ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
+        let _t = self.shared.metrics.rpc("RegisterWorker");
         let r = req.into_inner();
         let mine = env!("CARGO_PKG_VERSION");
         if r.version != mine {
@@ -643,6 +671,7 @@ impl Coordinator for CoordinatorService {
                     },
                     last_seen_ms: now,
                     told_done: false,
+                    figures: None,
                     secret: secret.clone(),
                 },
             );
@@ -662,6 +691,7 @@ impl Coordinator for CoordinatorService {
         &self,
         req: Request<pb::LeaseShardRequest>,
     ) -> Result<Response<pb::LeaseShardResponse>, Status> {
+        let _t = self.shared.metrics.rpc("LeaseShard");
         let r = req.into_inner();
         self.authenticate(&r.worker_id, &r.worker_secret)?;
         let mut st = self.state();
@@ -698,8 +728,10 @@ impl Coordinator for CoordinatorService {
         &self,
         req: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let _t = self.shared.metrics.rpc("Heartbeat");
         let r = req.into_inner();
         self.authenticate(&r.worker_id, &r.worker_secret)?;
+        self.shared.record_figures(&r.worker_id, r.metrics);
         let leases: Vec<(u64, u64, u64)> = r
             .leases
             .iter()
@@ -726,8 +758,11 @@ impl Coordinator for CoordinatorService {
         &self,
         req: Request<pb::CompleteShardRequest>,
     ) -> Result<Response<pb::CompleteShardResponse>, Status> {
-        let r = req.into_inner();
+        let _t = self.shared.metrics.rpc("CompleteShard");
+        let mut r = req.into_inner();
         self.authenticate(&r.worker_id, &r.worker_secret)?;
+        // The worker's figures count whatever becomes of the completion.
+        self.shared.record_figures(&r.worker_id, r.metrics.take());
         let totals = r.totals.unwrap_or_default();
         // A worker may only name this lease's own two temporary files:
         // nothing can point the manifest (or the clean-up) elsewhere.
@@ -756,6 +791,7 @@ impl Coordinator for CoordinatorService {
             .check_holder(r.shard_id, &r.worker_id, r.lease_token)
         {
             tracing::warn!(worker = %r.worker_id, shard = r.shard_id, token = r.lease_token, %refusal, "completion refused");
+            self.shared.metrics.refused(refusal.code());
             return refused(refusal.to_string());
         }
         // The files must hold what the completion claims, or the manifest
@@ -770,6 +806,7 @@ impl Coordinator for CoordinatorService {
                     .fail(r.shard_id, &r.worker_id, r.lease_token, &reason, true)
                     .map_err(ServiceError::from)?;
                 tracing::warn!(worker = %r.worker_id, shard = r.shard_id, token = r.lease_token, %reason, will_retry, "completion refused; attempt failed");
+                self.shared.metrics.refused("mismatch");
                 return refused(format!(
                     "{reason}; attempt failed{}",
                     if will_retry {
@@ -832,7 +869,10 @@ impl Coordinator for CoordinatorService {
             }
         }
         Ok(Response::new(match outcome {
-            Ok(()) => {
+            Ok(leased_ms) => {
+                self.shared
+                    .metrics
+                    .committed(totals.pairs_written, leased_ms, now_ms());
                 tracing::info!(worker = %r.worker_id, shard = r.shard_id, token = r.lease_token, pairs = totals.pairs_written, "shard committed");
                 pb::CompleteShardResponse {
                     accepted: true,
@@ -841,6 +881,7 @@ impl Coordinator for CoordinatorService {
             }
             Err(refusal) => {
                 tracing::warn!(worker = %r.worker_id, shard = r.shard_id, token = r.lease_token, %refusal, "completion refused");
+                self.shared.metrics.refused(refusal.code());
                 pb::CompleteShardResponse {
                     accepted: false,
                     reason: refusal.to_string(),
@@ -853,6 +894,7 @@ impl Coordinator for CoordinatorService {
         &self,
         req: Request<pb::FailShardRequest>,
     ) -> Result<Response<pb::FailShardResponse>, Status> {
+        let _t = self.shared.metrics.rpc("FailShard");
         let r = req.into_inner();
         self.authenticate(&r.worker_id, &r.worker_secret)?;
         if r.reason.trim().is_empty() {
@@ -877,6 +919,7 @@ impl Coordinator for CoordinatorService {
         &self,
         _req: Request<pb::JobStatusRequest>,
     ) -> Result<Response<pb::JobStatusResponse>, Status> {
+        let _t = self.shared.metrics.rpc("JobStatus");
         Ok(Response::new(status(&self.shared)))
     }
 }
@@ -1052,6 +1095,21 @@ mod tests {
         files
     }
 
+    /// A worker's figures after `n` one-batch, ten-sentence steps.
+    fn figures(n: u64) -> pb::WorkerMetrics {
+        let mut batch_buckets = vec![0; paraforge_core::proto::BATCH_SECONDS_BOUNDS.len() + 1];
+        batch_buckets[3] = n;
+        pb::WorkerMetrics {
+            uptime_ms: n,
+            sentences: n * 10,
+            source_tokens: n * 100,
+            output_tokens: n * 120,
+            batches: n,
+            batch_seconds: n as f64 * 0.07,
+            batch_buckets,
+        }
+    }
+
     #[tokio::test]
     async fn leases_and_commits_over_loopback_grpc() {
         let dir = tempfile::tempdir().unwrap();
@@ -1185,6 +1243,7 @@ mod tests {
                     lease_token: t0,
                     ..Default::default()
                 }],
+                metrics: None,
             })
             .await
             .unwrap()
@@ -1203,6 +1262,7 @@ mod tests {
                         pairs_written: 5,
                         rejects: 0,
                     }),
+                    metrics: Some(figures(*token)),
                 })
                 .await
                 .unwrap()
@@ -1222,6 +1282,22 @@ mod tests {
             .unwrap()
             .into_inner();
         assert!(!again.accepted && again.reason.contains("already committed"));
+        // The page shows the newest figures this worker sent, under its id
+        // and the job's device, beside the counts of what happened.
+        let page = crate::metrics::render(&shared).unwrap();
+        let last = tokens.iter().map(|t| t.1).max().unwrap();
+        for want in [
+            format!("paraforge_worker_sentences_total{{worker=\"{w}\",device=\"cpu\"}} {}", last * 10),
+            format!("paraforge_worker_batch_duration_seconds_count{{worker=\"{w}\",device=\"cpu\"}} {last}"),
+            "paraforge_shard_duration_seconds_count 2".to_string(),
+            "paraforge_pairs_committed_total 10".to_string(),
+            "paraforge_completions_refused_total{reason=\"already_committed\"} 1".to_string(),
+            "paraforge_completions_refused_total{reason=\"not_holder\"} 1".to_string(),
+            "paraforge_rpc_duration_seconds_count{method=\"CompleteShard\"}".to_string(),
+        ] {
+            assert!(page.contains(&want), "{want} missing:\n{page}");
+        }
+        assert!(page.ends_with("# EOF\n"));
         let r = lease(&mut c, &reg).await;
         assert!(matches!(r, Some(lease_shard_response::Result::Done(true))));
         // The other worker has not asked since: a coordinator must keep

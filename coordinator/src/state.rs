@@ -103,6 +103,11 @@ pub enum Status {
         token: u64,
         worker: String,
         deadline_ms: u64,
+        /// When the lease was granted, for the shard-duration histogram.
+        /// Absent from files of older versions, whose leases a restart
+        /// turns back into pending shards anyway.
+        #[serde(default)]
+        leased_ms: u64,
     },
     Committed {
         token: u64,
@@ -149,6 +154,19 @@ pub enum Refusal {
     UnknownShard,
     /// The caller is not the worker that holds the lease.
     NotHolder,
+}
+
+impl Refusal {
+    /// A short fixed code, the metrics label of refused completions.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::AlreadyCommitted => "already_committed",
+            Refusal::Superseded => "superseded",
+            Refusal::NotLeased => "not_leased",
+            Refusal::UnknownShard => "unknown_shard",
+            Refusal::NotHolder => "not_holder",
+        }
+    }
 }
 
 impl std::fmt::Display for Refusal {
@@ -219,6 +237,8 @@ pub struct JobState {
     config_key: String,
     created: bool,
     retried_failed: usize,
+    /// Leases expired since this open (a metric; not stored).
+    leases_expired: u64,
 }
 
 /// A run id unique to one state file: who created it, where and when.
@@ -290,6 +310,7 @@ impl JobState {
             config_key: String::new(),
             created: false,
             retried_failed: 0,
+            leases_expired: 0,
         };
         let found = st.read_meta("job_id")?;
         match found {
@@ -433,6 +454,12 @@ impl JobState {
         self.created
     }
 
+    /// Leases that ran out before their holder completed or failed them,
+    /// since this open.
+    pub fn leases_expired(&self) -> u64 {
+        self.leases_expired
+    }
+
     /// Failed shards put back in the queue by this open.
     pub fn retried_failed(&self) -> usize {
         self.retried_failed
@@ -518,6 +545,7 @@ impl JobState {
         for id in &changed {
             self.leased.remove(id);
         }
+        self.leases_expired += changed.len() as u64;
         if !changed.is_empty() {
             self.persist(&changed, failed)?;
         }
@@ -553,6 +581,7 @@ impl JobState {
             token,
             worker: worker.to_string(),
             deadline_ms,
+            leased_ms: now_ms,
         };
         let lease = Lease {
             spec: s.spec.clone(),
@@ -581,6 +610,7 @@ impl JobState {
                         token: t,
                         worker: w,
                         deadline_ms,
+                        ..
                     } if *t == token && w == worker => {
                         *deadline_ms = now_ms + lease_ms;
                         s.progress_pairs = pairs;
@@ -618,6 +648,7 @@ impl JobState {
     }
 
     /// Commits a shard's output from its current lease, exactly once.
+    /// Returns when that lease was granted (ms since the epoch).
     pub fn complete(
         &mut self,
         shard_id: u64,
@@ -625,7 +656,7 @@ impl JobState {
         token: u64,
         files: Vec<OutputFile>,
         tally: Tally,
-    ) -> Result<Result<(), Refusal>, StateError> {
+    ) -> Result<Result<u64, Refusal>, StateError> {
         let Tally {
             pairs,
             rejects,
@@ -637,6 +668,10 @@ impl JobState {
         let Some(s) = self.shards.get_mut(&shard_id) else {
             return Ok(Err(Refusal::UnknownShard));
         };
+        let leased_ms = match s.status {
+            Status::Leased { leased_ms, .. } => leased_ms,
+            _ => 0,
+        };
         s.status = Status::Committed {
             token,
             files,
@@ -646,7 +681,7 @@ impl JobState {
         };
         self.leased.remove(&shard_id);
         self.persist(&[shard_id], true)?;
-        Ok(Ok(()))
+        Ok(Ok(leased_ms))
     }
 
     /// Records a failed attempt; returns whether the shard will be retried.
@@ -790,8 +825,10 @@ mod tests {
         assert_eq!(
             st.complete(0, "w2", b.token, vec![file("b")], Tally::counts(10, 0))
                 .unwrap(),
-            Ok(())
+            Ok(2000),
+            "the commit names when its lease began"
         );
+        assert_eq!(st.leases_expired(), 1, "w1's lease ran out");
         assert_eq!(
             st.complete(0, "w2", b.token, vec![file("b")], Tally::counts(10, 0))
                 .unwrap(),
@@ -808,7 +845,7 @@ mod tests {
         assert_eq!(
             st.complete(c.spec.shard_id, "w3", c.token, vec![], Tally::counts(1, 0))
                 .unwrap(),
-            Ok(())
+            Ok(2000)
         );
         // The stale holder's heartbeat is told to stop.
         let (ext, rev) = st.heartbeat("w1", &[(0, a.token, 5)], 2100, 1000).unwrap();

@@ -25,6 +25,14 @@ impl From<Range> for crate::bitext::Range {
     }
 }
 
+/// Upper bounds, in seconds, of the batch-duration buckets that
+/// [`WorkerMetrics::batch_buckets`] counts: fixed here rather than sent, so
+/// a worker cannot make the coordinator show buckets of its choosing. From
+/// a small model's batch on a GPU to a large one's on a few CPU cores.
+pub const BATCH_SECONDS_BOUNDS: [f64; 12] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,11 @@
-//! The worker: processes leased shards (`shard`).
+//! The worker: processes leased shards (`shard`) and counts the model's
+//! work for the coordinator's metrics (`metrics`).
 
+pub mod metrics;
 pub mod node;
 pub mod shard;
 
+pub use metrics::Throughput;
 pub use shard::{process, Progress, Scorers, ShardError, ShardInput, ShardOutput, Stages};
 
 #[cfg(test)]
@@ -70,6 +73,7 @@ mod tests {
         paraforge_core::lm::train_files(&[refs], None, 3, &arpa).unwrap();
         let lm = paraforge_core::ArpaModel::load(&arpa).unwrap();
         let progress = Progress::default();
+        let throughput = Throughput::default();
         let out = process(
             &shard,
             &mut t,
@@ -80,6 +84,7 @@ mod tests {
                     encoder: Some(&v),
                     lm: Some(&lm),
                 },
+                throughput: &throughput,
             },
             &[("paraforge.model", "tiny".into())],
             &progress,
@@ -92,6 +97,14 @@ mod tests {
             progress.records.load(std::sync::atomic::Ordering::Relaxed),
             303
         );
+        // Every translated sentence counted once, in batches of at most
+        // the default size, each batch in exactly one bucket.
+        let m = throughput.report();
+        assert_eq!(m.sentences, 300);
+        assert!(m.batches >= 300 / o.batch_size as u64, "{m:?}");
+        assert_eq!(m.batch_buckets.iter().sum::<u64>(), m.batches);
+        assert!(m.source_tokens >= 300 && m.output_tokens > 0, "{m:?}");
+        assert!(m.batch_seconds > 0.0);
         let rejects: Vec<serde_json::Value> = String::from_utf8(out.rejects_jsonl.clone())
             .unwrap()
             .lines()
@@ -219,6 +232,7 @@ mod tests {
             Stages {
                 filters: &PreFilter::new(&cfg).unwrap(),
                 scorers: Scorers::default(),
+                throughput: &Throughput::default(),
             },
             &[],
             &Progress::default(),

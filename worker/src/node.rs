@@ -14,6 +14,7 @@ use paraforge_core::proto::{self as pb, lease_shard_response};
 use paraforge_core::storage::Storage;
 use paraforge_nmt::{Device, GenerateOptions, LoadOptions, Translator};
 
+use crate::metrics::Throughput;
 use crate::shard::{process, Progress, Scorers, ShardInput, ShardOutput, Stages};
 
 #[derive(Debug, thiserror::Error)]
@@ -185,6 +186,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
         ),
     ];
     let translator = Arc::new(std::sync::Mutex::new(translator));
+    let throughput = Arc::new(Throughput::default());
     let heartbeat_every = Duration::from_millis(reg.heartbeat_interval_ms.max(100) as u64);
     let mut summary = WorkerSummary::default();
 
@@ -254,13 +256,14 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
         let progress = Arc::new(Progress::default());
         let revoked = Arc::new(AtomicBool::new(false));
         let hb = {
-            let (mut c, o2, wid, wsecret, progress, revoked) = (
+            let (mut c, o2, wid, wsecret, progress, revoked, throughput) = (
                 client.clone(),
                 o.clone(),
                 worker_id.clone(),
                 secret.clone(),
                 progress.clone(),
                 revoked.clone(),
+                throughput.clone(),
             );
             let (shard_id, token) = (spec.shard_id, lease.lease_token);
             tokio::spawn(async move {
@@ -278,6 +281,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                                 rejects: progress.rejects.load(Ordering::Relaxed),
                             }),
                         }],
+                        metrics: Some(throughput.report()),
                     };
                     match call!(c, &o2, heartbeat, req) {
                         Ok(r) if r.revoked_tokens.contains(&token) => {
@@ -303,7 +307,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             })
         };
         let result = {
-            let (t, v, lm, gen, md, progress, revoked, filters) = (
+            let (t, v, lm, gen, md, progress, revoked, filters, throughput) = (
                 translator.clone(),
                 vectors.clone(),
                 lm.clone(),
@@ -312,6 +316,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                 progress.clone(),
                 revoked.clone(),
                 filters.clone(),
+                throughput.clone(),
             );
             tokio::task::spawn_blocking(move || {
                 let mut t = t.lock().unwrap_or_else(|p| p.into_inner());
@@ -326,6 +331,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                             encoder: v.as_deref(),
                             lm: lm.as_deref(),
                         },
+                        throughput: &throughput,
                     },
                     &md,
                     &progress,
@@ -382,6 +388,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                     pairs_written: out.pairs,
                     rejects: out.rejects,
                 }),
+                metrics: Some(throughput.report()),
             }
         ) {
             Ok(d) => d,

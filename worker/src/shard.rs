@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
+use std::time::Instant;
 
 use paraforge_core::bitext::{
     BitextReader, Format, Range, ReadOptions, Record, Reject, RejectReason,
@@ -21,6 +22,8 @@ use paraforge_nmt::{Flag, GenerateOptions, Translator};
 use parquet::arrow::ArrowWriter;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
+
+use crate::metrics::Throughput;
 
 /// What to read.
 #[derive(Debug, Clone)]
@@ -138,11 +141,13 @@ pub struct Scorers<'a> {
 }
 
 /// What a worker holds for every shard it runs, built once: the
-/// pre-translation filters and the scorers.
+/// pre-translation filters, the scorers, and the running totals of the
+/// model's work that the worker reports.
 #[derive(Clone, Copy)]
 pub struct Stages<'a> {
     pub filters: &'a PreFilter,
     pub scorers: Scorers<'a>,
+    pub throughput: &'a Throughput,
 }
 
 /// Runs one shard. `cancel` is polled between chunks.
@@ -172,7 +177,7 @@ pub fn process(
         Vec<paraforge_nmt::Translation>,
     )>(2);
     let path = input.path.clone();
-    let (filters, scorers) = (stages.filters, stages.scorers);
+    let (filters, scorers, throughput) = (stages.filters, stages.scorers, stages.throughput);
     let drop_lines = &input.drop_lines;
     let k = opts.nbest.max(1);
 
@@ -314,8 +319,21 @@ pub fn process(
                 continue;
             }
             let sources: Vec<&str> = pairs.iter().map(|p| p.source.as_str()).collect();
-            match translator.translate(&sources, opts) {
+            // A batch's time runs from the one before it, so the first also
+            // carries the chunk's tokenizing: small beside decoding, and
+            // what the time between batches really is.
+            let mut last = Instant::now();
+            let batch = |n: usize| {
+                let now = Instant::now();
+                throughput.batch(n, now - last);
+                last = now;
+            };
+            match translator.translate_with_progress(&sources, opts, batch) {
                 Ok(t) => {
+                    let (src, out) = t.iter().fold((0u64, 0u64), |(s, o), t| {
+                        (s + t.source_tokens as u64, o + t.tokens.len() as u64)
+                    });
+                    throughput.tokens(src, out);
                     progress
                         .pairs
                         .fetch_add(pairs.len() as u64, Ordering::Relaxed);
