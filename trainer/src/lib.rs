@@ -11,6 +11,7 @@
 pub mod checkpoint;
 pub mod classifier;
 pub mod data;
+pub mod lstm_scan;
 pub mod model;
 pub mod neural;
 pub mod nn_checkpoint;
