@@ -771,6 +771,9 @@ mod tests {
             word_dim: dim,
             hidden: dim,
             layers: 1,
+            parts: Vec::new(),
+            trigrams: 0,
+            trigram_dim: 0,
         };
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut vals =
