@@ -708,31 +708,13 @@ mod tests {
             let value = |e: &[f64], c: &[(Vec<f64>, usize, usize)]| -> f64 {
                 loss_of(e, c).1.into_scalar()
             };
-            let h = 1e-6;
-            for (k, an) in analytic.iter().enumerate() {
-                assert!(
-                    an.iter().any(|g| g.abs() > 1e-6),
-                    "{kind:?}: parameter {k} has no gradient"
-                );
-                for i in 0..an.len() {
-                    let (mut e1, mut c1) = (emb.clone(), comp.clone());
-                    let (mut e2, mut c2) = (emb.clone(), comp.clone());
-                    if k == 0 {
-                        e1[i] += h;
-                        e2[i] -= h;
-                    } else {
-                        c1[k - 1].0[i] += h;
-                        c2[k - 1].0[i] -= h;
-                    }
-                    let fd = (value(&e1, &c1) - value(&e2, &c2)) / (2.0 * h);
-                    let err = (fd - an[i]).abs() / (1e-3 + an[i].abs().max(fd.abs()));
-                    assert!(
-                        err < 1e-5,
-                        "{kind:?}: parameter {k} entry {i}: finite differences {fd}, burn {}",
-                        an[i]
-                    );
-                }
-            }
+            crate::neural::compare_finite_differences(
+                &format!("{kind:?}"),
+                &emb,
+                &comp,
+                &analytic,
+                &value,
+            );
         }
     }
 

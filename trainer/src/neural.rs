@@ -987,6 +987,51 @@ pub fn expected_dims(shape: &Shape) -> Vec<(String, [usize; 2])> {
         .collect()
 }
 
+/// Central finite differences of `value` at (`emb`, `comp`) against the
+/// `analytic` gradient (the embedding table's, then each table's of
+/// `comp`): every entry within 1e-5 relative error, every table with some
+/// gradient. Returns the entries checked and the worst relative error. The
+/// gradient checks of the encoders and of the classifier share it.
+#[cfg(test)]
+pub(crate) fn compare_finite_differences(
+    label: &str,
+    emb: &[f64],
+    comp: &[(Vec<f64>, usize, usize)],
+    analytic: &[Vec<f64>],
+    value: &dyn Fn(&[f64], &[(Vec<f64>, usize, usize)]) -> f64,
+) -> (usize, f64) {
+    let h = 1e-6;
+    let mut checked = 0;
+    let mut worst = 0f64;
+    for (k, an) in analytic.iter().enumerate() {
+        assert!(
+            an.iter().any(|g| g.abs() > 1e-6),
+            "{label}: parameter {k} has no gradient"
+        );
+        for i in 0..an.len() {
+            let (mut e1, mut c1) = (emb.to_vec(), comp.to_vec());
+            let (mut e2, mut c2) = (emb.to_vec(), comp.to_vec());
+            if k == 0 {
+                e1[i] += h;
+                e2[i] -= h;
+            } else {
+                c1[k - 1].0[i] += h;
+                c2[k - 1].0[i] -= h;
+            }
+            let fd = (value(&e1, &c1) - value(&e2, &c2)) / (2.0 * h);
+            let err = (fd - an[i]).abs() / (1e-3 + an[i].abs().max(fd.abs()));
+            worst = worst.max(err);
+            assert!(
+                err < 1e-5,
+                "{label}: parameter {k} entry {i}: finite differences {fd}, burn {}",
+                an[i]
+            );
+            checked += 1;
+        }
+    }
+    (checked, worst)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1054,39 +1099,7 @@ mod tests {
         }
         let value =
             |e: &[f64], c: &[(Vec<f64>, usize, usize)]| -> f64 { loss_of(e, c).1.into_scalar() };
-        let arch = shape.arch;
-        let h = 1e-6;
-        let mut checked = 0;
-        let mut worst = 0f64;
-        for (k, an) in analytic.iter().enumerate() {
-            for i in 0..an.len() {
-                let (mut e1, mut c1) = (emb.clone(), comp.clone());
-                let (mut e2, mut c2) = (emb.clone(), comp.clone());
-                if k == 0 {
-                    e1[i] += h;
-                    e2[i] -= h;
-                } else {
-                    c1[k - 1].0[i] += h;
-                    c2[k - 1].0[i] -= h;
-                }
-                let fd = (value(&e1, &c1) - value(&e2, &c2)) / (2.0 * h);
-                let err = (fd - an[i]).abs() / (1e-3 + an[i].abs().max(fd.abs()));
-                worst = worst.max(err);
-                assert!(
-                    err < 1e-5,
-                    "{arch}: parameter {k} entry {i}: finite differences {fd}, burn {}",
-                    an[i]
-                );
-                checked += 1;
-            }
-        }
-        for (k, an) in analytic.iter().enumerate() {
-            assert!(
-                an.iter().any(|g| g.abs() > 1e-6),
-                "{arch}: parameter {k} has no gradient"
-            );
-        }
-        (checked, worst)
+        compare_finite_differences(&shape.arch.to_string(), emb, comp, &analytic, &value)
     }
 
     fn small_shape(arch: Arch) -> Shape {
