@@ -987,6 +987,10 @@ pub fn expected_dims(shape: &Shape) -> Vec<(String, [usize; 2])> {
         .collect()
 }
 
+/// A network's tables other than the embeddings: values, rows, columns.
+#[cfg(test)]
+pub(crate) type Tables = [(Vec<f64>, usize, usize)];
+
 /// Central finite differences of `value` at (`emb`, `comp`) against the
 /// `analytic` gradient (the embedding table's, then each table's of
 /// `comp`): every entry within 1e-5 relative error, every table with some
@@ -996,9 +1000,9 @@ pub fn expected_dims(shape: &Shape) -> Vec<(String, [usize; 2])> {
 pub(crate) fn compare_finite_differences(
     label: &str,
     emb: &[f64],
-    comp: &[(Vec<f64>, usize, usize)],
+    comp: &Tables,
     analytic: &[Vec<f64>],
-    value: &dyn Fn(&[f64], &[(Vec<f64>, usize, usize)]) -> f64,
+    value: &dyn Fn(&[f64], &Tables) -> f64,
 ) -> (usize, f64) {
     let h = 1e-6;
     let mut checked = 0;
