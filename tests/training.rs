@@ -559,22 +559,26 @@ fn every_neural_encoder_learns_saves_and_loads() {
     // The CLI trains, evaluates and exports one; bad files name themselves.
     let out = dir.path().join("cli.model");
     let glove_path = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
-    let stdout = paraforge_ok(&[
-        "train",
-        "--data",
-        dir.path().to_str().unwrap(),
-        "--model",
-        "gran",
-        "--init-vectors",
-        glove_path.to_str().unwrap(),
-        "--min-word-count",
-        "1",
-        "--epochs",
-        "1",
-        "--no-dev",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    // One epoch of `paraforge train` on the pairs in `dir`, no dev set.
+    let train_cli = |spec: &str, out: &Path| {
+        paraforge_ok(&[
+            "train",
+            "--data",
+            dir.path().to_str().unwrap(),
+            "--model",
+            spec,
+            "--init-vectors",
+            glove_path.to_str().unwrap(),
+            "--min-word-count",
+            "1",
+            "--epochs",
+            "1",
+            "--no-dev",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let stdout = train_cli("gran", &out);
     assert!(stdout.contains("model gran (dim 50)"), "{stdout}");
     let vec_path = dir.path().join("gran.txt");
     paraforge_ok(&[
@@ -600,22 +604,7 @@ fn every_neural_encoder_learns_saves_and_loads() {
     let (mut args, mut wants) = (vec!["eval-sts".to_string()], Vec::new());
     for (spec, dim) in [("gaussian", 100), ("word,trigram,lstm", 150)] {
         let o = dir.path().join(format!("cli-{spec}.model"));
-        let stdout = paraforge_ok(&[
-            "train",
-            "--data",
-            dir.path().to_str().unwrap(),
-            "--model",
-            spec,
-            "--init-vectors",
-            glove_path.to_str().unwrap(),
-            "--min-word-count",
-            "1",
-            "--epochs",
-            "1",
-            "--no-dev",
-            "--out",
-            o.to_str().unwrap(),
-        ]);
+        let stdout = train_cli(spec, &o);
         assert!(
             stdout.contains(&format!("model {spec} (dim {dim})")),
             "{stdout}"

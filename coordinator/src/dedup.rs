@@ -54,7 +54,7 @@ pub fn mark_duplicates(
     for (i, input) in cfg.input.paths.iter().enumerate() {
         // The worker's reader with the worker's options, so that a line is
         // a pair here exactly when it is one there.
-        let path = Path::new(input.strip_prefix("file://").unwrap_or(input));
+        let path = paraforge_core::storage::local_path(input).unwrap_or(Path::new(input));
         let opts = ReadOptions {
             max_chars: cfg.input.max_chars,
             ..ReadOptions::default()

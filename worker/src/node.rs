@@ -236,11 +236,8 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             .position(|p| *p == spec.input_url)
             .unwrap_or(0);
         let input = ShardInput {
-            path: spec
-                .input_url
-                .strip_prefix("file://")
-                .unwrap_or(&spec.input_url)
-                .to_string(),
+            path: paraforge_core::storage::local_path(&spec.input_url)
+                .map_or_else(|| spec.input_url.clone(), |p| p.display().to_string()),
             format: cfg.format(idx),
             range: Some(range.into()),
             max_chars: cfg.input.max_chars,
