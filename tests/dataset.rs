@@ -318,6 +318,69 @@ fn nan_and_null_scores_are_unranked_not_fatal() {
     assert_eq!(m.deciles["para_score"].ranked, 40);
 }
 
+/// Bins replace an earlier bins output whole (a training sample of an
+/// earlier run does not survive a run without one), refuse a directory of
+/// other files, and fail, leaving what was there, when nothing has a
+/// para_score.
+#[test]
+fn bins_replace_earlier_bins_whole_and_never_end_empty() {
+    use paraforge_core::schema::{schema, PairFileWriter};
+    use paraforge_core::RowsBuilder;
+    let (dir, rows) = dataset();
+    let root = tempfile::tempdir().unwrap();
+    let out = root.path().join("bins");
+    let mut o = BinOptions::new(dir.path().to_path_buf(), out.clone());
+    o.train_sample = Some(50);
+    bins::run(&o).unwrap();
+    assert!(out.join("train").is_dir());
+    o.train_sample = None;
+    let m = bins::run(&o).unwrap();
+    assert!(m.train.is_none());
+    assert!(
+        !out.join("train").exists(),
+        "the earlier training sample is gone"
+    );
+    assert_eq!(
+        std::fs::read_dir(root.path()).unwrap().count(),
+        1,
+        "no temporary directories left beside the output"
+    );
+
+    let busy = root.path().join("busy");
+    std::fs::create_dir_all(&busy).unwrap();
+    std::fs::write(busy.join("notes.txt"), "mine").unwrap();
+    let e = bins::run(&BinOptions::new(dir.path().to_path_buf(), busy.clone())).unwrap_err();
+    assert!(e.to_string().contains("not an earlier bins output"), "{e}");
+    assert!(busy.join("notes.txt").is_file());
+
+    // An output scored by nothing: every para_score null.
+    let unscored = tempfile::tempdir().unwrap();
+    let mut b = RowsBuilder::default();
+    for r in rows.iter().take(20) {
+        let mut r = r.clone();
+        r.scores.para_score = None;
+        b.push(&r);
+    }
+    let mut w = PairFileWriter::create(&unscored.path().join("p.parquet"), schema(), &[]).unwrap();
+    w.write(&b.finish()).unwrap();
+    w.close().unwrap();
+    let e = bins::run(&BinOptions::new(unscored.path().to_path_buf(), out.clone())).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("none of the 20 kept rows has a para_score"),
+        "{e}"
+    );
+    assert!(
+        out.join("_manifest.json").is_file(),
+        "the earlier bins are kept"
+    );
+    // Length limits that keep nothing.
+    let mut o = BinOptions::new(dir.path().to_path_buf(), out.clone());
+    o.max_tokens = Some(0);
+    let e = bins::run(&o).unwrap_err();
+    assert!(e.to_string().contains("none of its"), "{e}");
+}
+
 #[test]
 fn report_has_the_tables_and_figures() {
     let (dir, rows) = dataset();

@@ -100,6 +100,7 @@ fn forge_completions(url: &str, shards: usize) -> usize {
                     records_read: 100,
                     pairs_written: 100,
                     rejects: 0,
+                    lines_read: 100,
                 }),
                 metrics: None,
             }

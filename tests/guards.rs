@@ -178,6 +178,22 @@ fn translate_decompresses_gz_and_zst_input() {
     }
 }
 
+/// Every input line appears in --nbest output, an empty one as one empty row.
+#[test]
+fn translate_nbest_keeps_every_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "Dobrý den.\n\nJak se máš?\n").unwrap();
+    let o = translate(
+        &["--beam", "2", "--nbest", "2", input.to_str().unwrap()],
+        60,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = out.lines().map(|l| l.split('\t').next().unwrap()).collect();
+    assert_eq!(lines, ["1", "1", "2", "3", "3"], "{out}");
+}
+
 #[test]
 fn translate_bounds_beam_threads_batch_size_and_nbest() {
     let dir = tempfile::tempdir().unwrap();

@@ -201,6 +201,32 @@ async fn a_failed_shard_leaves_no_success_and_a_rerun_retries_it() {
     assert!(!out.join("_tmp").exists(), "no empty _tmp directories left");
 }
 
+/// An input cut short after the job was planned (a partial copy, a file
+/// rewritten under the job): the shards past its new end fail, never
+/// commit short, and the job writes no `_SUCCESS`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_that_shrinks_under_the_job_fails_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _) = job(dir.path(), "shrinking", 30, 10, "max_attempts = 1");
+    let out = dir.path().join("out");
+    let c = coordinator(&cfg).await.unwrap();
+    // Planned as three shards of ten lines; now 25 lines remain, so the
+    // last shard's range ends five lines early.
+    let input = dir.path().join("input.tsv");
+    let text = std::fs::read_to_string(&input).unwrap();
+    let kept: Vec<&str> = text.lines().take(25).collect();
+    std::fs::write(&input, kept.join("\n") + "\n").unwrap();
+    work(&c).await;
+    let storage = Storage::open(&cfg.job.output).unwrap();
+    let e = finalize(&c.shared, &storage).await.expect_err("incomplete");
+    c.stop().await;
+    let msg = e.to_string();
+    assert!(msg.contains("shard 2 failed"), "{msg}");
+    assert!(msg.contains("no _SUCCESS"), "{msg}");
+    assert!(!out.join("_SUCCESS").exists());
+    assert!(!out.join("_manifest.json").exists());
+}
+
 /// A second job on the same output refuses to start and leaves the first
 /// job's files as they were; so does the same job restarted without its
 /// state. A committed file deleted from the output is written again on the

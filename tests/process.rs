@@ -73,6 +73,14 @@ async fn sigterm_finishes_the_held_shard_and_leaves_nothing_leased() {
     let (mut coord, url) = coordinator(&cfg);
     let mut a = worker(&url, "a");
     wait_until(&url, "a lease", &mut a, |s| s.shards_leased > 0).await;
+    // `paraforge status` lists the worker with its device.
+    let listed = paraforge_tests::paraforge_ok(&["status", "--coordinator", &url]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.trim_start().starts_with("a (") && l.contains(" on cpu: 1 lease")),
+        "{listed}"
+    );
     a.signal("TERM");
     let (st, out) = a.wait(Duration::from_secs(120));
     assert!(st.success(), "worker a: {st} {out}");

@@ -172,6 +172,19 @@ async fn complete(
     pairs: u64,
     rejects: u64,
 ) -> pb::CompleteShardResponse {
+    complete_lines(c, w, lease, files, pairs, rejects, pairs + rejects).await
+}
+
+/// A completion that claims to have read `lines` input lines.
+async fn complete_lines(
+    c: &mut Client,
+    w: &pb::RegisterWorkerResponse,
+    lease: &pb::Lease,
+    files: Vec<pb::OutputFile>,
+    pairs: u64,
+    rejects: u64,
+    lines: u64,
+) -> pb::CompleteShardResponse {
     c.complete_shard(pb::CompleteShardRequest {
         worker_id: w.worker_id.clone(),
         worker_secret: w.worker_secret.clone(),
@@ -182,6 +195,7 @@ async fn complete(
             records_read: pairs + rejects,
             pairs_written: pairs,
             rejects,
+            lines_read: lines,
         }),
         metrics: None,
     })
@@ -226,6 +240,7 @@ async fn a_forged_completion_under_another_workers_id_is_refused() {
                     records_read: 100,
                     pairs_written: 100,
                     rejects: 0,
+                    lines_read: 100,
                 }),
                 metrics: None,
             })
@@ -299,7 +314,7 @@ async fn a_forged_completion_under_another_workers_id_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completions_their_files_do_not_back_are_refused_and_the_shard_is_redone() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path(), 60, "shard_pairs = 60\nmax_attempts = 9", "");
+    let mut cfg = config(dir.path(), 60, "shard_pairs = 60\nmax_attempts = 12", "");
     // Two rows per pair: a pairs file of three rows cannot be whole pairs.
     cfg.model.beam_candidates = 2;
     let c = serve(&cfg).await;
@@ -349,6 +364,24 @@ async fn completions_their_files_do_not_back_are_refused_and_the_shard_is_redone
     lies.push((
         "model.beam_candidates",
         complete(&mut cl, &w, &l, files, 3, 0).await,
+    ));
+    // Files and totals agree, but not with the 60 lines the shard was
+    // planned with: an input that shrank under the job, or a reader that
+    // stopped early, must not commit a short shard.
+    let four = parquet_rows(4);
+    let l = lease(&mut cl, &w).await;
+    let mut files = put_attempt(&storage, &l, &four, b"").await;
+    files[0].rows = 4;
+    lies.push((
+        "planned as 60 input lines",
+        complete_lines(&mut cl, &w, &l, files, 4, 0, 2).await,
+    ));
+    let l = lease(&mut cl, &w).await;
+    let mut files = put_attempt(&storage, &l, &four, b"").await;
+    files[0].rows = 4;
+    lies.push((
+        "account for 2",
+        complete_lines(&mut cl, &w, &l, files, 4, 0, 60).await,
     ));
     for (what, r) in &lies {
         assert!(!r.accepted, "{what}: a lie was accepted");

@@ -402,6 +402,25 @@ pub fn status(a: StatusArgs) -> Result<()> {
         };
         println!("throughput: {:.1} pairs/s, eta {eta}", s.pairs_per_second);
         println!("workers: {}", s.workers_total);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        for w in &s.workers {
+            println!(
+                "  {} ({}) on {}: {} lease(s), heard from {:.1} s ago",
+                w.name,
+                w.worker_id,
+                w.device,
+                w.leases,
+                now.saturating_sub(w.last_heartbeat_unix_ms) as f64 / 1000.0
+            );
+        }
+        if s.workers_total as usize > s.workers.len() {
+            println!(
+                "  ... and {} more",
+                s.workers_total as usize - s.workers.len()
+            );
+        }
         for f in &s.failed {
             println!(
                 "  shard {} failed after {} attempts: {}",

@@ -189,6 +189,12 @@ pub fn run(a: Args) -> Result<()> {
                 _ => {}
             }
             if let Some(k) = a.nbest {
+                // An empty or undecodable line has no hypotheses; it still
+                // gets its one (empty) row, as it gets its empty line
+                // without --nbest, so no input line goes missing.
+                if t.nbest.is_empty() {
+                    writeln!(out, "{n}\t0\t{:.6}\t{}", t.score, t.text)?;
+                }
                 for (rank, h) in t.nbest.iter().take(k).enumerate() {
                     writeln!(out, "{n}\t{rank}\t{:.6}\t{}", h.score, h.text)?;
                 }

@@ -195,6 +195,7 @@ async fn main() {
                                 records_read: 1,
                                 pairs_written: 1,
                                 rejects: 0,
+                                lines_read: 0,
                             }),
                         }],
                         metrics: None,
@@ -215,6 +216,7 @@ async fn main() {
                                 records_read: 1,
                                 pairs_written: 1,
                                 rejects: 0,
+                                lines_read: 1,
                             }),
                             metrics: None,
                         })

@@ -261,6 +261,7 @@ async fn status_json(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         "eta_seconds": s.eta_seconds,
         "finished": s.finished,
         "workers": s.workers_total,
+        "worker_list": s.workers.iter().map(|w| serde_json::json!({"id": w.worker_id, "name": w.name, "device": w.device, "leases": w.leases, "last_heard_unix_ms": w.last_heartbeat_unix_ms})).collect::<Vec<_>>(),
         "output": s.output_url,
         "failed": s.failed.iter().map(|f| serde_json::json!({"shard": f.shard_id, "reason": f.reason, "attempts": f.attempts})).collect::<Vec<_>>(),
     });

@@ -6,11 +6,13 @@
 //! workers (or not) and print.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use paraforge_core::config::JobConfig;
+use paraforge_core::layout::MANIFEST_FILE;
 use paraforge_core::proto::JobStatusResponse;
 use paraforge_core::storage::{local_path, Storage, StorageError};
 use paraforge_dataset::bins::{BinError, BinManifest, BinOptions};
@@ -220,7 +222,7 @@ impl Job {
                         .map_err(JobError::Bins)?;
                 let uploaded = match local_path(&target) {
                     Some(_) => None,
-                    None => Some(Storage::open(&target)?.upload_dir(&local_bins).await?),
+                    None => Some(replace_remote_bins(&target, &local_bins).await?),
                 };
                 Some(BinsWritten {
                     target,
@@ -264,4 +266,47 @@ async fn stage(storage: &Storage, m: &Manifest) -> Result<tempfile::TempDir, Job
         .await?;
     bar.finish_and_clear();
     Ok(dir)
+}
+
+/// Uploads new bins to an object-store prefix. A prefix holding an earlier
+/// bins output is replaced: its manifest goes first (readers then see no
+/// complete bins), then every object the new bins do not have, then the
+/// new files, manifest last. A prefix holding anything else is refused.
+async fn replace_remote_bins(target: &str, local_bins: &Path) -> Result<usize, JobError> {
+    let storage = Storage::open(target)?;
+    let old = storage.list("").await?;
+    if !old.is_empty() {
+        let manifest = storage.get(MANIFEST_FILE).await.ok();
+        if !manifest.is_some_and(|b| paraforge_dataset::bins::is_bins_manifest(&b)) {
+            return Err(JobError::Bins(BinError::NotBins(PathBuf::from(target))));
+        }
+        storage.delete(MANIFEST_FILE).await?;
+        let mut new = std::collections::BTreeSet::new();
+        let mut stack = vec![local_bins.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let entries = std::fs::read_dir(&d).map_err(|source| JobError::Local {
+                what: "listing the staged bins",
+                source,
+            })?;
+            for e in entries {
+                let p = e
+                    .map_err(|source| JobError::Local {
+                        what: "listing the staged bins",
+                        source,
+                    })?
+                    .path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if let Ok(rel) = p.strip_prefix(local_bins) {
+                    new.insert(rel.to_string_lossy().replace('\\', "/"));
+                }
+            }
+        }
+        for (rel, _) in old {
+            if rel != MANIFEST_FILE && !new.contains(&rel) {
+                storage.delete(&rel).await?;
+            }
+        }
+    }
+    Ok(storage.upload_dir(local_bins).await?)
 }

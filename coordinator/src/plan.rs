@@ -125,6 +125,35 @@ pub enum PlanError {
     },
     #[error("{0}")]
     Bitext(#[from] paraforge_core::bitext::BitextError),
+    /// Aligned files of different lengths: every pair after the first
+    /// extra or missing line would be a wrong pair.
+    #[error("{source_path} has {source_lines} lines but its reference file {reference} has {reference_lines}: aligned files must have one line per pair")]
+    Unaligned {
+        source_path: String,
+        source_lines: u64,
+        reference: String,
+        reference_lines: u64,
+    },
+}
+
+/// Lines in a (possibly compressed) file; a last line without a newline counts.
+fn count_lines(path: &Path) -> Result<u64, PlanError> {
+    let mut r = open_text(path)?;
+    let mut lines = 0u64;
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = r
+            .read_until(b'\n', &mut buf)
+            .map_err(|source| PlanError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        if n == 0 {
+            return Ok(lines);
+        }
+        lines += 1;
+    }
 }
 
 fn compressed(path: &Path) -> bool {
@@ -157,21 +186,18 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
             })
         };
         if by_lines {
-            let mut r = open_text(&path)?;
-            let mut lines = 0u64;
-            let mut buf = Vec::new();
-            loop {
-                buf.clear();
-                let n = r
-                    .read_until(b'\n', &mut buf)
-                    .map_err(|source| PlanError::Io {
-                        path: path.clone(),
-                        source,
-                    })?;
-                if n == 0 {
-                    break;
+            let lines = count_lines(&path)?;
+            if cfg.input.format == FormatName::Aligned {
+                let reference = &cfg.input.reference_paths[i];
+                let reference_lines = count_lines(Path::new(reference))?;
+                if reference_lines != lines {
+                    return Err(PlanError::Unaligned {
+                        source_path: input.clone(),
+                        source_lines: lines,
+                        reference: reference.clone(),
+                        reference_lines,
+                    });
                 }
-                lines += 1;
             }
             let mut first = 1;
             while first <= lines {
@@ -330,6 +356,16 @@ mod tests {
         );
         let got: Vec<Record> = shards.iter().flat_map(|s| read_shard(&cfg, s)).collect();
         assert_eq!(got, whole(&cfg, 0));
+
+        // A reference with a line too many mispairs every line after it,
+        // and the last shard ends before the reader would see the extra
+        // line: refused at planning, naming both files.
+        std::fs::write(&en, "A\nB\nextra\nC\nD\nE\n").unwrap();
+        let e = plan(&cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("c.cs has 5 lines but its reference file") && e.contains("c.en has 6"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -322,6 +322,7 @@ async fn serve(
     );
     shared.max_reject_rate = cfg.job.max_reject_rate;
     shared.beam_candidates = cfg.model.beam_candidates as u64;
+    shared.skips_blank_lines = cfg.input.format == paraforge_core::config::FormatName::Czeng20;
     let shared = Arc::new(shared);
     let parse = |what: &'static str, s: &str| {
         s.parse::<SocketAddr>().map_err(|e| RunError::Bind {

@@ -133,6 +133,10 @@ pub struct Shared {
     pub max_reject_rate: f64,
     /// `model.beam_candidates`: rows per kept pair in every pairs file.
     pub beam_candidates: u64,
+    /// The input format skips some lines without a record (CzEng 2.0's
+    /// blank document separators): pairs + rejects may then fall short of
+    /// the lines read. Otherwise every line read is a pair or a reject.
+    pub skips_blank_lines: bool,
     pub heartbeat: Duration,
     pub started: std::time::Instant,
     /// Counted as things happen; `/metrics` adds what the state says.
@@ -216,6 +220,7 @@ impl Shared {
             lease,
             max_reject_rate: 0.5,
             beam_candidates: 1,
+            skips_blank_lines: false,
             heartbeat: (lease / 4).max(Duration::from_millis(100)),
             started: std::time::Instant::now(),
             metrics: Metrics::new(),
@@ -339,6 +344,19 @@ enum Mismatch {
     },
     #[error("pairs file {path} has {rows} rows, not a multiple of model.beam_candidates = {k} (every kept pair has that many)")]
     Candidates { path: String, rows: u64, k: u64 },
+    #[error("the shard was planned as {planned} input lines from line {first_line}, the completion read {read}")]
+    Lines {
+        first_line: u64,
+        planned: u64,
+        read: u64,
+    },
+    #[error("the shard read {lines} input lines but its files account for {accounted} ({pairs} pairs and {rejects} rejects)")]
+    Unaccounted {
+        lines: u64,
+        accounted: u64,
+        pairs: u64,
+        rejects: u64,
+    },
     #[error("the completion's totals claim {pairs} pairs and {rejects} rejects, its files hold {rows} pairs and {lines} rejects")]
     Totals {
         pairs: u64,
@@ -611,6 +629,37 @@ impl CoordinatorService {
                 rows,
                 k,
             }));
+        }
+        // Every planned line must have been read and be a pair or a reject:
+        // an input that shrank under the job, or a reader that stopped
+        // early, must not commit a short shard.
+        let planned = self
+            .state()
+            .shards()
+            .find(|s| s.spec.shard_id == r.shard_id)
+            .map(|s| s.spec.range);
+        if let Some(range) = planned {
+            if totals.lines_read != range.lines {
+                return Ok(Err(Mismatch::Lines {
+                    first_line: range.first_line,
+                    planned: range.lines,
+                    read: totals.lines_read,
+                }));
+            }
+            let accounted = rows / k + lines;
+            let short = if self.shared.skips_blank_lines {
+                accounted > totals.lines_read
+            } else {
+                accounted != totals.lines_read
+            };
+            if short {
+                return Ok(Err(Mismatch::Unaccounted {
+                    lines: totals.lines_read,
+                    accounted,
+                    pairs: rows / k,
+                    rejects: lines,
+                }));
+            }
         }
         Ok(Ok(checked))
     }
@@ -1261,6 +1310,7 @@ mod tests {
                         records_read: 5,
                         pairs_written: 5,
                         rejects: 0,
+                        lines_read: 5,
                     }),
                     metrics: Some(figures(*token)),
                 })

@@ -309,6 +309,25 @@ pub enum BitextError {
     },
     #[error("{path}: byte ranges need an uncompressed file")]
     RangeOnCompressed { path: PathBuf },
+    /// The file ended inside a planned range: it is shorter than when the
+    /// job was planned (truncated, replaced, or a partial copy).
+    #[error("{path}: the file ended after {found} of the {expected} lines planned from line {first_line}; it is shorter than when the job was planned")]
+    Truncated {
+        path: PathBuf,
+        first_line: u64,
+        expected: u64,
+        found: u64,
+    },
+    /// A planned byte range no longer holds the lines it held.
+    #[error("{path}: bytes {start}..{end} hold {found} lines, {expected} were planned from line {first_line}; the file changed since the job was planned")]
+    RangeChanged {
+        path: PathBuf,
+        start: u64,
+        end: u64,
+        first_line: u64,
+        expected: u64,
+        found: u64,
+    },
 }
 
 /// Reading options.
@@ -426,6 +445,11 @@ pub struct BitextReader {
     remaining: u64,
     /// Lines left to take (u64::MAX without a limit).
     left: u64,
+    /// Lines of the range read so far, blank ones included.
+    lines_read: u64,
+    /// The range whose line count is still to be checked (ranges with a
+    /// planned count only); taken once it is checked.
+    expect: Option<Range>,
     line: u64,
     buf: Vec<u8>,
     rbuf: Vec<u8>,
@@ -507,6 +531,8 @@ impl BitextReader {
         };
         Ok(BitextReader {
             left,
+            lines_read: 0,
+            expect: opts.range.filter(|r| r.lines > 0),
             name: path.file_name().map_or_else(
                 || path.display().to_string(),
                 |n| n.to_string_lossy().into_owned(),
@@ -525,6 +551,40 @@ impl BitextReader {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Lines read from the range so far, blank ones included: when the
+    /// reader is done, the range's planned `lines`.
+    pub fn lines_read(&self) -> u64 {
+        self.lines_read
+    }
+
+    /// At the end of the range or of the file: an error unless the range
+    /// held exactly the lines planned. A shard must never end short
+    /// because its input changed under the job.
+    fn check_range_end(&mut self, at_eof: bool) -> Option<BitextError> {
+        let r = self.expect.take()?;
+        if self.lines_read == r.lines {
+            return None;
+        }
+        Some(match r.bytes {
+            Some((start, end)) if !at_eof || self.lines_read > r.lines => {
+                BitextError::RangeChanged {
+                    path: self.path.clone(),
+                    start,
+                    end,
+                    first_line: r.first_line,
+                    expected: r.lines,
+                    found: self.lines_read,
+                }
+            }
+            _ => BitextError::Truncated {
+                path: self.path.clone(),
+                first_line: r.first_line,
+                expected: r.lines,
+                found: self.lines_read,
+            },
+        })
     }
 
     fn reject(&self, reason: RejectReason, raw: &[u8]) -> Record {
@@ -652,7 +712,7 @@ impl Iterator for BitextReader {
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             if self.remaining == 0 || self.left == 0 {
-                return None;
+                return self.check_range_end(false).map(Err);
             }
             self.buf.clear();
             let n = match self.src.read_until(b'\n', &mut self.buf) {
@@ -675,11 +735,12 @@ impl Iterator for BitextReader {
                         return Some(Ok(self.reject(RejectReason::Unaligned, &raw)));
                     }
                 }
-                return None;
+                return self.check_range_end(true).map(Err);
             }
             // Every line that starts inside the range is read whole.
             self.remaining = self.remaining.saturating_sub(n as u64);
             self.left -= 1;
+            self.lines_read += 1;
             self.line += 1;
             chomp(&mut self.buf);
             if let Format::Aligned { .. } = self.format {
@@ -929,6 +990,59 @@ mod tests {
             [("b".into(), "B".into(), 2), ("c".into(), "C".into(), 3)]
         );
         assert!(rejects.is_empty());
+    }
+
+    /// A shard whose file shrank or changed after planning fails; it never
+    /// ends short as if the file had simply ended.
+    #[test]
+    fn a_planned_range_the_file_no_longer_holds_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let errors = |p: &Path, range: Range| -> Vec<String> {
+            let opts = ReadOptions {
+                range: Some(range),
+                ..Default::default()
+            };
+            BitextReader::open(p, Format::Czeng16, opts)
+                .unwrap()
+                .filter_map(|r| r.err().map(|e| e.to_string()))
+                .collect()
+        };
+        let p = write(dir.path(), "c.tsv", CZENG16);
+        let len = CZENG16.len() as u64;
+        // As planned: no error, by lines or by bytes.
+        assert!(errors(&p, Range::lines(3, 6)).is_empty());
+        assert!(errors(&p, Range::bytes(0, len, 1, 8)).is_empty());
+        // Planned for 10 lines, the file has 8.
+        let e = errors(&p, Range::lines(3, 8));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("ended after 6 of the 8 lines planned from line 3"),
+            "{e:?}"
+        );
+        let e = errors(&p, Range::bytes(0, len + 40, 1, 9));
+        assert!(
+            e.len() == 1 && e[0].contains("ended after 8 of the 9"),
+            "{e:?}"
+        );
+        // The same bytes now hold other lines.
+        let e = errors(&p, Range::bytes(0, len, 1, 7));
+        assert!(
+            e.len() == 1 && e[0].contains("hold 8 lines, 7 were planned"),
+            "{e:?}"
+        );
+        // Compressed files are read by lines: a truncated one fails too.
+        let gz = dir.path().join("c.tsv.gz");
+        let mut enc = flate2::write::GzEncoder::new(
+            std::fs::File::create(&gz).unwrap(),
+            flate2::Compression::default(),
+        );
+        enc.write_all(&CZENG16[..40]).unwrap();
+        enc.finish().unwrap();
+        let e = errors(&gz, Range::lines(1, 8));
+        assert!(
+            e.len() == 1 && e[0].contains("shorter than when the job was planned"),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -165,9 +165,10 @@ fn default_batch_size() -> usize {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scoring {
-    /// A trained embedding model for para_score (a `.pfe` file from
-    /// `paraforge train`, or a directory holding `model.pfe`, such as
-    /// `models/scorer-trigram`): para_score is the cosine of its two
+    /// A trained embedding model for para_score (any model `paraforge
+    /// train` writes: a `.pfe` file, a directory holding `model.pfe` such
+    /// as `models/scorer-trigram`, or a neural encoder's directory with
+    /// `config.json`): para_score is the cosine of its two
     /// sentence embeddings.
     #[serde(default)]
     pub model: Option<String>,
@@ -543,6 +544,22 @@ impl JobConfig {
             if b.train_sample == Some(0) {
                 return bad("bins.train_sample", "must be at least 1".into());
             }
+            // Bins are para_score ranges: without a scorer every pair's
+            // para_score is null, every range empty, and the job would end
+            // "successfully" with nothing binned.
+            if self.scoring.model.is_none() && self.scoring.vectors.is_none() {
+                return bad(
+                    "bins",
+                    "bins are para_score ranges, and para_score needs scoring.model (e.g. \"models/scorer-trigram\") or scoring.vectors".into(),
+                );
+            }
+            if self.scoring.lm.is_none() && b.deciles.iter().any(|d| d == "translation_perplexity")
+            {
+                return bad(
+                    "bins.deciles",
+                    "\"translation_perplexity\" is null without scoring.lm".into(),
+                );
+            }
         }
         for (key, addr) in [
             ("coordinator.listen", &self.coordinator.listen),
@@ -693,14 +710,15 @@ dir = "models/tiny-cs-en"
 
     #[test]
     fn bins_go_next_to_the_output_unless_told() {
-        let with = |extra: &str| parse(&(MINIMAL.to_string() + extra)).unwrap().bins_output();
+        let scored = MINIMAL.to_string() + "\n[scoring]\nvectors = \"v.txt\"\n";
+        let with = |extra: &str| parse(&(scored.clone() + extra)).unwrap().bins_output();
         assert_eq!(with(""), None);
         assert_eq!(with("\n[bins]\n").as_deref(), Some("out/t-bins"));
         assert_eq!(
             with("\n[bins]\noutput = \"elsewhere\"\n").as_deref(),
             Some("elsewhere")
         );
-        let s3 = MINIMAL.replace("out/t", "s3://b/jobs/t/") + "\n[bins]\n";
+        let s3 = scored.replace("out/t", "s3://b/jobs/t/") + "\n[bins]\n";
         assert_eq!(
             parse(&s3).unwrap().bins_output().as_deref(),
             Some("s3://b/jobs/t-bins")
@@ -728,8 +746,15 @@ dir = "models/tiny-cs-en"
                 "model.batch_tokens",
             ),
             (
-                MINIMAL.replace("output = \"out/t\"", "output = \"s3://bucket\"") + "\n[bins]\n",
+                MINIMAL.replace("output = \"out/t\"", "output = \"s3://bucket\"")
+                    + "\n[scoring]\nvectors = \"v.txt\"\n[bins]\n",
                 "bins.output",
+            ),
+            (MINIMAL.to_string() + "\n[bins]\n", "scoring.model"),
+            (
+                MINIMAL.to_string()
+                    + "\n[scoring]\nvectors = \"v.txt\"\n[bins]\ndeciles = [\"translation_perplexity\"]\n",
+                "scoring.lm",
             ),
             (MINIMAL.replace("czeng16", "czeng17"), "czeng17"),
             (MINIMAL.replace("czeng16", "tsv"), "input.source_column"),

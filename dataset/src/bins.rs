@@ -97,6 +97,25 @@ pub enum BinError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{output}: is inside the dataset {input} it would bin; choose an output outside it")]
+    InsideInput { output: PathBuf, input: PathBuf },
+    #[error("{0}: is not empty and is not an earlier bins output (no bins _manifest.json); choose a new or empty directory")]
+    NotBins(PathBuf),
+    #[error("{input}: none of its {rows} rows was kept (length limits dropped {length}, duplicates {duplicates}); nothing binned")]
+    NothingKept {
+        input: PathBuf,
+        rows: u64,
+        length: u64,
+        duplicates: u64,
+    },
+    #[error("{input}: none of the {rows} kept rows has a para_score, so every para_score range is empty; score the output first (`[scoring] model`, or `paraforge rescore --model`)")]
+    NoParaScore { input: PathBuf, rows: u64 },
+    #[error("{input}: a training sample of {asked} was asked for, but no pair is eligible (top two para_score deciles, both sides at most {max_tokens} tokens)")]
+    EmptyTrainSample {
+        input: PathBuf,
+        asked: usize,
+        max_tokens: i32,
+    },
 }
 
 /// Counts and boundaries, written to `_manifest.json`.
@@ -259,12 +278,126 @@ fn pair_hash(reference: &str, translation: &str) -> u128 {
 /// dataset, each streaming it in the same order: filters and coarse
 /// histograms, fine histograms at the boundaries, the training sample's
 /// draw, and the writes.
+///
+/// The bins are written under a temporary name next to `o.output` and take
+/// its place only when complete and checked: an earlier bins output there
+/// is replaced whole (no stale partition survives), anything else is
+/// refused, and a failed run leaves what was there before.
 pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
     for d in &o.deciles {
         if !SCORE_COLUMNS.contains(&d.as_str()) {
             return Err(BinError::UnknownScore(d.clone()));
         }
     }
+    let target = o.output.clone();
+    check_output(&o.input, &target)?;
+    let partial = sibling(&target, "partial");
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| BinError::Io { path, source }
+    };
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial).map_err(io(&partial))?;
+    }
+    let inner = BinOptions {
+        output: partial.clone(),
+        ..o.clone()
+    };
+    let m = match run_passes(&inner).and_then(|m| check_result(o, m)) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&partial);
+            return Err(e);
+        }
+    };
+    let old = sibling(&target, "old");
+    if target.exists() {
+        std::fs::rename(&target, &old).map_err(io(&target))?;
+    }
+    std::fs::rename(&partial, &target).map_err(io(&target))?;
+    if old.exists() {
+        std::fs::remove_dir_all(&old).map_err(io(&old))?;
+    }
+    Ok(m)
+}
+
+/// `<parent>/.<name>.<what>-<pid>`: beside the output, so the final rename
+/// stays on one file system, and hidden from readers of the parent.
+fn sibling(target: &Path, what: &str) -> PathBuf {
+    let name = target
+        .file_name()
+        .map_or_else(|| "bins".into(), |n| n.to_string_lossy().into_owned());
+    target.with_file_name(format!(".{name}.{what}-{}", std::process::id()))
+}
+
+/// The output may be new, empty, or an earlier bins output (replaced
+/// whole); never inside the input, never someone else's files.
+fn check_output(input: &Path, out: &Path) -> Result<(), BinError> {
+    match crate::output::check_new_output(input, out) {
+        Ok(None) => Ok(()),
+        Ok(Some(crate::output::Refusal::InsideInput)) => Err(BinError::InsideInput {
+            output: out.to_path_buf(),
+            input: input.to_path_buf(),
+        }),
+        Ok(Some(crate::output::Refusal::NotEmpty)) => {
+            let manifest = std::fs::read(out.join(layout::MANIFEST_FILE)).ok();
+            if manifest.is_some_and(|b| is_bins_manifest(&b)) {
+                Ok(())
+            } else {
+                Err(BinError::NotBins(out.to_path_buf()))
+            }
+        }
+        Err(source) => Err(BinError::Io {
+            path: input.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Whether `bytes` are a bins `_manifest.json` (so the directory or prefix
+/// holding it may be replaced by new bins).
+pub fn is_bins_manifest(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(bytes)
+        .is_ok_and(|v| v.get("ranges").is_some() && v.get("kept_rows").is_some())
+}
+
+/// Bins that hold nothing of what was asked are a failure, not an empty
+/// success.
+fn check_result(o: &BinOptions, m: BinManifest) -> Result<BinManifest, BinError> {
+    if m.kept_rows == 0 {
+        return Err(BinError::NothingKept {
+            input: o.input.clone(),
+            rows: m.input_rows,
+            length: m.dropped_length,
+            duplicates: m.dropped_duplicates,
+        });
+    }
+    let scored = m
+        .ranges
+        .iter()
+        .filter(|(k, _)| *k != "none")
+        .map(|(_, n)| n)
+        .sum::<u64>();
+    if o.ranges && scored == 0 {
+        return Err(BinError::NoParaScore {
+            input: o.input.clone(),
+            rows: m.kept_rows,
+        });
+    }
+    if let (Some(asked), Some(t)) = (o.train_sample, &m.train) {
+        if t.sampled == 0 {
+            return Err(BinError::EmptyTrainSample {
+                input: o.input.clone(),
+                asked,
+                max_tokens: o.train_max_tokens,
+            });
+        }
+    }
+    Ok(m)
+}
+
+/// The four passes, writing into `o.output`.
+fn run_passes(o: &BinOptions) -> Result<BinManifest, BinError> {
     let mut scores: Vec<String> = o.deciles.clone();
     if o.train_sample.is_some() && !scores.iter().any(|d| d == col::PARA_SCORE) {
         scores.push(col::PARA_SCORE.into());

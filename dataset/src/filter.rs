@@ -229,106 +229,116 @@ pub fn run(input: &Path, rules: &[Rule], out: &Path) -> Result<FilterManifest, F
         }
     }
     std::fs::create_dir_all(out).map_err(io(out))?;
-    let root = if input.is_file() {
-        input.parent().unwrap_or(Path::new("")).to_path_buf()
-    } else {
-        input.to_path_buf()
-    };
-    let rules_text: Vec<String> = rules.iter().map(Rule::label).collect();
-    let mut m = FilterManifest {
-        input: input.display().to_string(),
-        command: "paraforge filter",
-        input_rows: 0,
-        kept_rows: 0,
-        dropped_rows: 0,
-        rules: rules
-            .iter()
-            .map(|r| RuleCount {
-                rule: r.label(),
-                spec: r.clone(),
-                dropped: 0,
-                failed: 0,
-            })
-            .collect(),
-        files: Vec::new(),
-    };
-    for path in &files {
-        let reader = PairReader::open(path, &columns)?;
-        let mut metadata: Vec<(String, String)> = reader
-            .metadata()
-            .iter()
-            .filter(|(k, _)| k.as_str() != "ARROW:schema" && k.as_str() != "paraforge.filter")
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        metadata.sort();
-        metadata.push(("paraforge.filter".into(), rules_text.join("; ")));
-        let md: Vec<(&str, String)> = metadata
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.clone()))
-            .collect();
-        let rel = path.strip_prefix(&root).unwrap_or(path).to_path_buf();
-        let target = out.join(&rel);
-        let partial = target.with_extension("parquet.partial");
-        let mut writer: Option<PairFileWriter> = None;
-        let (mut rows, mut input_rows) = (0u64, 0u64);
-        for batch in reader {
-            let batch = batch?;
-            let n = batch.num_rows();
-            let cols: Vec<Vec<Option<f64>>> = rules
+    let written = (|| -> Result<FilterManifest, FilterError> {
+        let root = if input.is_file() {
+            input.parent().unwrap_or(Path::new("")).to_path_buf()
+        } else {
+            input.to_path_buf()
+        };
+        let rules_text: Vec<String> = rules.iter().map(Rule::label).collect();
+        let mut m = FilterManifest {
+            input: input.display().to_string(),
+            command: "paraforge filter",
+            input_rows: 0,
+            kept_rows: 0,
+            dropped_rows: 0,
+            rules: rules
                 .iter()
-                .map(|r| values(&batch, &r.column, path))
-                .collect::<Result<_, _>>()?;
-            let mut keep = vec![true; n];
-            for (i, k) in keep.iter_mut().enumerate() {
-                for (j, r) in rules.iter().enumerate() {
-                    if !r.passes(cols[j][i]) {
-                        m.rules[j].failed += 1;
-                        if *k {
-                            m.rules[j].dropped += 1;
-                            *k = false;
+                .map(|r| RuleCount {
+                    rule: r.label(),
+                    spec: r.clone(),
+                    dropped: 0,
+                    failed: 0,
+                })
+                .collect(),
+            files: Vec::new(),
+        };
+        for path in &files {
+            let reader = PairReader::open(path, &columns)?;
+            let mut metadata: Vec<(String, String)> = reader
+                .metadata()
+                .iter()
+                .filter(|(k, _)| k.as_str() != "ARROW:schema" && k.as_str() != "paraforge.filter")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            metadata.sort();
+            metadata.push(("paraforge.filter".into(), rules_text.join("; ")));
+            let md: Vec<(&str, String)> = metadata
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.clone()))
+                .collect();
+            let rel = path.strip_prefix(&root).unwrap_or(path).to_path_buf();
+            let target = out.join(&rel);
+            let partial = target.with_extension("parquet.partial");
+            let mut writer: Option<PairFileWriter> = None;
+            let (mut rows, mut input_rows) = (0u64, 0u64);
+            for batch in reader {
+                let batch = batch?;
+                let n = batch.num_rows();
+                let cols: Vec<Vec<Option<f64>>> = rules
+                    .iter()
+                    .map(|r| values(&batch, &r.column, path))
+                    .collect::<Result<_, _>>()?;
+                let mut keep = vec![true; n];
+                for (i, k) in keep.iter_mut().enumerate() {
+                    for (j, r) in rules.iter().enumerate() {
+                        if !r.passes(cols[j][i]) {
+                            m.rules[j].failed += 1;
+                            if *k {
+                                m.rules[j].dropped += 1;
+                                *k = false;
+                            }
                         }
                     }
                 }
-            }
-            input_rows += n as u64;
-            let sel = filter_record_batch(&batch, &BooleanArray::from(keep)).map_err(|source| {
-                DataError::Arrow {
-                    path: path.clone(),
-                    source,
+                input_rows += n as u64;
+                let sel =
+                    filter_record_batch(&batch, &BooleanArray::from(keep)).map_err(|source| {
+                        DataError::Arrow {
+                            path: path.clone(),
+                            source,
+                        }
+                    })?;
+                if writer.is_none() {
+                    writer = Some(PairFileWriter::create(&partial, batch.schema(), &md)?);
                 }
-            })?;
-            if writer.is_none() {
-                writer = Some(PairFileWriter::create(&partial, batch.schema(), &md)?);
+                if let Some(w) = writer.as_mut() {
+                    rows += sel.num_rows() as u64;
+                    w.write(&sel)?;
+                }
             }
-            if let Some(w) = writer.as_mut() {
-                rows += sel.num_rows() as u64;
-                w.write(&sel)?;
+            match writer {
+                Some(w) => {
+                    w.close()?;
+                }
+                None => {
+                    PairFileWriter::create(&partial, paraforge_core::schema::schema(), &md)?
+                        .close()?;
+                }
             }
+            std::fs::rename(&partial, &target).map_err(io(&target))?;
+            m.input_rows += input_rows;
+            m.kept_rows += rows;
+            m.files.push(FilteredFile {
+                path: rel.display().to_string(),
+                rows,
+                input_rows,
+                sha256: file_sha256(&target)?,
+            });
         }
-        match writer {
-            Some(w) => {
-                w.close()?;
-            }
-            None => {
-                PairFileWriter::create(&partial, paraforge_core::schema::schema(), &md)?.close()?;
-            }
-        }
-        std::fs::rename(&partial, &target).map_err(io(&target))?;
-        m.input_rows += input_rows;
-        m.kept_rows += rows;
-        m.files.push(FilteredFile {
-            path: rel.display().to_string(),
-            rows,
-            input_rows,
-            sha256: file_sha256(&target)?,
-        });
+        m.dropped_rows = m.input_rows - m.kept_rows;
+        // The manifest last: a reader that finds it finds every file it lists.
+        let manifest = out.join(paraforge_core::layout::MANIFEST_FILE);
+        let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
+        std::fs::write(&manifest, text).map_err(io(&manifest))?;
+        Ok(m)
+    })();
+    // `out` was new or empty: a failed run's files are part of a dataset,
+    // which readers without a manifest would take whole.
+    if written.is_err() {
+        let _ = std::fs::remove_dir_all(out);
     }
-    m.dropped_rows = m.input_rows - m.kept_rows;
-    // The manifest last: a reader that finds it finds every file it lists.
-    let manifest = out.join(paraforge_core::layout::MANIFEST_FILE);
-    let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
-    std::fs::write(&manifest, text).map_err(io(&manifest))?;
-    Ok(m)
+    written
 }
 
 #[cfg(test)]

@@ -49,6 +49,10 @@ pub enum RescoreError {
     OutputInsideInput { out: PathBuf, input: PathBuf },
     #[error("nothing to rescore with: give a para_score model or vectors, or a classifier")]
     NothingToDo,
+    /// Every para_score came out null: the scorer knows none of the data's
+    /// words or trigrams (another language, the wrong vectors file).
+    #[error("{scorer}: gave a para_score to none of the {rows} rows (does it know the data's language?); the new dataset has no manifest and is not complete")]
+    NothingScored { scorer: String, rows: u64 },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RescoreError + '_ {
@@ -225,53 +229,67 @@ pub fn run(
         .transpose()?;
     std::fs::create_dir_all(out).map_err(io(out))?;
 
-    let root = if input.is_file() {
-        input.parent().unwrap_or(Path::new("")).to_path_buf()
-    } else {
-        input.to_path_buf()
-    };
-    let results: Vec<(RescoredFile, Tally)> = files
-        .par_iter()
-        .map(|path| {
-            let rel = path.strip_prefix(&root).unwrap_or(path);
-            let para = encoder.as_deref().zip(stamp.as_ref());
-            let class = classifier.map(|c| c.scorer).zip(class_stamp.as_ref());
-            rescore_file(path, rel, out, para, class, progress)
-        })
-        .collect::<Result<_, _>>()?;
+    let written = (|| -> Result<RescoreManifest, RescoreError> {
+        let root = if input.is_file() {
+            input.parent().unwrap_or(Path::new("")).to_path_buf()
+        } else {
+            input.to_path_buf()
+        };
+        let results: Vec<(RescoredFile, Tally)> = files
+            .par_iter()
+            .map(|path| {
+                let rel = path.strip_prefix(&root).unwrap_or(path);
+                let para = encoder.as_deref().zip(stamp.as_ref());
+                let class = classifier.map(|c| c.scorer).zip(class_stamp.as_ref());
+                rescore_file(path, rel, out, para, class, progress)
+            })
+            .collect::<Result<_, _>>()?;
 
-    let (scorer, scorer_kind, scorer_sha256) =
-        stamp.map_or_else(Default::default, |s| (s.file, s.kind, s.sha256));
-    let (classifier, classifier_sha256) =
-        class_stamp.map_or_else(Default::default, |s| (s.file, s.sha256));
-    let mut m = RescoreManifest {
-        input: input_name.map_or_else(|| input.display().to_string(), String::from),
-        scorer,
-        scorer_kind,
-        scorer_sha256,
-        classifier,
-        classifier_sha256,
-        ..Default::default()
-    };
-    let mut total = Tally::default();
-    for (f, t) in results {
-        m.rows += f.rows;
-        m.files.push(f);
-        total = total.merge(t);
+        let (scorer, scorer_kind, scorer_sha256) =
+            stamp.map_or_else(Default::default, |s| (s.file, s.kind, s.sha256));
+        let (classifier, classifier_sha256) =
+            class_stamp.map_or_else(Default::default, |s| (s.file, s.sha256));
+        let mut m = RescoreManifest {
+            input: input_name.map_or_else(|| input.display().to_string(), String::from),
+            scorer,
+            scorer_kind,
+            scorer_sha256,
+            classifier,
+            classifier_sha256,
+            ..Default::default()
+        };
+        let mut total = Tally::default();
+        for (f, t) in results {
+            m.rows += f.rows;
+            m.files.push(f);
+            total = total.merge(t);
+        }
+        for i in 0..=PARA_RANGES.len() {
+            m.ranges_before.insert(label(i), total.before[i]);
+            m.ranges_after.insert(label(i), total.after[i]);
+        }
+        if !m.scorer.is_empty() && m.rows > 0 && total.n_after == 0 {
+            return Err(RescoreError::NothingScored {
+                scorer: m.scorer.clone(),
+                rows: m.rows,
+            });
+        }
+        m.mean_before = total.sum_before / total.n_before.max(1) as f64;
+        m.mean_after = total.sum_after / total.n_after.max(1) as f64;
+        if !m.classifier.is_empty() {
+            m.mean_reference_probability = Some(total.sum_prob / total.n_prob.max(1) as f64);
+        }
+        let manifest = out.join(paraforge_core::layout::MANIFEST_FILE);
+        let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
+        std::fs::write(&manifest, text).map_err(io(&manifest))?;
+        Ok(m)
+    })();
+    // `out` was new or empty: what a failed run wrote there is only part
+    // of a dataset, which readers without a manifest would take whole.
+    if written.is_err() {
+        let _ = std::fs::remove_dir_all(out);
     }
-    for i in 0..=PARA_RANGES.len() {
-        m.ranges_before.insert(label(i), total.before[i]);
-        m.ranges_after.insert(label(i), total.after[i]);
-    }
-    m.mean_before = total.sum_before / total.n_before.max(1) as f64;
-    m.mean_after = total.sum_after / total.n_after.max(1) as f64;
-    if !m.classifier.is_empty() {
-        m.mean_reference_probability = Some(total.sum_prob / total.n_prob.max(1) as f64);
-    }
-    let manifest = out.join(paraforge_core::layout::MANIFEST_FILE);
-    let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
-    std::fs::write(&manifest, text).map_err(io(&manifest))?;
-    Ok(m)
+    written
 }
 
 /// What every rewritten file's footer records about the scorer.
@@ -567,6 +585,41 @@ mod tests {
         assert_eq!(listed.len(), 2);
         assert!(listed.iter().all(|p| p.is_file()));
         assert!(!out.join("shard=000000/part-t1.parquet.partial").exists());
+    }
+
+    /// Vectors of another language score nothing: an error, and no
+    /// manifest, so no stage reads the new dataset as complete.
+    #[test]
+    fn a_scorer_that_scores_no_row_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        write(
+            &data.join("part.parquet"),
+            &[
+                row("a", "the cat", "a cat", Some(0.9)),
+                row("b", "x y", "y x", None),
+            ],
+        );
+        let vec_path = dir.path().join("v.txt");
+        std::fs::write(&vec_path, "kočka 1 0\npes 0 1\n").unwrap();
+        let out = dir.path().join("rescored");
+        let e = run(
+            &data,
+            Some(ScorerPath::Vectors(&vec_path)),
+            None,
+            &out,
+            None,
+            &|_| {},
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, RescoreError::NothingScored { rows: 2, .. }),
+            "{e}"
+        );
+        assert!(
+            !out.exists(),
+            "what was written is removed, not left as a dataset"
+        );
     }
 
     #[test]

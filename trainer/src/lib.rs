@@ -50,6 +50,18 @@ pub enum TrainError {
     },
 }
 
+/// A dev score that is not a number cannot pick an epoch (nothing is
+/// greater than NaN, so the first epoch would be kept silently): every dev
+/// similarity was the same, e.g. no dev sentence had a known word.
+pub(crate) fn check_dev_score(epoch: usize, score: f64) -> Result<(), TrainError> {
+    if score.is_finite() {
+        return Ok(());
+    }
+    Err(TrainError::Invalid(format!(
+        "epoch {epoch}: the dev score is {score} (every dev similarity the same, e.g. no dev sentence has a known word or trigram); it cannot choose an epoch"
+    )))
+}
+
 impl TrainError {
     pub fn io(path: &std::path::Path, source: std::io::Error) -> TrainError {
         TrainError::Io {

@@ -17,7 +17,7 @@ use crate::nn_checkpoint::{self, NeuralKey, NeuralState};
 use crate::nn_model::{embed_encoded, NeuralModel};
 use crate::train::{nearest_of_other_pair, next_megabatch};
 use crate::train::{EpochReport, Progress, TrainOptions, TrainReport};
-use crate::TrainError;
+use crate::{check_dev_score, TrainError};
 
 #[derive(Debug, Clone)]
 pub struct NeuralOptions {
@@ -302,6 +302,7 @@ pub fn train(
         let score = dev_score.map(|f| f(model));
         report.push(EpochReport::logged(epoch, pairs, loss_sum, secs, score));
         if let Some(d) = score {
+            check_dev_score(epoch, d)?;
             if best.as_ref().is_none_or(|x| d > x.1) {
                 best = Some((epoch, d, model.net.clone()));
             }

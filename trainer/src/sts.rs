@@ -87,11 +87,27 @@ fn semeval_set(group: &str, name: &str, input: &Path, gold: &Path) -> Result<Sts
         }
         pairs.push((cols[0].to_string(), cols[1].to_string(), score));
     }
+    at_least_two(gold, &pairs)?;
     Ok(StsSet {
         group: group.into(),
         name: name.into(),
         pairs,
     })
+}
+
+/// A correlation needs two scored pairs: a set with fewer would report
+/// NaN (or pick a dev epoch by NaN) instead of failing.
+fn at_least_two(path: &Path, pairs: &[(String, String, f64)]) -> Result<(), TrainError> {
+    if pairs.len() < 2 {
+        return Err(bad(
+            path,
+            format!(
+                "{} scored pair(s); a correlation needs at least two",
+                pairs.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn tsv_set(
@@ -126,6 +142,7 @@ fn tsv_set(
         })?;
         pairs.push((c[cols.0].to_string(), c[cols.1].to_string(), score));
     }
+    at_least_two(path, &pairs)?;
     Ok(StsSet {
         group: group.into(),
         name: path
@@ -174,16 +191,34 @@ fn semeval_dir(d: &Path) -> Result<Vec<StsSet>, TrainError> {
     let group = semeval_group(d);
     let mut sets = Vec::new();
     for (name, input) in names {
-        let gold = input.with_file_name(
-            input
-                .file_name()
-                .and_then(|f| f.to_str())
-                .unwrap_or_default()
-                .replacen(".input.", ".gs.", 1),
-        );
-        if !gold.is_file() {
-            return Err(bad(&input, format!("no gold file {}", gold.display())));
-        }
+        let gold_name = input
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or_default()
+            .replacen(".input.", ".gs.", 1);
+        let gold = input.with_file_name(&gold_name);
+        // Some releases (STS 2017's) put the gold files in a directory of
+        // their own beside the inputs' (`STS2017.gs/`).
+        let beside = || {
+            d.parent().into_iter().flat_map(subdirs).find_map(|s| {
+                let name = s.file_name()?.to_string_lossy().to_lowercase();
+                let g = s.join(&gold_name);
+                (s != d && name.contains("gs") && g.is_file()).then_some(g)
+            })
+        };
+        let gold = match gold.is_file() {
+            true => gold,
+            false => beside().ok_or_else(|| {
+                bad(
+                    &input,
+                    format!(
+                        "no gold file {} (nor {gold_name} in a gold directory beside {})",
+                        gold.display(),
+                        d.display()
+                    ),
+                )
+            })?,
+        };
         sets.push(semeval_set(&group, &name, &input, &gold)?);
     }
     Ok(sets)
@@ -206,9 +241,6 @@ fn subdirs(d: &Path) -> Vec<PathBuf> {
 pub fn load_dev(path: &Path) -> Result<Vec<StsSet>, TrainError> {
     if path.is_file() {
         let mut set = tsv_set("dev", path, false, (5, 6, 4))?;
-        if set.pairs.len() < 2 {
-            return Err(bad(path, "fewer than two scored pairs".into()));
-        }
         set.group = "dev".into();
         return Ok(vec![set]);
     }
@@ -369,22 +401,28 @@ mod tests {
         std::fs::create_dir_all(&y).unwrap();
         std::fs::write(
             y.join("STS2016.input.news.txt"),
-            "a b\tc d\tnote\te f\tg\nx\ty\n",
+            "a b\tc d\tnote\te f\tg\nx\ty\np q\tr s\n",
         )
         .unwrap();
-        std::fs::write(y.join("STS2016.gs.news.txt"), "4.5\n\n").unwrap();
+        std::fs::write(y.join("STS2016.gs.news.txt"), "4.5\n\n1.0\n").unwrap();
         let b = dir.path().join("stsbenchmark");
         std::fs::create_dir_all(&b).unwrap();
         std::fs::write(
             b.join("sts-test.csv"),
-            "g\tf\t2017\t1\t2.5\tA man\tA dog\textra\n",
+            "g\tf\t2017\t1\t2.5\tA man\tA dog\textra\ng\tf\t2017\t2\t0.5\tx\ty\n",
         )
         .unwrap();
         let sets = load(dir.path()).unwrap();
         assert_eq!(sets.len(), 2);
         assert_eq!(sets[0].group, "STS2016");
-        assert_eq!(sets[0].pairs, [("a b".into(), "c d".into(), 4.5)]);
-        assert_eq!(sets[1].pairs, [("A man".into(), "A dog".into(), 2.5)]);
+        assert_eq!(
+            sets[0].pairs,
+            [
+                ("a b".into(), "c d".into(), 4.5),
+                ("p q".into(), "r s".into(), 1.0)
+            ]
+        );
+        assert_eq!(sets[1].pairs[0], ("A man".into(), "A dog".into(), 2.5));
 
         std::fs::write(b.join("sts-test.csv"), "g\tf\t2017\t1\tfive\tA\tB\n").unwrap();
         let e = load(dir.path()).unwrap_err().to_string();
@@ -437,5 +475,48 @@ mod tests {
             .map(|s| s.group)
             .collect();
         assert_eq!(groups, ["STS2017", "my-sts"]);
+    }
+
+    /// STS 2017's release: inputs in `STS2017.eval.v1.1/`, gold files in
+    /// `STS2017.gs/` beside it.
+    #[test]
+    fn gold_files_in_their_own_directory_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let (eval, gs) = (
+            dir.path().join("STS2017.eval.v1.1"),
+            dir.path().join("STS2017.gs"),
+        );
+        std::fs::create_dir_all(&eval).unwrap();
+        std::fs::create_dir_all(&gs).unwrap();
+        std::fs::write(
+            eval.join("STS.input.track5.en-en.txt"),
+            "a b\tc d\ne f\tg h\n",
+        )
+        .unwrap();
+        std::fs::write(gs.join("STS.gs.track5.en-en.txt"), "4.0\n1.5\n").unwrap();
+        let sets = load(dir.path()).unwrap();
+        assert_eq!(sets.len(), 1);
+        assert_eq!(
+            (sets[0].group.as_str(), sets[0].pairs[1].2),
+            ("STS2017", 1.5)
+        );
+    }
+
+    /// A set with fewer than two scored pairs has no correlation: an error
+    /// naming the file, not a NaN in the results (or a dev epoch kept by it).
+    #[test]
+    fn a_set_with_fewer_than_two_scored_pairs_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let y = dir.path().join("STS2015");
+        std::fs::create_dir_all(&y).unwrap();
+        std::fs::write(y.join("STS.input.x.txt"), "a\tb\nc\td\n").unwrap();
+        std::fs::write(y.join("STS.gs.x.txt"), "3.0\n\n").unwrap();
+        let e = load(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("STS.gs.x.txt") && e.contains("1 scored pair"),
+            "{e}"
+        );
+        let e = load_dev(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("at least two"), "{e}");
     }
 }

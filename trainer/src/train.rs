@@ -19,7 +19,7 @@ use rustc_hash::FxHashMap;
 use crate::checkpoint;
 use crate::data::{PairSource, ReadStats};
 use crate::model::{cosine, for_each_trigram, trigram_text, Encoded, Model};
-use crate::TrainError;
+use crate::{check_dev_score, TrainError};
 
 #[derive(Debug, Clone)]
 pub struct TrainOptions {
@@ -561,6 +561,7 @@ pub fn train(
         let score = dev.map(|f| f(model));
         report.push(EpochReport::logged(epoch, pairs, loss_sum, secs, score));
         if let Some(d) = score {
+            check_dev_score(epoch, d)?;
             if best.as_ref().is_none_or(|b| d > b.1) {
                 best = Some((epoch, d, model.clone()));
             }

@@ -148,7 +148,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
     let translator = tokio::task::spawn_blocking(move || Translator::load(&model_dir, &load))
         .await
         .map_err(|e| WorkerError::Config(e.to_string()))??;
-    let model_sha = model_checksum(&translator);
+    let model_sha = model_checksum(&translator)?;
     let scoring = cfg.scoring.clone();
     let vectors = tokio::task::spawn_blocking(move || crate::shard::load_para_encoder(&scoring))
         .await
@@ -218,10 +218,18 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                 tokio::time::sleep(Duration::from_millis(ms.clamp(50, 5000) as u64)).await;
                 continue;
             }
-            Some(lease_shard_response::Result::Done(_)) | None => break,
+            Some(lease_shard_response::Result::Done(_)) => break,
+            // Only `done` ends a worker's run: an empty reply is not one.
+            None => return Err(WorkerError::Refused(
+                "a lease reply with no lease, retry or done (a coordinator of another version?)"
+                    .into(),
+            )),
         };
         let Some(spec) = lease.shard.clone() else {
-            continue;
+            return Err(WorkerError::Refused(format!(
+                "lease {} names no shard (a coordinator of another version?)",
+                lease.lease_token
+            )));
         };
         let Some(range) = spec.range else {
             return Err(WorkerError::Refused(format!(
@@ -276,6 +284,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                                 records_read: progress.records.load(Ordering::Relaxed),
                                 pairs_written: progress.pairs.load(Ordering::Relaxed),
                                 rejects: progress.rejects.load(Ordering::Relaxed),
+                                ..Default::default()
                             }),
                         }],
                         metrics: Some(throughput.report()),
@@ -384,6 +393,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                     records_read: out.pairs + out.rejects,
                     pairs_written: out.pairs,
                     rejects: out.rejects,
+                    lines_read: out.lines,
                 }),
                 metrics: Some(throughput.report()),
             }
@@ -440,6 +450,7 @@ async fn store(
     let counts = Counts {
         pairs: out.pairs,
         rejects: out.rejects,
+        lines: out.lines,
     };
     storage.put(&pq, out.parquet.into()).await?;
     storage.put(&rj, out.rejects_jsonl.into()).await?;
@@ -450,6 +461,8 @@ async fn store(
 struct Counts {
     pairs: u64,
     rejects: u64,
+    /// Input lines read, for the coordinator's check against the plan.
+    lines: u64,
 }
 
 fn register_request(o: &WorkerOptions) -> pb::RegisterWorkerRequest {
@@ -467,14 +480,20 @@ fn hex_sha(b: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(b))
 }
 
-/// sha256 over the model's ONNX files, for the Parquet metadata.
-fn model_checksum(t: &Translator) -> String {
+/// sha256 over the model's ONNX files, for the Parquet metadata. A file
+/// that cannot be read is an error: a checksum of the others would name a
+/// model that was not the one run.
+fn model_checksum(t: &Translator) -> Result<String, WorkerError> {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
     for f in t.model_files() {
-        if let Ok(bytes) = std::fs::read(f) {
-            h.update(&bytes);
-        }
+        let bytes = std::fs::read(f).map_err(|e| {
+            WorkerError::Config(format!(
+                "reading model file {} for its checksum: {e}",
+                f.display()
+            ))
+        })?;
+        h.update(&bytes);
     }
-    hex::encode(h.finalize())
+    Ok(hex::encode(h.finalize()))
 }

@@ -55,6 +55,9 @@ pub struct ShardOutput {
     /// One JSON object per rejected line: file, line, reason, text.
     pub rejects_jsonl: Vec<u8>,
     pub rejects: u64,
+    /// Input lines the shard's range held, blank ones included: the
+    /// coordinator checks them against the plan.
+    pub lines: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -164,7 +167,7 @@ pub fn process(
         max_chars: input.max_chars,
         range: input.range,
     };
-    let reader = BitextReader::open(Path::new(&input.path), input.format.clone(), read_opts)
+    let mut reader = BitextReader::open(Path::new(&input.path), input.format.clone(), read_opts)
         .map_err(|e| ShardError::Read {
             path: input.path.clone(),
             message: e.to_string(),
@@ -192,7 +195,7 @@ pub fn process(
             // within a shard: a whole-job check would hold every id.
             let mut seen: std::collections::HashMap<String, u64> = Default::default();
             let mut repeated = 0u64;
-            for rec in reader {
+            for rec in reader.by_ref() {
                 match rec {
                     Ok(Record::Pair(p)) => match drop_lines
                         .binary_search(&p.line)
@@ -219,7 +222,7 @@ pub fn process(
                             path: path.clone(),
                             message: e.to_string(),
                         }));
-                        return;
+                        return None;
                     }
                 }
                 // Rejects flush too: a shard that is all junk stays bounded.
@@ -229,7 +232,7 @@ pub fn process(
                         std::mem::take(&mut rejects),
                     );
                     if to_translate.send(Ok(chunk)).is_err() {
-                        return;
+                        return None;
                     }
                 }
             }
@@ -237,6 +240,7 @@ pub fn process(
                 tracing::warn!(path = %path, repeated, "pair ids repeated in this shard (first 10 shown)");
             }
             let _ = to_translate.send(Ok((pairs, rejects)));
+            Some(reader.lines_read())
         });
 
         // Stage 3: score and encode.
@@ -351,11 +355,18 @@ pub fn process(
         let written = write
             .join()
             .unwrap_or_else(|_| Err(ShardError::Internal("the scoring thread panicked".into())));
-        let _ = read.join();
+        // A reader that panicked closed its channel as if the input had
+        // ended: the shard would look complete with the rest of its lines lost.
+        let lines = read
+            .join()
+            .map_err(|_| ShardError::Internal("the reading thread panicked".into()));
         if let Some(e) = failure {
             return Err(e);
         }
         let (parquet, pairs) = written?;
+        let lines = lines?.ok_or_else(|| {
+            ShardError::Internal("the reading thread stopped before the end of the shard".into())
+        })?;
         let sha = hex::encode(Sha256::digest(&parquet));
         Ok(ShardOutput {
             parquet,
@@ -363,6 +374,7 @@ pub fn process(
             pairs,
             rejects_jsonl,
             rejects,
+            lines,
         })
     })
 }
