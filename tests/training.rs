@@ -464,7 +464,7 @@ fn every_neural_encoder_learns_saves_and_loads() {
 
     let dir = tempfile::tempdir().unwrap();
     // The tiny test model's translations are too poor to learn from.
-    paraforge_tests::scored_dataset_with(dir.path(), 600, 2, "demo-cs-en", 2);
+    let rows = paraforge_tests::scored_dataset_with(dir.path(), 600, 2, "demo-cs-en", 2);
     let source = PairSource::open(dir.path()).unwrap();
     let v = glove();
     let words = paraforge_trainer::train::word_vocab(&source, 1, 50_000).unwrap();
@@ -554,6 +554,24 @@ fn every_neural_encoder_learns_saves_and_loads() {
         let back = NeuralModel::load(&out, &cpu()).unwrap();
         assert_eq!(back.embed_many(&probe), m.embed_many(&probe), "{spec}");
         assert_eq!(back.spec(), spec);
+
+        // As the para_score model: para_score is the model's own cosine
+        // of its two embeddings, on real pairs.
+        let enc = paraforge_trainer::scorer::load_encoder(Some(&out), None)
+            .unwrap()
+            .unwrap();
+        assert!(enc.describe().contains(&spec.name()), "{}", enc.describe());
+        let mut scorer = paraforge_core::Scorer::new(Some(&*enc));
+        for r in rows.iter().take(40) {
+            let got = scorer.score(&r.reference, &r.translation).para_score;
+            let e = back.embed_many(&[&r.reference, &r.translation]);
+            let want = paraforge_core::score::cosine(&e[0], &e[1]);
+            let got = got.unwrap_or_else(|| panic!("{spec}: no para_score for {r:?}"));
+            assert!(
+                (got - want).abs() <= 1e-5,
+                "{spec}: {got} vs {want} for {r:?}"
+            );
+        }
     }
 
     // The CLI trains, evaluates and exports one; bad files name themselves.

@@ -182,9 +182,10 @@ pub struct RescoreArgs {
     /// (`s3://`, `gs://`) of a job's output or an earlier rescore.
     #[arg(long)]
     data: String,
-    /// A model from `paraforge train` (`.pfe`, or a directory holding
-    /// `model.pfe`, such as models/scorer-trigram): para_score becomes the
-    /// cosine of its two sentence embeddings.
+    /// Any model from `paraforge train` (`.pfe`, a directory holding
+    /// `model.pfe` such as models/scorer-trigram, or a neural encoder's
+    /// directory such as an LSTM's): para_score becomes the cosine of its
+    /// two sentence embeddings.
     #[arg(long, conflicts_with = "vectors")]
     model: Option<PathBuf>,
     /// GloVe-format word vectors instead (averaged).

@@ -144,16 +144,21 @@ fn label(i: usize) -> String {
 /// What para_score is recomputed with.
 #[derive(Debug, Clone, Copy)]
 pub enum ScorerPath<'a> {
-    /// A `.pfe` model from `paraforge train` (or a directory holding `model.pfe`).
+    /// Any model `paraforge train` writes: a `.pfe` file (or a directory
+    /// holding `model.pfe`), or a neural encoder's directory.
     Model(&'a Path),
     /// GloVe-format word vectors.
     Vectors(&'a Path),
 }
 
 impl ScorerPath<'_> {
-    /// The file itself (a model directory's `model.pfe`).
+    /// The file itself (a model directory's `model.pfe`, or a neural
+    /// encoder's `model.safetensors`).
     pub fn file(&self) -> PathBuf {
         match self {
+            ScorerPath::Model(p) if paraforge_trainer::nn_model::NeuralModel::is_one(p) => {
+                p.join(paraforge_trainer::nn_model::WEIGHTS)
+            }
             ScorerPath::Model(p) if p.is_dir() => p.join("model.pfe"),
             ScorerPath::Model(p) | ScorerPath::Vectors(p) => p.to_path_buf(),
         }
@@ -164,7 +169,7 @@ impl ScorerPath<'_> {
             ScorerPath::Model(p) => (Some(p), None),
             ScorerPath::Vectors(p) => (None, Some(p)),
         };
-        Ok(paraforge_core::load_encoder(m, v)?.expect("one of the two is given"))
+        Ok(paraforge_trainer::scorer::load_encoder(m, v)?.expect("one of the two is given"))
     }
 }
 

@@ -114,7 +114,7 @@ fn filtered(path: &str, p: &paraforge_core::bitext::Pair, reason: RejectReason) 
 pub fn load_para_encoder(
     s: &paraforge_core::config::Scoring,
 ) -> Result<Option<Box<dyn SentenceEncoder>>, EncoderError> {
-    let e = paraforge_core::load_encoder(
+    let e = paraforge_trainer::scorer::load_encoder(
         s.model.as_deref().map(Path::new),
         s.vectors.as_deref().map(Path::new),
     )?;
