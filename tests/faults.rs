@@ -97,7 +97,6 @@ fn forge_completions(url: &str, shards: usize) -> usize {
                 lease_token: token,
                 files: vec![],
                 totals: Some(pb::Progress {
-                    records_read: 100,
                     pairs_written: 100,
                     rejects: 0,
                     lines_read: 100,

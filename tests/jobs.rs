@@ -227,6 +227,46 @@ async fn an_input_that_shrinks_under_the_job_fails_it() {
     assert!(!out.join("_manifest.json").exists());
 }
 
+/// `worker --model-dir`: the job names a model path that does not exist on
+/// this node; a worker given its own copy of the model does the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_a_node_local_copy_of_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cfg, ids) = job(dir.path(), "local-model", 20, 10, "");
+    let local = dir.path().join("node-local-model");
+    std::fs::create_dir_all(&local).unwrap();
+    for e in std::fs::read_dir(&cfg.model.dir).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, local.join(p.file_name().unwrap())).unwrap();
+    }
+    cfg.model.dir = "/nonexistent/shared-fs/model".into();
+    let c = coordinator(&cfg).await.unwrap();
+    let o = WorkerOptions {
+        coordinator: format!("http://{}", c.grpc_addr),
+        name: "local".into(),
+        connect_attempts: 5,
+        access: Default::default(),
+        device: None,
+        model_dir: Some(local),
+    };
+    tokio::time::timeout(
+        Duration::from_secs(300),
+        run_worker(o, Arc::new(AtomicBool::new(false))),
+    )
+    .await
+    .expect("the worker finished in time")
+    .expect("the worker succeeded with its own copy");
+    let storage = Storage::open(&cfg.job.output).unwrap();
+    let m = finalize(&c.shared, &storage).await.unwrap();
+    c.stop().await;
+    assert_eq!(m.shards_committed, 2);
+    let got: Vec<String> = output_rows(&dir.path().join("out"))
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(sorted(got), sorted(ids));
+}
+
 /// A second job on the same output refuses to start and leaves the first
 /// job's files as they were; so does the same job restarted without its
 /// state. A committed file deleted from the output is written again on the

@@ -192,7 +192,6 @@ async fn complete_lines(
         lease_token: lease.lease_token,
         files,
         totals: Some(pb::Progress {
-            records_read: pairs + rejects,
             pairs_written: pairs,
             rejects,
             lines_read: lines,
@@ -237,7 +236,6 @@ async fn a_forged_completion_under_another_workers_id_is_refused() {
                 lease_token: l.lease_token,
                 files: vec![],
                 totals: Some(pb::Progress {
-                    records_read: 100,
                     pairs_written: 100,
                     rejects: 0,
                     lines_read: 100,

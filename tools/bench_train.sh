@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Training benchmark: `paraforge train` and a PyTorch implementation of the
-# same models (tools/bench_train.py) on the same Parquet pairs, M = 40, one
-# epoch, 1 and 2 threads; prints pairs/s, pairs/s per core and the ratio.
+# same models (tools/bench_train.py) on the same Parquet pairs, every
+# encoder `paraforge train --model` has, 1 and 2 threads, one epoch; prints
+# pairs/s, pairs/s per core and the ratio, and writes one JSON object per
+# run to bench-out/train/results.jsonl.
 # Usage: tools/bench_train.sh [ROWS] [VECTORS]
+# Environment: RNN_PAIRS (pairs of a neural run, default 2000), AVG_MODELS
+# and NN_MODELS (the encoders run; default all, see below), PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS=${1:-100000}
@@ -10,6 +14,15 @@ VECTORS=${2:-data/vectors/glove.6B.50d.top25k.txt.gz}
 OUT=bench-out/train
 BIN=target/release/paraforge
 PY=${PYTHON:-.venv/bin/python}
+# The hand-differentiated averages: M = 40, the whole data.
+AVG_MODELS=${AVG_MODELS:-word trigram word,trigram}
+# The neural encoders (burn autodiff; the recurrent ones and the
+# word-operator Gaussian, a recurrence too, train hundreds of times
+# slower): the first RNN_PAIRS pairs only (both peers), M = 1 as their
+# negatives cost a forward pass of every sentence, no scrambling, no dev
+# set, file order.
+NN_MODELS=${NN_MODELS:-lstm lstm-no-o blstm blstm-concat gran rnn irnn dan proj gaussian lstm-gaussian word+trigram+lstm word,trigram,lstm}
+RNN_PAIRS=${RNN_PAIRS:-2000}
 mkdir -p "$OUT"
 if [ ! -f bench-out/bins/pairs.tsv ]; then
   mkdir -p bench-out/bins
@@ -20,38 +33,46 @@ fi
 rm -rf "$OUT/data" && mkdir -p "$OUT/data"
 target/release/examples/make_rows bench-out/bins/pairs.tsv "$VECTORS" "$OUT/data" "$ROWS" 4 > /dev/null
 : > "$OUT/results.jsonl"
-for model in word word,trigram; do
+
+# paraforge train MODEL M THREADS OUTPUT [ARGS...]: its result line.
+paraforge() {
+  local model=$1 m=$2 t=$3 out=$4
+  shift 4
+  local line
+  if ! line=$($BIN train --data "$OUT/data" --model "$model" --init-vectors "$VECTORS" --megabatch "$m" \
+      --epochs 1 --threads "$t" --out "$out" "$@" 2>"$OUT/paraforge.err" | grep '^epoch 1'); then
+    echo "paraforge train --model $model failed:" >&2
+    cat "$OUT/paraforge.err" >&2
+    exit 1
+  fi
+  # "epoch 1: N pairs, mean loss L, R pairs/s"
+  local pairs loss rate
+  pairs=$(echo "$line" | sed -E 's/^epoch 1: ([0-9]+) pairs.*/\1/')
+  loss=$(echo "$line" | sed -E 's/.*mean loss ([0-9.]+),.*/\1/')
+  rate=$(echo "$line" | sed -E 's/.* ([0-9]+) pairs\/s.*/\1/')
+  echo "{\"peer\": \"paraforge\", \"model\": \"$model\", \"M\": $m, \"threads\": $t, \"pairs\": $pairs, \"pairs_per_second\": $rate, \"mean_loss\": $loss}" >> "$OUT/results.jsonl"
+}
+
+for model in $AVG_MODELS; do
   for t in 1 2; do
-    line=$($BIN train --data "$OUT/data" --model "$model" --init-vectors "$VECTORS" --megabatch 40 \
-      --epochs 1 --threads "$t" --out "$OUT/m.pfe" 2>/dev/null | grep '^epoch 1')
-    rate=$(echo "$line" | sed -E 's/.* ([0-9]+) pairs\/s.*/\1/')
-    echo "{\"peer\": \"paraforge\", \"model\": \"$model\", \"M\": 40, \"threads\": $t, \"pairs_per_second\": $rate}" >> "$OUT/results.jsonl"
+    paraforge "$model" 40 "$t" "$OUT/m.pfe"
     $PY tools/bench_train.py "$OUT/data" "$VECTORS" "$model" 40 "$t" >> "$OUT/results.jsonl"
   done
 done
-# The recurrent encoders (and the word-operator Gaussian, a recurrence
-# too) train hundreds of times slower: the first
-# RNN_PAIRS pairs only (both peers), M = 1 as their negatives cost a
-# forward pass of every sentence.
-RNN_PAIRS=${RNN_PAIRS:-2000}
-for model in lstm blstm gaussian; do
+for model in $NN_MODELS; do
   for t in 1 2; do
-    line=$($BIN train --data "$OUT/data" --model "$model" --init-vectors "$VECTORS" --megabatch 1 \
-      --scramble 0 --no-dev --epochs 1 --max-pairs "$RNN_PAIRS" --shuffle-buffer 1 --threads "$t" \
-      --out "$OUT/m.model" 2>/dev/null | grep '^epoch 1')
-    rate=$(echo "$line" | sed -E 's/.* ([0-9]+) pairs\/s.*/\1/')
-    echo "{\"peer\": \"paraforge\", \"model\": \"$model\", \"M\": 1, \"threads\": $t, \"pairs_per_second\": $rate}" >> "$OUT/results.jsonl"
+    paraforge "$model" 1 "$t" "$OUT/m.model" --scramble 0 --no-dev --max-pairs "$RNN_PAIRS" --shuffle-buffer 1
     $PY tools/bench_train.py "$OUT/data" "$VECTORS" "$model" 1 "$t" "$RNN_PAIRS" >> "$OUT/results.jsonl"
   done
 done
 $PY - "$OUT/results.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("| model | threads | paraforge pairs/s | per core | PyTorch pairs/s | per core | ratio |")
-print("|---|---:|---:|---:|---:|---:|---:|")
-for m in ("word", "word,trigram", "lstm", "blstm", "gaussian"):
+print("| model | M | threads | paraforge pairs/s | per core | PyTorch pairs/s | per core | ratio |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for m in dict.fromkeys(x["model"] for x in rows):
     for t in (1, 2):
-        r = {x["peer"]: x["pairs_per_second"] for x in rows if x["model"] == m and x["threads"] == t}
-        p, q = r["paraforge"], r["pytorch"]
-        print(f"| {m.upper()} | {t} | {p:,.0f} | {p/t:,.0f} | {q:,.0f} | {q/t:,.0f} | {p/q:.2f}x |")
+        r = {x["peer"]: x for x in rows if x["model"] == m and x["threads"] == t}
+        p, q = r["paraforge"]["pairs_per_second"], r["pytorch"]["pairs_per_second"]
+        print(f"| {m.upper()} | {r['paraforge']['M']} | {t} | {p:,.0f} | {p/t:,.0f} | {q:,.0f} | {q/t:,.0f} | {p/q:.2f}x |")
 PY

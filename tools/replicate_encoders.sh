@@ -27,6 +27,7 @@ SEEDS=${SEEDS:-1 2 3}
 VECTORS=${VECTORS:-data/vectors/glove.6B.50d.top25k.txt.gz}
 BIN=${PARAFORGE_BIN:-target/release/paraforge}
 PY=${PYTHON:-python3}
+export ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$PWD/.cache/ort/onnxruntime-1.31.1/libonnxruntime.so.1.31.1}
 ALL="word trigram word+trigram word,trigram lstm lstm-no-o blstm blstm-concat gran rnn irnn dan proj gaussian lstm-gaussian word+trigram+lstm word,trigram,lstm"
 ENCODERS=${ENCODERS:-$ALL}
 MULTI_SEED=" word trigram lstm blstm "

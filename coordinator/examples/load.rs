@@ -192,7 +192,6 @@ async fn main() {
                             shard_id,
                             lease_token: lease.lease_token,
                             progress: Some(pb::Progress {
-                                records_read: 1,
                                 pairs_written: 1,
                                 rejects: 0,
                                 lines_read: 0,
@@ -213,7 +212,6 @@ async fn main() {
                             lease_token: lease.lease_token,
                             files,
                             totals: Some(pb::Progress {
-                                records_read: 1,
                                 pairs_written: 1,
                                 rejects: 0,
                                 lines_read: 1,

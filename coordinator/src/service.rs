@@ -18,7 +18,7 @@ use paraforge_core::proto::{self as pb, lease_shard_response};
 use tonic::{Request, Response, Status};
 
 use crate::metrics::{check_figures, Metrics};
-use crate::state::{JobState, OutputFile, StateError, Tally};
+use crate::state::{FailOutcome, JobState, OutputFile, StateError, Tally};
 
 /// Longest worker name accepted at registration, in bytes.
 pub const MAX_NAME_BYTES: usize = 128;
@@ -731,7 +731,6 @@ impl Coordinator for CoordinatorService {
             job_id: self.state().job_id().to_string(),
             config_toml: self.shared.config_toml.clone(),
             heartbeat_interval_ms: self.shared.heartbeat.as_millis() as u32,
-            lease_ms: self.shared.lease.as_millis() as u32,
             worker_secret: secret.0,
         }))
     }
@@ -853,7 +852,8 @@ impl Coordinator for CoordinatorService {
                 let will_retry = self
                     .state()
                     .fail(r.shard_id, &r.worker_id, r.lease_token, &reason, true)
-                    .map_err(ServiceError::from)?;
+                    .map_err(ServiceError::from)?
+                    == FailOutcome::Retried;
                 tracing::warn!(worker = %r.worker_id, shard = r.shard_id, token = r.lease_token, %reason, will_retry, "completion refused; attempt failed");
                 self.shared.metrics.refused("mismatch");
                 return refused(format!(
@@ -950,7 +950,7 @@ impl Coordinator for CoordinatorService {
             return Err(ServiceError::Invalid("a failure needs a reason".into()).into());
         }
         let reason = truncate(&r.reason, MAX_REASON_BYTES);
-        let will_retry = self
+        let outcome = self
             .state()
             .fail(
                 r.shard_id,
@@ -960,8 +960,20 @@ impl Coordinator for CoordinatorService {
                 r.retryable,
             )
             .map_err(ServiceError::from)?;
-        tracing::warn!(worker = %r.worker_id, shard = r.shard_id, %reason, will_retry, "shard failed");
-        Ok(Response::new(pb::FailShardResponse { will_retry }))
+        match outcome {
+            FailOutcome::Retried => {
+                tracing::warn!(worker = %r.worker_id, shard = r.shard_id, %reason, "shard attempt failed; it will be retried")
+            }
+            FailOutcome::Failed => {
+                tracing::error!(worker = %r.worker_id, shard = r.shard_id, %reason, "shard failed for good")
+            }
+            FailOutcome::Stale => {
+                tracing::info!(worker = %r.worker_id, shard = r.shard_id, token = r.lease_token, %reason, "failure of a lease no longer held; ignored")
+            }
+        }
+        Ok(Response::new(pb::FailShardResponse {
+            will_retry: outcome == FailOutcome::Retried,
+        }))
     }
 
     async fn job_status(
@@ -1307,7 +1319,6 @@ mod tests {
                     lease_token: *token,
                     files: attempt_files(&shared, *shard, *token, 5).await,
                     totals: Some(pb::Progress {
-                        records_read: 5,
                         pairs_written: 5,
                         rejects: 0,
                         lines_read: 5,

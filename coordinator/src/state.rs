@@ -134,6 +134,18 @@ pub struct Shard {
     pub progress_pairs: u64,
 }
 
+/// What a reported failure did to its shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// Back in the queue for another attempt.
+    Retried,
+    /// Failed for good: out of attempts, or not retryable.
+    Failed,
+    /// Nothing: the lease was no longer this worker's (expired, revoked or
+    /// committed), so its failure does not count.
+    Stale,
+}
+
 /// A granted lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -692,7 +704,7 @@ impl JobState {
         token: u64,
         reason: &str,
         retryable: bool,
-    ) -> Result<bool, StateError> {
+    ) -> Result<FailOutcome, StateError> {
         let s = self
             .shards
             .get_mut(&shard_id)
@@ -703,7 +715,7 @@ impl JobState {
                 worker: w,
                 ..
             } if *t == token && w == worker => {}
-            _ => return Ok(false), // a stale lease or another worker cannot fail the shard
+            _ => return Ok(FailOutcome::Stale),
         }
         s.last_error = Some(reason.to_string());
         let retry = retryable && s.attempts < self.max_attempts;
@@ -718,7 +730,11 @@ impl JobState {
         self.leased.remove(&shard_id);
         // A retry only re-queues the shard; a final failure must survive.
         self.persist(&[shard_id], !retry)?;
-        Ok(retry)
+        Ok(if retry {
+            FailOutcome::Retried
+        } else {
+            FailOutcome::Failed
+        })
     }
 
     pub fn counts(&self) -> Counts {
@@ -841,7 +857,10 @@ mod tests {
                 .unwrap(),
             Err(Refusal::NotHolder)
         );
-        assert!(!st.fail(c.spec.shard_id, "w2", c.token, "x", true).unwrap());
+        assert_eq!(
+            st.fail(c.spec.shard_id, "w2", c.token, "x", true).unwrap(),
+            FailOutcome::Stale
+        );
         assert_eq!(
             st.complete(c.spec.shard_id, "w3", c.token, vec![], Tally::counts(1, 0))
                 .unwrap(),
@@ -857,13 +876,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut st = JobState::open(&dir.path().join("s.redb"), "job", 2, || plan(2)).unwrap();
         let l = st.lease("w", 0, 1000).unwrap().unwrap();
-        assert!(st
-            .fail(l.spec.shard_id, "w", l.token, "disk full", true)
-            .unwrap());
+        assert_eq!(
+            st.fail(l.spec.shard_id, "w", l.token, "disk full", true)
+                .unwrap(),
+            FailOutcome::Retried
+        );
         let l = st.lease("w", 0, 1000).unwrap().unwrap();
         assert_eq!(l.spec.shard_id, 0);
-        assert!(
-            !st.fail(0, "w", l.token, "disk full", true).unwrap(),
+        assert_eq!(
+            st.fail(0, "w", l.token, "disk full", true).unwrap(),
+            FailOutcome::Failed,
             "out of attempts"
         );
         let l = st.lease("w", 0, 1000).unwrap().unwrap();
@@ -881,7 +903,10 @@ mod tests {
         // A non-retryable failure fails at once.
         let mut st = JobState::open(&dir.path().join("t.redb"), "job", 5, || plan(1)).unwrap();
         let l = st.lease("w", 0, 1000).unwrap().unwrap();
-        assert!(!st.fail(0, "w", l.token, "corrupt input", false).unwrap());
+        assert_eq!(
+            st.fail(0, "w", l.token, "corrupt input", false).unwrap(),
+            FailOutcome::Failed
+        );
     }
 
     #[test]

@@ -281,7 +281,6 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                             shard_id,
                             lease_token: token,
                             progress: Some(pb::Progress {
-                                records_read: progress.records.load(Ordering::Relaxed),
                                 pairs_written: progress.pairs.load(Ordering::Relaxed),
                                 rejects: progress.rejects.load(Ordering::Relaxed),
                                 ..Default::default()
@@ -362,7 +361,9 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
             Err((reason, retryable)) => {
                 tracing::warn!(shard = spec.shard_id, %reason, "shard attempt failed");
                 summary.shards_failed += 1;
-                let _ = call!(
+                // The coordinator decides what becomes of the shard; a
+                // report that does not arrive leaves the lease to expire.
+                match call!(
                     client,
                     &o,
                     fail_shard,
@@ -374,7 +375,18 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                         reason,
                         retryable,
                     }
-                );
+                ) {
+                    Ok(r) => tracing::info!(
+                        shard = spec.shard_id,
+                        will_retry = r.will_retry,
+                        "failure reported"
+                    ),
+                    Err(e) => tracing::warn!(
+                        shard = spec.shard_id,
+                        error = %e,
+                        "could not report the failure; the lease will expire"
+                    ),
+                }
                 continue;
             }
         };
@@ -390,7 +402,6 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                 lease_token: lease.lease_token,
                 files,
                 totals: Some(pb::Progress {
-                    records_read: out.pairs + out.rejects,
                     pairs_written: out.pairs,
                     rejects: out.rejects,
                     lines_read: out.lines,
