@@ -121,93 +121,176 @@ macro_rules! call {
     }};
 }
 
-/// Runs until the job is done or `stop` is set.
-pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummary, WorkerError> {
-    let mut client = connect(&o).await?;
-    let reg = call!(client, &o, register_worker, register_request(&o))?;
-    let cfg = JobConfig::parse(&reg.config_toml, std::path::Path::new("<from coordinator>"))
-        .map_err(|e| WorkerError::Config(e.to_string()))?;
-    let mut worker_id = reg.worker_id.clone();
-    let mut secret = reg.worker_secret.clone();
-    tracing::info!(worker = %worker_id, job = %reg.job_id, "registered");
+/// The connection and this worker's identity with the coordinator; a
+/// coordinator that forgot the worker is registered with again.
+struct Session {
+    client: Client,
+    opts: WorkerOptions,
+    worker_id: String,
+    secret: String,
+}
 
-    let device: Device = match o.device {
-        Some(d) => d,
-        None => cfg.model.device.parse().map_err(WorkerError::Config)?,
-    };
-    let load = LoadOptions {
-        device,
-        threads: cfg.model.threads,
-        quantized: cfg.model.quantized,
-        ..LoadOptions::default()
-    };
-    let model_dir = o
-        .model_dir
-        .clone()
-        .unwrap_or_else(|| std::path::PathBuf::from(&cfg.model.dir));
-    let translator = tokio::task::spawn_blocking(move || Translator::load(&model_dir, &load))
-        .await
-        .map_err(|e| WorkerError::Config(e.to_string()))??;
-    let model_sha = model_checksum(&translator)?;
-    let scoring = cfg.scoring.clone();
-    let vectors = tokio::task::spawn_blocking(move || crate::shard::load_para_encoder(&scoring))
-        .await
-        .map_err(|e| WorkerError::Config(e.to_string()))??
-        .map(Arc::from);
-    let scoring = cfg.scoring.clone();
-    let lm = tokio::task::spawn_blocking(move || crate::shard::load_lm(&scoring))
+impl Session {
+    /// Connects and registers; returns the registration (job, config).
+    async fn open(o: &WorkerOptions) -> Result<(Session, pb::RegisterWorkerResponse), WorkerError> {
+        let mut client = connect(o).await?;
+        let reg = call!(client, o, register_worker, register_request(o))?;
+        tracing::info!(worker = %reg.worker_id, job = %reg.job_id, "registered");
+        let s = Session {
+            client,
+            opts: o.clone(),
+            worker_id: reg.worker_id.clone(),
+            secret: reg.worker_secret.clone(),
+        };
+        Ok((s, reg))
+    }
+
+    /// A restarted coordinator, or one that forgot this worker after a
+    /// long silence: register again, same job.
+    async fn register_again(&mut self) -> Result<(), WorkerError> {
+        let again = call!(
+            self.client,
+            &self.opts,
+            register_worker,
+            register_request(&self.opts)
+        )?;
+        tracing::warn!(old = %self.worker_id, new = %again.worker_id, "the coordinator does not know this worker; registered again");
+        self.worker_id = again.worker_id;
+        self.secret = again.worker_secret;
+        Ok(())
+    }
+}
+
+/// Everything loaded once per worker for the job: the model, the scorers,
+/// the filters, the output storage and what every file's footer says.
+struct Job {
+    cfg: JobConfig,
+    storage: Storage,
+    translator: Arc<std::sync::Mutex<Translator>>,
+    encoder: Option<Arc<dyn paraforge_core::SentenceEncoder>>,
+    lm: Option<Arc<paraforge_core::ArpaModel>>,
+    filters: Arc<paraforge_core::filters::PreFilter>,
+    gen: GenerateOptions,
+    metadata: Vec<(&'static str, String)>,
+    throughput: Arc<Throughput>,
+    heartbeat_every: Duration,
+}
+
+/// Blocking work (model and table loads) off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, WorkerError> + Send + 'static,
+) -> Result<T, WorkerError> {
+    tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| WorkerError::Config(e.to_string()))?
-        .map_err(WorkerError::Config)?
-        .map(Arc::new);
-    let filters = Arc::new(
-        paraforge_core::filters::PreFilter::new(&cfg.filters)
-            .map_err(|e| WorkerError::Config(e.to_string()))?,
-    );
-    let storage = Storage::open(&cfg.job.output)?;
-    let gen = GenerateOptions {
-        num_beams: cfg.model.beam,
-        nbest: cfg.model.beam_candidates,
-        max_new_tokens: cfg.model.max_new_tokens,
-        batch_size: cfg.model.batch_size,
-        batch_tokens: cfg.model.batch_tokens,
-        ..GenerateOptions::default()
-    };
-    let metadata: Vec<(&'static str, String)> = vec![
-        (
-            paraforge_core::schema::meta::VERSION,
-            env!("CARGO_PKG_VERSION").to_string(),
-        ),
-        (paraforge_core::schema::meta::MODEL, cfg.model.dir.clone()),
-        (paraforge_core::schema::meta::MODEL_SHA256, model_sha),
-        (
-            paraforge_core::schema::meta::CONFIG,
-            reg.config_toml.clone(),
-        ),
-    ];
-    let translator = Arc::new(std::sync::Mutex::new(translator));
-    let throughput = Arc::new(Throughput::default());
-    let heartbeat_every = Duration::from_millis(reg.heartbeat_interval_ms.max(100) as u64);
-    let mut summary = WorkerSummary::default();
+}
 
-    while !stop.load(Ordering::Relaxed) {
-        let r = match call!(
-            client,
-            &o,
-            lease_shard,
-            pb::LeaseShardRequest {
-                worker_id: worker_id.clone(),
-                worker_secret: secret.clone(),
-            }
-        ) {
+impl Job {
+    async fn load(o: &WorkerOptions, reg: &pb::RegisterWorkerResponse) -> Result<Job, WorkerError> {
+        let cfg = JobConfig::parse(&reg.config_toml, std::path::Path::new("<from coordinator>"))
+            .map_err(|e| WorkerError::Config(e.to_string()))?;
+        let device: Device = match o.device {
+            Some(d) => d,
+            None => cfg.model.device.parse().map_err(WorkerError::Config)?,
+        };
+        let load = LoadOptions {
+            device,
+            threads: cfg.model.threads,
+            quantized: cfg.model.quantized,
+            ..LoadOptions::default()
+        };
+        let model_dir = o
+            .model_dir
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from(&cfg.model.dir));
+        let translator = blocking(move || Ok(Translator::load(&model_dir, &load)?)).await?;
+        let model_sha = model_checksum(&translator)?;
+        let scoring = cfg.scoring.clone();
+        let encoder = blocking(move || Ok(crate::shard::load_para_encoder(&scoring)?))
+            .await?
+            .map(Arc::from);
+        let scoring = cfg.scoring.clone();
+        let lm = blocking(move || crate::shard::load_lm(&scoring).map_err(WorkerError::Config))
+            .await?
+            .map(Arc::new);
+        let filters = Arc::new(
+            paraforge_core::filters::PreFilter::new(&cfg.filters)
+                .map_err(|e| WorkerError::Config(e.to_string()))?,
+        );
+        let gen = GenerateOptions {
+            num_beams: cfg.model.beam,
+            nbest: cfg.model.beam_candidates,
+            max_new_tokens: cfg.model.max_new_tokens,
+            batch_size: cfg.model.batch_size,
+            batch_tokens: cfg.model.batch_tokens,
+            ..GenerateOptions::default()
+        };
+        let metadata = vec![
+            (
+                paraforge_core::schema::meta::VERSION,
+                env!("CARGO_PKG_VERSION").to_string(),
+            ),
+            (paraforge_core::schema::meta::MODEL, cfg.model.dir.clone()),
+            (paraforge_core::schema::meta::MODEL_SHA256, model_sha),
+            (
+                paraforge_core::schema::meta::CONFIG,
+                reg.config_toml.clone(),
+            ),
+        ];
+        Ok(Job {
+            storage: Storage::open(&cfg.job.output)?,
+            cfg,
+            translator: Arc::new(std::sync::Mutex::new(translator)),
+            encoder,
+            lm,
+            filters,
+            gen,
+            metadata,
+            throughput: Arc::new(Throughput::default()),
+            heartbeat_every: Duration::from_millis(reg.heartbeat_interval_ms.max(100) as u64),
+        })
+    }
+
+    /// What the worker reads for a leased shard.
+    fn input(&self, spec: &pb::ShardSpec, range: pb::Range) -> ShardInput {
+        let idx = self
+            .cfg
+            .input
+            .paths
+            .iter()
+            .position(|p| *p == spec.input_url)
+            .unwrap_or(0);
+        let mut drop_lines = spec.drop_lines.clone();
+        drop_lines.sort_unstable();
+        ShardInput {
+            path: paraforge_core::storage::local_path(&spec.input_url)
+                .map_or_else(|| spec.input_url.clone(), |p| p.display().to_string()),
+            format: self.cfg.format(idx),
+            range: Some(range.into()),
+            max_chars: self.cfg.input.max_chars,
+            drop_lines,
+        }
+    }
+}
+
+/// A granted lease and the shard it is for.
+struct Leased {
+    lease: pb::Lease,
+    spec: pb::ShardSpec,
+    range: pb::Range,
+}
+
+/// The next lease, or `None` when the coordinator says the job is done.
+async fn lease(s: &mut Session) -> Result<Option<Leased>, WorkerError> {
+    loop {
+        let req = pb::LeaseShardRequest {
+            worker_id: s.worker_id.clone(),
+            worker_secret: s.secret.clone(),
+        };
+        let r = match call!(s.client, &s.opts, lease_shard, req) {
             Ok(r) => r,
             Err(WorkerError::UnknownWorker(_)) => {
-                // A restarted coordinator, or one that forgot this worker
-                // after a long silence: register again, same job.
-                let again = call!(client, &o, register_worker, register_request(&o))?;
-                tracing::warn!(old = %worker_id, new = %again.worker_id, "the coordinator does not know this worker; registered again");
-                worker_id = again.worker_id;
-                secret = again.worker_secret;
+                s.register_again().await?;
                 continue;
             }
             Err(e) => return Err(e),
@@ -218,7 +301,7 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                 tokio::time::sleep(Duration::from_millis(ms.clamp(50, 5000) as u64)).await;
                 continue;
             }
-            Some(lease_shard_response::Result::Done(_)) => break,
+            Some(lease_shard_response::Result::Done(_)) => return Ok(None),
             // Only `done` ends a worker's run: an empty reply is not one.
             None => return Err(WorkerError::Refused(
                 "a lease reply with no lease, retry or done (a coordinator of another version?)"
@@ -237,195 +320,215 @@ pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummar
                 lease.lease_token, spec.shard_id
             )));
         };
-        let idx = cfg
-            .input
-            .paths
-            .iter()
-            .position(|p| *p == spec.input_url)
-            .unwrap_or(0);
-        let input = ShardInput {
-            path: paraforge_core::storage::local_path(&spec.input_url)
-                .map_or_else(|| spec.input_url.clone(), |p| p.display().to_string()),
-            format: cfg.format(idx),
-            range: Some(range.into()),
-            max_chars: cfg.input.max_chars,
-            drop_lines: {
-                let mut d = spec.drop_lines.clone();
-                d.sort_unstable();
-                d
-            },
-        };
-        tracing::info!(worker = %worker_id, shard = spec.shard_id, token = lease.lease_token, attempt = lease.attempt, "processing shard");
+        return Ok(Some(Leased { lease, spec, range }));
+    }
+}
 
-        // Heartbeats run beside the shard; a revoked lease cancels it.
-        let progress = Arc::new(Progress::default());
-        let revoked = Arc::new(AtomicBool::new(false));
-        let hb = {
-            let (mut c, o2, wid, wsecret, progress, revoked, throughput) = (
-                client.clone(),
-                o.clone(),
-                worker_id.clone(),
-                secret.clone(),
-                progress.clone(),
-                revoked.clone(),
-                throughput.clone(),
-            );
-            let (shard_id, token) = (spec.shard_id, lease.lease_token);
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(heartbeat_every).await;
-                    let req = pb::HeartbeatRequest {
-                        worker_id: wid.clone(),
-                        worker_secret: wsecret.clone(),
-                        leases: vec![pb::LeaseProgress {
-                            shard_id,
-                            lease_token: token,
-                            progress: Some(pb::Progress {
-                                pairs_written: progress.pairs.load(Ordering::Relaxed),
-                                rejects: progress.rejects.load(Ordering::Relaxed),
-                                ..Default::default()
-                            }),
-                        }],
-                        metrics: Some(throughput.report()),
-                    };
-                    match call!(c, &o2, heartbeat, req) {
-                        Ok(r) if r.revoked_tokens.contains(&token) => {
-                            tracing::warn!(
-                                shard = shard_id,
-                                token,
-                                "lease revoked; abandoning the shard"
-                            );
-                            revoked.store(true, Ordering::Relaxed);
-                            return;
-                        }
-                        Ok(_) => {}
-                        // Forgotten by the coordinator: the lease went with
-                        // this worker, so the shard's work would be refused.
-                        Err(WorkerError::UnknownWorker(m)) => {
-                            tracing::warn!(shard = shard_id, token, reason = %m, "the coordinator no longer knows this worker; abandoning the shard");
-                            revoked.store(true, Ordering::Relaxed);
-                            return;
-                        }
-                        Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
-                    }
-                }
-            })
-        };
-        let result = {
-            let (t, v, lm, gen, md, progress, revoked, filters, throughput) = (
-                translator.clone(),
-                vectors.clone(),
-                lm.clone(),
-                gen.clone(),
-                metadata.clone(),
-                progress.clone(),
-                revoked.clone(),
-                filters.clone(),
-                throughput.clone(),
-            );
-            tokio::task::spawn_blocking(move || {
-                let mut t = t.lock().unwrap_or_else(|p| p.into_inner());
-                let md: Vec<(&str, String)> = md.iter().map(|(k, v)| (*k, v.clone())).collect();
-                process(
-                    &input,
-                    &mut t,
-                    &gen,
-                    Stages {
-                        filters: &filters,
-                        scorers: Scorers {
-                            encoder: v.as_deref(),
-                            lm: lm.as_deref(),
-                        },
-                        throughput: &throughput,
-                    },
-                    &md,
-                    &progress,
-                    &|| revoked.load(Ordering::Relaxed),
-                )
-            })
-            .await
-        };
-        hb.abort();
-        // A failed translation and a store that keeps failing (after the
-        // storage layer's own retries) both fail this attempt, not the
-        // worker: the shard goes back to the queue, nothing is committed.
-        let stored = match result {
-            Ok(Ok(out)) => store(&storage, spec.shard_id, lease.lease_token, out)
-                .await
-                .map_err(|e| (format!("storing the output: {e}"), true)),
-            Ok(Err(e)) => Err((e.to_string(), e.retryable())),
-            Err(join) => Err((format!("worker task failed: {join}"), true)),
-        };
-        let (files, out) = match stored {
-            Ok(stored) => stored,
-            Err((reason, retryable)) => {
-                tracing::warn!(shard = spec.shard_id, %reason, "shard attempt failed");
-                summary.shards_failed += 1;
-                // The coordinator decides what becomes of the shard; a
-                // report that does not arrive leaves the lease to expire.
-                match call!(
-                    client,
-                    &o,
-                    fail_shard,
-                    pb::FailShardRequest {
-                        worker_id: worker_id.clone(),
-                        worker_secret: secret.clone(),
-                        shard_id: spec.shard_id,
-                        lease_token: lease.lease_token,
-                        reason,
-                        retryable,
-                    }
-                ) {
-                    Ok(r) => tracing::info!(
-                        shard = spec.shard_id,
-                        will_retry = r.will_retry,
-                        "failure reported"
-                    ),
-                    Err(e) => tracing::warn!(
-                        shard = spec.shard_id,
-                        error = %e,
-                        "could not report the failure; the lease will expire"
-                    ),
-                }
-                continue;
-            }
-        };
-        let paths: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
-        let done = match call!(
-            client,
-            &o,
-            complete_shard,
-            pb::CompleteShardRequest {
-                worker_id: worker_id.clone(),
+/// Heartbeats beside the shard, four per lease; a revoked lease (or a
+/// coordinator that forgot this worker, and its lease with it) sets
+/// `revoked`, which cancels the shard.
+fn heartbeat(
+    s: &Session,
+    job: &Job,
+    l: &Leased,
+    progress: Arc<Progress>,
+    revoked: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    let (mut c, o, wid, secret, throughput, every) = (
+        s.client.clone(),
+        s.opts.clone(),
+        s.worker_id.clone(),
+        s.secret.clone(),
+        job.throughput.clone(),
+        job.heartbeat_every,
+    );
+    let (shard_id, token) = (l.spec.shard_id, l.lease.lease_token);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let req = pb::HeartbeatRequest {
+                worker_id: wid.clone(),
                 worker_secret: secret.clone(),
-                shard_id: spec.shard_id,
-                lease_token: lease.lease_token,
-                files,
-                totals: Some(pb::Progress {
-                    pairs_written: out.pairs,
-                    rejects: out.rejects,
-                    lines_read: out.lines,
-                }),
+                leases: vec![pb::LeaseProgress {
+                    shard_id,
+                    lease_token: token,
+                    progress: Some(pb::Progress {
+                        pairs_written: progress.pairs.load(Ordering::Relaxed),
+                        rejects: progress.rejects.load(Ordering::Relaxed),
+                        ..Default::default()
+                    }),
+                }],
                 metrics: Some(throughput.report()),
+            };
+            match call!(c, &o, heartbeat, req) {
+                Ok(r) if r.revoked_tokens.contains(&token) => {
+                    tracing::warn!(
+                        shard = shard_id,
+                        token,
+                        "lease revoked; abandoning the shard"
+                    );
+                    revoked.store(true, Ordering::Relaxed);
+                    return;
+                }
+                Ok(_) => {}
+                Err(WorkerError::UnknownWorker(m)) => {
+                    tracing::warn!(shard = shard_id, token, reason = %m, "the coordinator no longer knows this worker; abandoning the shard");
+                    revoked.store(true, Ordering::Relaxed);
+                    return;
+                }
+                Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
             }
-        ) {
-            Ok(d) => d,
-            // The coordinator restarted while we worked: the lease is gone.
-            Err(WorkerError::UnknownWorker(m)) => pb::CompleteShardResponse {
-                accepted: false,
-                reason: m,
-            },
-            Err(e) => return Err(e),
+        }
+    })
+}
+
+/// One attempt at a leased shard: read, translate, score and store its
+/// files, heartbeating beside it. `Err` is the reason it failed and
+/// whether a retry could succeed.
+async fn attempt(
+    s: &Session,
+    job: &Job,
+    l: &Leased,
+) -> Result<(Vec<pb::OutputFile>, Counts), (String, bool)> {
+    let input = job.input(&l.spec, l.range);
+    tracing::info!(worker = %s.worker_id, shard = l.spec.shard_id, token = l.lease.lease_token, attempt = l.lease.attempt, "processing shard");
+    let progress = Arc::new(Progress::default());
+    let revoked = Arc::new(AtomicBool::new(false));
+    let hb = heartbeat(s, job, l, progress.clone(), revoked.clone());
+    let result = {
+        let (t, enc, lm, gen, md, filters, throughput) = (
+            job.translator.clone(),
+            job.encoder.clone(),
+            job.lm.clone(),
+            job.gen.clone(),
+            job.metadata.clone(),
+            job.filters.clone(),
+            job.throughput.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let mut t = t.lock().unwrap_or_else(|p| p.into_inner());
+            let md: Vec<(&str, String)> = md.iter().map(|(k, v)| (*k, v.clone())).collect();
+            process(
+                &input,
+                &mut t,
+                &gen,
+                Stages {
+                    filters: &filters,
+                    scorers: Scorers {
+                        encoder: enc.as_deref(),
+                        lm: lm.as_deref(),
+                    },
+                    throughput: &throughput,
+                },
+                &md,
+                &progress,
+                &|| revoked.load(Ordering::Relaxed),
+            )
+        })
+        .await
+    };
+    hb.abort();
+    // A failed translation and a store that keeps failing (after the
+    // storage layer's own retries) both fail this attempt, not the
+    // worker: the shard goes back to the queue, nothing is committed.
+    match result {
+        Ok(Ok(out)) => store(&job.storage, l.spec.shard_id, l.lease.lease_token, out)
+            .await
+            .map_err(|e| (format!("storing the output: {e}"), true)),
+        Ok(Err(e)) => Err((e.to_string(), e.retryable())),
+        Err(join) => Err((format!("worker task failed: {join}"), true)),
+    }
+}
+
+/// Tells the coordinator an attempt failed; it decides what becomes of the
+/// shard. A report that does not arrive leaves the lease to expire.
+async fn report_failure(s: &mut Session, l: &Leased, reason: String, retryable: bool) {
+    tracing::warn!(shard = l.spec.shard_id, %reason, "shard attempt failed");
+    let req = pb::FailShardRequest {
+        worker_id: s.worker_id.clone(),
+        worker_secret: s.secret.clone(),
+        shard_id: l.spec.shard_id,
+        lease_token: l.lease.lease_token,
+        reason,
+        retryable,
+    };
+    match call!(s.client, &s.opts, fail_shard, req) {
+        Ok(r) => tracing::info!(
+            shard = l.spec.shard_id,
+            will_retry = r.will_retry,
+            "failure reported"
+        ),
+        Err(e) => tracing::warn!(
+            shard = l.spec.shard_id,
+            error = %e,
+            "could not report the failure; the lease will expire"
+        ),
+    }
+}
+
+/// Completes a stored attempt; `true` when the coordinator committed it.
+/// A refused attempt's temporary files are removed.
+async fn report_completion(
+    s: &mut Session,
+    job: &Job,
+    l: &Leased,
+    files: Vec<pb::OutputFile>,
+    counts: &Counts,
+) -> Result<bool, WorkerError> {
+    let paths: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
+    let req = pb::CompleteShardRequest {
+        worker_id: s.worker_id.clone(),
+        worker_secret: s.secret.clone(),
+        shard_id: l.spec.shard_id,
+        lease_token: l.lease.lease_token,
+        files,
+        totals: Some(pb::Progress {
+            pairs_written: counts.pairs,
+            rejects: counts.rejects,
+            lines_read: counts.lines,
+        }),
+        metrics: Some(job.throughput.report()),
+    };
+    let done = match call!(s.client, &s.opts, complete_shard, req) {
+        Ok(d) => d,
+        // The coordinator restarted while we worked: the lease is gone.
+        Err(WorkerError::UnknownWorker(m)) => pb::CompleteShardResponse {
+            accepted: false,
+            reason: m,
+        },
+        Err(e) => return Err(e),
+    };
+    if !done.accepted {
+        tracing::warn!(shard = l.spec.shard_id, reason = %done.reason, "completion refused; removing this attempt's files");
+        for p in &paths {
+            let _ = job.storage.delete(p).await;
+        }
+    }
+    Ok(done.accepted)
+}
+
+/// Runs until the job is done or `stop` is set: connect and register, load
+/// the job, then lease, attempt and report, shard after shard.
+pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummary, WorkerError> {
+    let (mut session, reg) = Session::open(&o).await?;
+    let job = Job::load(&o, &reg).await?;
+    let mut summary = WorkerSummary::default();
+    while !stop.load(Ordering::Relaxed) {
+        let Some(l) = lease(&mut session).await? else {
+            break;
         };
-        if done.accepted {
-            summary.shards_committed += 1;
-            summary.pairs += out.pairs;
-        } else {
-            // A stale attempt: its temporary files are not needed.
-            summary.shards_refused += 1;
-            tracing::warn!(shard = spec.shard_id, reason = %done.reason, "completion refused; removing this attempt's files");
-            for p in &paths {
-                let _ = storage.delete(p).await;
+        match attempt(&session, &job, &l).await {
+            Err((reason, retryable)) => {
+                summary.shards_failed += 1;
+                report_failure(&mut session, &l, reason, retryable).await;
+            }
+            Ok((files, counts)) => {
+                if report_completion(&mut session, &job, &l, files, &counts).await? {
+                    summary.shards_committed += 1;
+                    summary.pairs += counts.pairs;
+                } else {
+                    summary.shards_refused += 1;
+                }
             }
         }
     }
