@@ -10,11 +10,14 @@
 //! # Ok::<(), paraforge_nmt::NmtError>(())
 //! ```
 
+mod cache;
 mod config;
+mod decode;
 mod engine;
 mod error;
 mod fastmath;
 mod gather_graph;
+mod runtime;
 mod search;
 mod spm;
 mod tokenizer;
@@ -22,8 +25,9 @@ mod tokenizer;
 use std::path::{Path, PathBuf};
 
 pub use config::{EarlyStopping, GenerationDefaults, ModelConfig};
-pub use engine::{check_device, DecoderLayout, Device, LoadOptions, Profile, CHECKSUM_FILE};
+pub use engine::Profile;
 pub use error::NmtError;
+pub use runtime::{check_device, DecoderLayout, Device, LoadOptions, CHECKSUM_FILE};
 pub use spm::SentencePiece;
 pub use tokenizer::MarianTokenizer;
 
@@ -157,7 +161,7 @@ impl Translator {
         if !dir.is_dir() {
             return Err(NmtError::ModelDirMissing(dir.to_path_buf()));
         }
-        engine::verify_checksums(dir)?;
+        runtime::verify_checksums(dir)?;
         let need = |name: &str| {
             let p = dir.join(name);
             if p.is_file() {

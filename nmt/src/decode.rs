@@ -1,0 +1,336 @@
+//! The decoding loop, apart from the model that runs it (as CTranslate2
+//! keeps its decoder interface apart from search). A [`StepDecoder`] turns
+//! each row's last token into logits and keeps its own state (KV caches)
+//! in step with the rows the search keeps; [`decode`] runs the search of
+//! `search.rs` over those logits until every sentence is done. The ONNX
+//! decoder is `engine::OnnxStep`; the tests here drive the loop with
+//! synthetic logits.
+
+use rayon::prelude::*;
+
+use crate::error::NmtError;
+use crate::search::{row_candidates, Beams, Finished, Greedy, Settings, StepScratch};
+
+/// The logits of one call: `rows x vocab` values, row-major.
+pub(crate) trait Logits {
+    fn values(&self) -> Result<(&[f32], usize), NmtError>;
+}
+
+/// What the loop needs from a model.
+pub(crate) trait StepDecoder {
+    type Logits: Logits;
+    /// Logits for every row, given each row's last token. The first call
+    /// has one row per sentence (every beam starts the same).
+    fn step(&mut self, last: &[i64]) -> Result<Self::Logits, NmtError>;
+    /// The rows of the next call: row i continues row `parents[i]` of the
+    /// last call and belongs to sentence `sentences[i]` (indices into the
+    /// batch). Called only when there is a next call.
+    fn reorder(&mut self, parents: &[usize], sentences: &[usize]) -> Result<(), NmtError>;
+}
+
+/// Buffers reused across batches.
+#[derive(Default)]
+pub(crate) struct DecodeScratch {
+    /// Every row's best candidates of the current step.
+    row_cands: Vec<Vec<(f32, u32)>>,
+    step: StepScratch,
+}
+
+/// Per sentence of a batch.
+enum SearchState {
+    Beam(Vec<Beams>),
+    Greedy(Vec<Greedy>),
+}
+
+/// Decodes `n` sentences with `dec`, each starting from `start_id`.
+/// Returns, per sentence, its finished hypotheses best first, and the
+/// seconds spent in the search itself (log-softmax, top-k, beams).
+pub(crate) fn decode<D: StepDecoder>(
+    dec: &mut D,
+    n: usize,
+    start_id: u32,
+    s: &Settings,
+    vocab: usize,
+    scratch: &mut DecodeScratch,
+) -> Result<(Vec<Vec<Finished>>, f64), NmtError> {
+    let mut state = if s.num_beams == 1 {
+        SearchState::Greedy(vec![Greedy::default(); n])
+    } else {
+        SearchState::Beam(vec![Beams::new(); n])
+    };
+    let mut results: Vec<Vec<Finished>> = vec![Vec::new(); n];
+    let mut live: Vec<usize> = (0..n).collect();
+    let mut last = vec![start_id as i64; n];
+    let mut search_s = 0.0;
+    let mut cur_len = 1;
+    while !live.is_empty() {
+        let logits = dec.step(&last)?;
+        let t0 = std::time::Instant::now();
+        let (data, v) = logits.values()?;
+        if v != vocab {
+            return Err(NmtError::inference(
+                "decoder",
+                format!("logits have {v} columns but config.json has a vocabulary of {vocab}"),
+            ));
+        }
+        // Every row's best candidates, in parallel: this pass reads
+        // rows x vocab logits and dominates the search time.
+        let nrows = data.len() / v;
+        let k = match state {
+            SearchState::Beam(_) => 2 * s.num_beams,
+            SearchState::Greedy(_) => 1,
+        };
+        let mask = s.step_mask(cur_len);
+        scratch.row_cands.resize_with(nrows, Vec::new);
+        scratch.row_cands[..nrows]
+            .par_iter_mut()
+            .enumerate()
+            .for_each(|(r, out)| row_candidates(&data[r * v..(r + 1) * v], k, &mask, out));
+        let cands = &scratch.row_cands;
+
+        // Rows of the next call: (row of this call it continues, token),
+        // and the sentence each belongs to.
+        let mut parents: Vec<usize> = Vec::new();
+        let mut tokens: Vec<i64> = Vec::new();
+        let mut sentences: Vec<usize> = Vec::new();
+        let mut next_live = Vec::new();
+        let mut r0 = 0;
+        match &mut state {
+            SearchState::Beam(beams) => {
+                for &sent in &live {
+                    let bm = &mut beams[sent];
+                    let rows = bm.rows();
+                    let rc: Vec<&[(f32, u32)]> =
+                        cands[r0..r0 + rows].iter().map(Vec::as_slice).collect();
+                    let out = bm.step(s, &rc, cur_len, &mut scratch.step);
+                    if bm.is_done() {
+                        results[sent] = std::mem::take(bm).into_finished(s.nbest);
+                    } else {
+                        next_live.push(sent);
+                        sentences.extend(std::iter::repeat_n(sent, out.parents.len()));
+                        parents.extend(out.parents.iter().map(|p| r0 + p));
+                        tokens.extend(out.tokens.iter().map(|&t| t as i64));
+                    }
+                    r0 += rows;
+                }
+            }
+            SearchState::Greedy(gs) => {
+                for &sent in &live {
+                    let g = &mut gs[sent];
+                    let tok = g.step(s, &cands[r0], cur_len);
+                    if g.is_done() {
+                        results[sent] = vec![std::mem::take(g).into_finished(s)];
+                    } else {
+                        next_live.push(sent);
+                        sentences.push(sent);
+                        parents.push(r0);
+                        tokens.push(tok as i64);
+                    }
+                    r0 += 1;
+                }
+            }
+        }
+        drop(logits);
+        search_s += t0.elapsed().as_secs_f64();
+        if !next_live.is_empty() {
+            dec.reorder(&parents, &sentences)?;
+        }
+        live = next_live;
+        last = tokens;
+        cur_len += 1;
+    }
+    Ok((results, search_s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::EarlyStopping;
+
+    const EOS: u32 = 0;
+
+    struct Synthetic {
+        data: Vec<f32>,
+        vocab: usize,
+    }
+
+    impl Logits for Synthetic {
+        fn values(&self) -> Result<(&[f32], usize), NmtError> {
+            Ok((&self.data, self.vocab))
+        }
+    }
+
+    /// A model whose logits are a fixed function of each row's history
+    /// (sentence and tokens so far). It keeps the histories through
+    /// `reorder` as a real decoder keeps its cache, so a wrong reorder
+    /// gives wrong logits, and it records each call's rows.
+    struct HistoryModel {
+        vocab: usize,
+        /// (sentence, tokens so far) per row of the next call.
+        rows: Vec<(usize, Vec<u32>)>,
+        calls: Vec<usize>,
+    }
+
+    fn logit(sent: usize, hist: &[u32], tok: usize) -> f32 {
+        // Deterministic, history-dependent, with eos likelier as the
+        // history grows, so sentences end at different steps.
+        let h = hist.iter().fold(sent as u64 * 7919 + 1, |a, &t| {
+            a.wrapping_mul(31).wrapping_add(t as u64 + 3)
+        });
+        let x = (h.wrapping_mul(2654435761).wrapping_add(tok as u64 * 40503)) % 1000;
+        let eos_boost = if tok == EOS as usize {
+            hist.len() as f32 * 0.5 * (1.0 + sent as f32)
+        } else {
+            0.0
+        };
+        x as f32 / 250.0 + eos_boost
+    }
+
+    impl StepDecoder for HistoryModel {
+        type Logits = Synthetic;
+        fn step(&mut self, last: &[i64]) -> Result<Synthetic, NmtError> {
+            assert_eq!(last.len(), self.rows.len(), "one token per row");
+            for (row, &t) in self.rows.iter_mut().zip(last) {
+                if t >= 0 && t != START as i64 {
+                    row.1.push(t as u32);
+                }
+            }
+            self.calls.push(self.rows.len());
+            let mut data = Vec::with_capacity(self.rows.len() * self.vocab);
+            for (sent, hist) in &self.rows {
+                data.extend((0..self.vocab).map(|t| logit(*sent, hist, t)));
+            }
+            Ok(Synthetic {
+                data,
+                vocab: self.vocab,
+            })
+        }
+
+        fn reorder(&mut self, parents: &[usize], sentences: &[usize]) -> Result<(), NmtError> {
+            let old = std::mem::take(&mut self.rows);
+            for (&p, &s) in parents.iter().zip(sentences) {
+                assert_eq!(old[p].0, s, "a row continues a row of its own sentence");
+                self.rows.push(old[p].clone());
+            }
+            Ok(())
+        }
+    }
+
+    const START: u32 = 99;
+
+    fn settings(num_beams: usize) -> Settings {
+        Settings {
+            num_beams,
+            max_length: 10,
+            min_length: 0,
+            length_penalty: 1.0,
+            early_stopping: EarlyStopping::False,
+            eos_id: EOS,
+            banned_ids: Vec::new(),
+            forced_bos_id: None,
+            forced_eos_id: None,
+            nbest: num_beams,
+        }
+    }
+
+    fn run(n: usize, beams: usize) -> (Vec<Vec<Finished>>, Vec<usize>) {
+        let mut m = HistoryModel {
+            vocab: 6,
+            rows: (0..n).map(|s| (s, Vec::new())).collect(),
+            calls: Vec::new(),
+        };
+        let (out, _) = decode(
+            &mut m,
+            n,
+            START,
+            &settings(beams),
+            6,
+            &mut DecodeScratch::default(),
+        )
+        .unwrap();
+        (out, m.calls)
+    }
+
+    /// log_softmax of the model's logits along a hypothesis, summed.
+    fn path_score(sent: usize, tokens: &[u32]) -> f32 {
+        let mut total = 0.0;
+        for (i, &t) in tokens.iter().enumerate() {
+            let row: Vec<f32> = (0..6).map(|x| logit(sent, &tokens[..i], x)).collect();
+            let m = row.iter().cloned().fold(f32::MIN, f32::max);
+            let lse = m + row.iter().map(|x| (x - m).exp()).sum::<f32>().ln();
+            total += row[t as usize] - lse;
+        }
+        total
+    }
+
+    #[test]
+    fn greedy_follows_the_best_logit_of_each_rows_own_history() {
+        let (out, calls) = run(3, 1);
+        for (sent, hyps) in out.iter().enumerate() {
+            assert_eq!(hyps.len(), 1);
+            let h = &hyps[0];
+            // Each token is the argmax given the history before it.
+            for (i, &t) in h.tokens.iter().enumerate() {
+                let best = (0..6u32)
+                    .max_by(|&a, &b| {
+                        logit(sent, &h.tokens[..i], a as usize)
+                            .total_cmp(&logit(sent, &h.tokens[..i], b as usize))
+                            .then(b.cmp(&a))
+                    })
+                    .unwrap();
+                assert_eq!(t, best, "sentence {sent} step {i}");
+            }
+        }
+        // Rows only shrink: a finished sentence leaves the batch.
+        assert!(calls.windows(2).all(|w| w[1] <= w[0]), "{calls:?}");
+    }
+
+    #[test]
+    fn beam_scores_are_their_paths_scores_so_every_reorder_was_right() {
+        let beams = 4;
+        let (out, calls) = run(3, beams);
+        assert_eq!(calls[0], 3, "the first call has one row per sentence");
+        assert!(calls[1..].iter().all(|&r| r <= 3 * beams), "{calls:?}");
+        for (sent, hyps) in out.iter().enumerate() {
+            assert!(!hyps.is_empty());
+            // Best first, and each score is the length-normalised sum of
+            // the log-probabilities along its own tokens: a row whose cache
+            // (history) was reordered wrongly would score another path.
+            assert!(hyps.windows(2).all(|w| w[0].score >= w[1].score));
+            for h in hyps {
+                let want = path_score(sent, &h.tokens) / h.tokens.len() as f32;
+                assert!(
+                    (h.score - want).abs() < 1e-4,
+                    "sentence {sent} {:?}: {} vs {want}",
+                    h.tokens,
+                    h.score
+                );
+            }
+        }
+        // Sentences leave as they finish: the row count falls before the end.
+        assert!(calls.windows(2).any(|w| w[1] < w[0]), "{calls:?}");
+    }
+
+    #[test]
+    fn logits_of_the_wrong_width_are_an_error_naming_both() {
+        let mut m = HistoryModel {
+            vocab: 6,
+            rows: vec![(0, Vec::new())],
+            calls: Vec::new(),
+        };
+        let e = decode(
+            &mut m,
+            1,
+            START,
+            &settings(2),
+            7,
+            &mut DecodeScratch::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("6 columns") && e.contains("vocabulary of 7"),
+            "{e}"
+        );
+    }
+}
