@@ -7,10 +7,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use paraforge_coordinator::run::{finalize, Running};
-use paraforge_core::access::ClientAccess;
-use paraforge_core::config::JobConfig;
-use paraforge_core::proto as pb;
-use paraforge_core::storage::Storage;
+use paraforge_job::config::JobConfig;
+use paraforge_job::storage::Storage;
+use paraforge_rpc::access::ClientAccess;
+use paraforge_rpc::proto as pb;
 use paraforge_tests::{job_toml, repo_root, sample_lines};
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
 

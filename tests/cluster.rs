@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use paraforge_coordinator::run::{finalize, start};
-use paraforge_core::config::JobConfig;
-use paraforge_core::storage::Storage;
+use paraforge_job::config::JobConfig;
+use paraforge_job::storage::Storage;
 use paraforge_tests::{
     get_plain, job_toml, metric, output_rows, sample_lines, scoring_section, start_on_loopback,
 };
@@ -122,8 +122,8 @@ fn free_port() -> std::net::SocketAddr {
 /// the job still ends with every valid pair exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
-    use paraforge_core::proto::coordinator_client::CoordinatorClient;
-    use paraforge_core::proto::{lease_shard_response, LeaseShardRequest, RegisterWorkerRequest};
+    use paraforge_rpc::proto::coordinator_client::CoordinatorClient;
+    use paraforge_rpc::proto::{lease_shard_response, LeaseShardRequest, RegisterWorkerRequest};
 
     let dir = tempfile::tempdir().unwrap();
     let (mut cfg, valid_ids, _) = job(dir.path(), 2000);

@@ -62,8 +62,8 @@ const ALL: [Fault; 7] = [
 /// Every one must be refused; the round's output check then shows that
 /// none of them counted.
 fn forge_completions(url: &str, shards: usize) -> usize {
-    use paraforge_core::proto::coordinator_client::CoordinatorClient;
-    use paraforge_core::proto::{self as pb, lease_shard_response};
+    use paraforge_rpc::proto::coordinator_client::CoordinatorClient;
+    use paraforge_rpc::proto::{self as pb, lease_shard_response};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -155,7 +155,7 @@ fn round_limit() -> u64 {
 
 /// The coordinator's status as text, for a round that went wrong.
 fn job_status(url: &str) -> String {
-    use paraforge_core::proto::coordinator_client::CoordinatorClient;
+    use paraforge_rpc::proto::coordinator_client::CoordinatorClient;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -163,7 +163,7 @@ fn job_status(url: &str) -> String {
     rt.block_on(async {
         match CoordinatorClient::connect(url.to_string()).await {
             Ok(mut c) => match c
-                .job_status(paraforge_core::proto::JobStatusRequest {})
+                .job_status(paraforge_rpc::proto::JobStatusRequest {})
                 .await
             {
                 Ok(s) => format!("{:?}", s.into_inner()),
@@ -216,8 +216,7 @@ fn write_job(
     // A real source again, with another id and reference.
     let again = rows[30].split('\t').nth(2).unwrap().to_string();
     rows.insert(600, format!("f4\t1.0\t{again}\tThe same source once more."));
-    let filter =
-        paraforge_core::filters::PreFilter::new(&toml::from_str(FILTERS).unwrap()).unwrap();
+    let filter = paraforge_job::filters::PreFilter::new(&toml::from_str(FILTERS).unwrap()).unwrap();
     let (mut ids, mut by) = (Vec::new(), BTreeMap::<String, u64>::new());
     let mut seen = std::collections::HashSet::new();
     for l in &rows {

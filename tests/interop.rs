@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use paraforge_coordinator::run::{finalize, start};
-use paraforge_core::config::JobConfig;
-use paraforge_core::storage::Storage;
+use paraforge_job::config::JobConfig;
+use paraforge_job::storage::Storage;
 use paraforge_tests::{job_toml, repo_root, sample_lines, scoring_section};
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
 

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use paraforge_coordinator::run::{finalize, RunError, Running};
-use paraforge_core::config::JobConfig;
-use paraforge_core::storage::Storage;
+use paraforge_job::config::JobConfig;
+use paraforge_job::storage::Storage;
 use paraforge_tests::{job_toml, output_rows, paraforge_bin, sample_lines};
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
 

@@ -219,7 +219,7 @@ pub fn output_rows(out: &Path) -> Vec<(String, String)> {
 /// Starts a job's coordinator in this process on free loopback ports (gRPC
 /// and metrics), as the in-process tests share it.
 pub async fn start_on_loopback(
-    cfg: &paraforge_core::config::JobConfig,
+    cfg: &paraforge_job::config::JobConfig,
 ) -> Result<paraforge_coordinator::run::Running, paraforge_coordinator::run::RunError> {
     paraforge_coordinator::run::start(
         cfg,

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use paraforge_core::proto::coordinator_client::CoordinatorClient;
-use paraforge_core::proto::{JobStatusRequest, JobStatusResponse};
+use paraforge_rpc::proto::coordinator_client::CoordinatorClient;
+use paraforge_rpc::proto::{JobStatusRequest, JobStatusResponse};
 use paraforge_tests::procs::{coordinator, worker, Proc};
 use paraforge_tests::{
     job_toml, output_rows, paraforge_ok, repo_root, sample_lines, scoring_section,

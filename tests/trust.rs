@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use paraforge_coordinator::run::{finalize, Running};
-use paraforge_core::access::{Client, ClientAccess};
-use paraforge_core::config::JobConfig;
 use paraforge_core::layout::OutputLayout;
-use paraforge_core::proto::{self as pb, lease_shard_response};
-use paraforge_core::storage::Storage;
+use paraforge_job::config::JobConfig;
+use paraforge_job::storage::Storage;
+use paraforge_rpc::access::{Client, ClientAccess};
+use paraforge_rpc::proto::{self as pb, lease_shard_response};
 use paraforge_tests::{get_plain, http_get, job_toml, repo_root, sample_lines};
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -421,7 +421,7 @@ async fn completions_their_files_do_not_back_are_refused_and_the_shard_is_redone
 async fn get_tls(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, ServerName};
-    paraforge_core::access::init_tls();
+    paraforge_rpc::access::init_tls();
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(&std::fs::read(tls("ca.pem")).unwrap()) {
         roots.add(c.unwrap()).unwrap();

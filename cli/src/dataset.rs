@@ -206,11 +206,11 @@ pub struct RescoreArgs {
 }
 
 fn is_remote(url: &str) -> bool {
-    paraforge_core::storage::local_path(url).is_none()
+    paraforge_job::storage::local_path(url).is_none()
 }
 
 fn local_path(url: &str) -> PathBuf {
-    paraforge_core::storage::local_path(url)
+    paraforge_job::storage::local_path(url)
         .unwrap_or(std::path::Path::new(url))
         .to_path_buf()
 }
@@ -269,7 +269,7 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
     let out = match (&staging, &rt) {
         (Some(dir), Some(rt)) if remote_out => {
             let listed = rt.block_on(async {
-                paraforge_core::storage::Storage::open(&a.out)?
+                paraforge_job::storage::Storage::open(&a.out)?
                     .list("")
                     .await
             });
@@ -354,7 +354,7 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
 /// A job output without `_SUCCESS` is refused, as `dataset_files` refuses it.
 async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
     use paraforge_core::layout::{CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE};
-    let store = paraforge_core::storage::Storage::open(url)?;
+    let store = paraforge_job::storage::Storage::open(url)?;
     let listed: Vec<String> = store
         .list("")
         .await
@@ -393,6 +393,6 @@ async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
 /// Uploads a rescored dataset, `_manifest.json` last: a reader that finds
 /// the manifest finds every file it lists.
 async fn upload_dataset(dir: &std::path::Path, url: &str) -> Result<usize> {
-    let store = paraforge_core::storage::Storage::open(url)?;
+    let store = paraforge_job::storage::Storage::open(url)?;
     Ok(store.upload_dir(dir).await?)
 }

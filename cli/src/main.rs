@@ -98,10 +98,10 @@ fn error_text(e: &anyhow::Error) -> String {
     text
 }
 
-/// Refuses `--threads` past [`paraforge_core::config::max_threads`] (a
+/// Refuses `--threads` past [`paraforge_job::config::max_threads`] (a
 /// small multiple of the cores), which only costs memory and start-up time.
 fn check_threads(n: usize) -> Result<()> {
-    use paraforge_core::config::{cores, max_threads, THREADS_PER_CORE};
+    use paraforge_job::config::{cores, max_threads, THREADS_PER_CORE};
     if n > max_threads() {
         anyhow::bail!(
             "--threads {n}: more than the limit of {} ({THREADS_PER_CORE} x the {} cores of this machine)",

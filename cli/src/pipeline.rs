@@ -7,10 +7,10 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use paraforge_coordinator::job::Job;
-use paraforge_core::access::ClientAccess;
-use paraforge_core::config::JobConfig;
-use paraforge_core::proto::JobStatusRequest;
+use paraforge_job::config::JobConfig;
 use paraforge_nmt::{check_device, Device};
+use paraforge_rpc::access::ClientAccess;
+use paraforge_rpc::proto::JobStatusRequest;
 use paraforge_worker::node::{run as run_worker, WorkerOptions};
 
 #[derive(clap::Args)]
@@ -76,7 +76,7 @@ pub struct AccessArgs {
 impl AccessArgs {
     fn client(&self) -> Result<ClientAccess> {
         Ok(ClientAccess {
-            token: paraforge_core::access::load_token(self.token_file.as_deref())?,
+            token: paraforge_rpc::access::load_token(self.token_file.as_deref())?,
             ca_cert: self.ca_cert.clone(),
             domain: self.tls_domain.clone(),
             max_message_bytes: None,
@@ -126,7 +126,7 @@ fn stop_on_signal(stop: Arc<AtomicBool>) {
 }
 
 /// The progress bar's view of a job's status.
-fn show(bar: &ProgressBar, s: &paraforge_core::proto::JobStatusResponse) {
+fn show(bar: &ProgressBar, s: &paraforge_rpc::proto::JobStatusResponse) {
     bar.set_length(s.shards_total);
     bar.set_position(s.shards_committed + s.shards_failed);
     bar.set_message(format!(
@@ -205,7 +205,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         // Local workers reach it over loopback with the job's own TLS and token.
         let cc = &cfg.coordinator;
         let access = ClientAccess {
-            token: paraforge_core::access::load_token(
+            token: paraforge_rpc::access::load_token(
                 cc.auth_token_file.as_deref().map(std::path::Path::new),
             )?,
             ca_cert: cc.tls_ca.clone().or(cc.tls_cert.clone()).map(PathBuf::from),
@@ -438,7 +438,7 @@ fn by_reason(by: &std::collections::BTreeMap<String, u64>) -> String {
     v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     v.iter()
         .map(|(code, n)| {
-            let kind = if paraforge_core::bitext::RejectReason::is_filter_code(code) {
+            let kind = if paraforge_job::bitext::RejectReason::is_filter_code(code) {
                 " (filter)"
             } else {
                 ""

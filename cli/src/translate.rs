@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use paraforge_core::bitext::{looks_legacy_8bit, open_text, LEGACY_HINT};
-use paraforge_core::config::{MAX_BATCH_SIZE, MAX_BATCH_TOKENS, MAX_BEAM};
+use paraforge_job::bitext::{looks_legacy_8bit, open_text, LEGACY_HINT};
+use paraforge_job::config::{MAX_BATCH_SIZE, MAX_BATCH_TOKENS, MAX_BEAM};
 use paraforge_nmt::{Device, Flag, GenerateOptions, LoadOptions, Translator};
 
 #[derive(clap::Args)]

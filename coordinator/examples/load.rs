@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use paraforge_coordinator::run::start;
-use paraforge_core::access::ClientAccess;
-use paraforge_core::config::JobConfig;
-use paraforge_core::proto::{self as pb, lease_shard_response};
+use paraforge_job::config::JobConfig;
+use paraforge_rpc::access::ClientAccess;
+use paraforge_rpc::proto::{self as pb, lease_shard_response};
 
 #[derive(Default)]
 struct Lat {
@@ -58,7 +58,7 @@ fn one_row_parquet() -> bytes::Bytes {
 
 /// Stores an attempt's two files as a worker would and describes them.
 async fn put_files(
-    storage: &paraforge_core::storage::Storage,
+    storage: &paraforge_job::storage::Storage,
     shard: u64,
     token: u64,
     row: &bytes::Bytes,
@@ -124,7 +124,7 @@ async fn main() {
     .unwrap();
     eprintln!("planned and stored {shards} shards in {:.1?}", t.elapsed());
     let url = format!("http://{}", c.grpc_addr);
-    let storage = paraforge_core::storage::Storage::open(&cfg.job.output).unwrap();
+    let storage = paraforge_job::storage::Storage::open(&cfg.job.output).unwrap();
     let row = one_row_parquet();
     let accepted = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));

@@ -12,8 +12,8 @@
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use paraforge_core::bitext::{BitextReader, ReadOptions, Record};
-use paraforge_core::config::JobConfig;
+use paraforge_job::bitext::{BitextReader, ReadOptions, Record};
+use paraforge_job::config::JobConfig;
 
 use crate::plan::PlanError;
 use crate::state::ShardSpec;
@@ -54,7 +54,7 @@ pub fn mark_duplicates(
     for (i, input) in cfg.input.paths.iter().enumerate() {
         // The worker's reader with the worker's options, so that a line is
         // a pair here exactly when it is one there.
-        let path = paraforge_core::storage::local_path(input).unwrap_or(Path::new(input));
+        let path = paraforge_job::storage::local_path(input).unwrap_or(Path::new(input));
         let opts = ReadOptions {
             max_chars: cfg.input.max_chars,
             ..ReadOptions::default()

@@ -39,7 +39,7 @@ impl From<HttpError> for crate::run::RunError {
     fn from(e: HttpError) -> Self {
         match e {
             HttpError::File { path, message } => {
-                paraforge_core::access::AccessError::File { path, message }.into()
+                paraforge_rpc::access::AccessError::File { path, message }.into()
             }
             HttpError::Tls { cert, key, message } => crate::run::RunError::Tls {
                 cert: cert.display().to_string(),
@@ -64,7 +64,7 @@ pub struct HttpAccess {
 pub fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, HttpError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    paraforge_core::access::init_tls();
+    paraforge_rpc::access::init_tls();
     let read = |p: &Path| {
         std::fs::read(p).map_err(|e| HttpError::File {
             path: p.to_path_buf(),
@@ -117,7 +117,7 @@ async fn require_token(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    if got.is_some_and(|g| paraforge_core::access::ct_eq(g.as_bytes(), want.as_bytes())) {
+    if got.is_some_and(|g| paraforge_rpc::access::ct_eq(g.as_bytes(), want.as_bytes())) {
         return next.run(req).await;
     }
     tracing::warn!(
@@ -298,7 +298,7 @@ mod tests {
                 shard_id: 0,
                 input: "in".into(),
                 file_index: 0,
-                range: paraforge_core::bitext::Range::bytes(0, 9, 1, 3),
+                range: paraforge_job::bitext::Range::bytes(0, 9, 1, 3),
                 drop_lines: Vec::new(),
             }]
         })

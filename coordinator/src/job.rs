@@ -11,12 +11,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use paraforge_core::config::JobConfig;
 use paraforge_core::layout::MANIFEST_FILE;
-use paraforge_core::proto::JobStatusResponse;
-use paraforge_core::storage::{local_path, Storage, StorageError};
 use paraforge_dataset::bins::{BinError, BinManifest, BinOptions};
 use paraforge_dataset::report::Summary;
+use paraforge_job::config::JobConfig;
+use paraforge_job::storage::{local_path, Storage, StorageError};
+use paraforge_rpc::proto::JobStatusResponse;
 
 use crate::run::{finalize, start, Manifest, RunError, Running};
 use crate::service::{status, Shared};

@@ -9,7 +9,7 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use paraforge_core::proto::{self as pb, BATCH_SECONDS_BOUNDS};
+use paraforge_rpc::proto::{self as pb, BATCH_SECONDS_BOUNDS};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::encoding::{

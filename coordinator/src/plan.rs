@@ -16,9 +16,9 @@
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
-use paraforge_core::bitext::{open_text, Range};
-use paraforge_core::config::{FormatName, JobConfig};
-use paraforge_core::storage::ObjectReader;
+use paraforge_job::bitext::{open_text, Range};
+use paraforge_job::config::{FormatName, JobConfig};
+use paraforge_job::storage::ObjectReader;
 
 use crate::state::ShardSpec;
 
@@ -124,7 +124,7 @@ pub enum PlanError {
         source: std::io::Error,
     },
     #[error("{0}")]
-    Bitext(#[from] paraforge_core::bitext::BitextError),
+    Bitext(#[from] paraforge_job::bitext::BitextError),
     /// Aligned files of different lengths: every pair after the first
     /// extra or missing line would be a wrong pair.
     #[error("{source_path} has {source_lines} lines but its reference file {reference} has {reference_lines}: aligned files must have one line per pair")]
@@ -271,7 +271,7 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use paraforge_core::bitext::{BitextReader, ReadOptions, Record};
+    use paraforge_job::bitext::{BitextReader, ReadOptions, Record};
 
     fn config(paths: &[&Path], per: u64, format: &str, refs: &[&Path]) -> JobConfig {
         let list = |ps: &[&Path]| {

@@ -8,11 +8,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use paraforge_core::bitext::RejectReason;
-use paraforge_core::config::JobConfig;
 use paraforge_core::layout::{FileKind, OutputLayout, MANIFEST_FILE, SUCCESS_FILE};
-use paraforge_core::proto::coordinator_server::CoordinatorServer;
-use paraforge_core::storage::{local_path, Storage, StorageError};
+use paraforge_job::bitext::RejectReason;
+use paraforge_job::config::JobConfig;
+use paraforge_job::storage::{local_path, Storage, StorageError};
+use paraforge_rpc::proto::coordinator_server::CoordinatorServer;
 use serde::Serialize;
 
 use crate::plan::{plan_job, PlanError};
@@ -36,7 +36,7 @@ pub enum RunError {
     #[error("coordinator.state must be set for an object-store output ({0})")]
     NoStatePath(String),
     #[error(transparent)]
-    Access(#[from] paraforge_core::access::AccessError),
+    Access(#[from] paraforge_rpc::access::AccessError),
     #[error("TLS ({cert}, {key}): {message}")]
     Tls {
         cert: String,
@@ -322,7 +322,7 @@ async fn serve(
     );
     shared.max_reject_rate = cfg.job.max_reject_rate;
     shared.beam_candidates = cfg.model.beam_candidates as u64;
-    shared.skips_blank_lines = cfg.input.format == paraforge_core::config::FormatName::Czeng20;
+    shared.skips_blank_lines = cfg.input.format == paraforge_job::config::FormatName::Czeng20;
     let shared = Arc::new(shared);
     let parse = |what: &'static str, s: &str| {
         s.parse::<SocketAddr>().map_err(|e| RunError::Bind {
@@ -357,7 +357,7 @@ async fn serve(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let c = &cfg.coordinator;
     let token =
-        paraforge_core::access::load_token(c.auth_token_file.as_deref().map(std::path::Path::new))?;
+        paraforge_rpc::access::load_token(c.auth_token_file.as_deref().map(std::path::Path::new))?;
     if token.is_none() && !grpc_addr.ip().is_loopback() {
         tracing::warn!(addr = %grpc_addr, "the coordinator listens beyond loopback without an access token: set coordinator.auth_token_file or PARAFORGE_TOKEN");
     }
@@ -365,13 +365,13 @@ async fn serve(
         CoordinatorServer::new(CoordinatorService::new(shared.clone()))
             .max_decoding_message_size(c.max_message_bytes)
             .max_encoding_message_size(c.max_message_bytes),
-        paraforge_core::access::RequireToken::new(token.clone()),
+        paraforge_rpc::access::RequireToken::new(token.clone()),
     );
     let mut builder = tonic::transport::Server::builder();
     if let (Some(cert), Some(key)) = (&c.tls_cert, &c.tls_key) {
-        paraforge_core::access::init_tls();
+        paraforge_rpc::access::init_tls();
         let read = |p: &String| {
-            std::fs::read(p).map_err(|e| paraforge_core::access::AccessError::File {
+            std::fs::read(p).map_err(|e| paraforge_rpc::access::AccessError::File {
                 path: PathBuf::from(p),
                 message: e.to_string(),
             })

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use paraforge_core::bitext::RejectReason;
 use paraforge_core::layout::{FileKind, OutputLayout};
-use paraforge_core::proto::coordinator_server::Coordinator;
-use paraforge_core::proto::{self as pb, lease_shard_response};
+use paraforge_job::bitext::RejectReason;
+use paraforge_rpc::proto::coordinator_server::Coordinator;
+use paraforge_rpc::proto::{self as pb, lease_shard_response};
 use tonic::{Request, Response, Status};
 
 use crate::metrics::{check_figures, Metrics};
@@ -102,7 +102,7 @@ impl Secret {
     }
 
     fn matches(&self, given: &str) -> bool {
-        paraforge_core::access::ct_eq(given.as_bytes(), self.0.as_bytes())
+        paraforge_rpc::access::ct_eq(given.as_bytes(), self.0.as_bytes())
     }
 }
 
@@ -141,7 +141,7 @@ pub struct Shared {
     pub started: std::time::Instant,
     /// Counted as things happen; `/metrics` adds what the state says.
     pub metrics: Metrics,
-    storage: std::sync::OnceLock<paraforge_core::storage::Storage>,
+    storage: std::sync::OnceLock<paraforge_job::storage::Storage>,
     registered: AtomicU64,
 }
 
@@ -232,11 +232,11 @@ impl Shared {
     /// The output storage, opened on first use.
     pub fn storage(
         &self,
-    ) -> Result<&paraforge_core::storage::Storage, paraforge_core::storage::StorageError> {
+    ) -> Result<&paraforge_job::storage::Storage, paraforge_job::storage::StorageError> {
         if let Some(s) = self.storage.get() {
             return Ok(s);
         }
-        let s = paraforge_core::storage::Storage::open(&self.output)?;
+        let s = paraforge_job::storage::Storage::open(&self.output)?;
         Ok(self.storage.get_or_init(|| s))
     }
 }
@@ -665,8 +665,8 @@ impl CoordinatorService {
     }
 }
 
-fn storage_not_found(e: &paraforge_core::storage::StorageError) -> bool {
-    matches!(e, paraforge_core::storage::StorageError::Op { source, .. }
+fn storage_not_found(e: &paraforge_job::storage::StorageError) -> bool {
+    matches!(e, paraforge_job::storage::StorageError::Op { source, .. }
         if matches!(**source, object_store::Error::NotFound { .. }))
 }
 
@@ -1057,8 +1057,8 @@ pub fn status(shared: &Shared) -> pb::JobStatusResponse {
 mod tests {
     use super::*;
     use crate::state::ShardSpec;
-    use paraforge_core::proto::coordinator_client::CoordinatorClient;
-    use paraforge_core::proto::coordinator_server::CoordinatorServer;
+    use paraforge_rpc::proto::coordinator_client::CoordinatorClient;
+    use paraforge_rpc::proto::coordinator_server::CoordinatorServer;
 
     async fn serve(dir: &std::path::Path) -> (String, tokio::task::JoinHandle<()>, Arc<Shared>) {
         let state = JobState::open(&dir.join("s.redb"), "job", 3, || {
@@ -1067,7 +1067,7 @@ mod tests {
                     shard_id: i,
                     input: "in.tsv".into(),
                     file_index: 0,
-                    range: paraforge_core::bitext::Range::bytes(i * 10, (i + 1) * 10, i * 5 + 1, 5),
+                    range: paraforge_job::bitext::Range::bytes(i * 10, (i + 1) * 10, i * 5 + 1, 5),
                     drop_lines: Vec::new(),
                 })
                 .collect()
@@ -1158,7 +1158,7 @@ mod tests {
 
     /// A worker's figures after `n` one-batch, ten-sentence steps.
     fn figures(n: u64) -> pb::WorkerMetrics {
-        let mut batch_buckets = vec![0; paraforge_core::proto::BATCH_SECONDS_BOUNDS.len() + 1];
+        let mut batch_buckets = vec![0; paraforge_rpc::proto::BATCH_SECONDS_BOUNDS.len() + 1];
         batch_buckets[3] = n;
         pb::WorkerMetrics {
             uptime_ms: n,

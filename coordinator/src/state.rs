@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use paraforge_core::bitext::Range;
 use paraforge_core::layout::FileKind;
+use paraforge_job::bitext::Range;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 

@@ -1,18 +1,15 @@
-//! Parts every paraforge service shares: the pair scores, word vectors and
-//! sentence encoders (docs/DEFINITIONS.md section 3).
+//! The scores and data every paraforge part shares: the pair scores, word
+//! vectors and sentence encoders (docs/DEFINITIONS.md section 3), n-gram
+//! models, the output table and where its files live.
 
-pub mod access;
-pub mod bitext;
 pub mod bleu;
-pub mod config;
 pub mod encoder;
-pub mod filters;
 pub mod layout;
 pub mod lm;
-pub mod proto;
+pub mod rejects;
 pub mod schema;
 pub mod score;
-pub mod storage;
+pub mod text;
 pub mod vectors;
 
 pub use encoder::{load_encoder, EncoderError, Model, SentenceEncoder, TextScorer};

@@ -41,8 +41,6 @@ pub enum LmError {
         line: usize,
         message: String,
     },
-    #[error(transparent)]
-    Open(#[from] crate::bitext::BitextError),
     #[error("{0}")]
     Train(String),
 }
@@ -68,9 +66,14 @@ fn fmt_err(path: &Path, line: usize, message: impl Into<String>) -> LmError {
 }
 
 impl ArpaModel {
-    /// Reads an ARPA file (plain, `.gz` or `.zst`; local or object store).
+    /// Reads a local ARPA file (plain, `.gz` or `.zst`); [`ArpaModel::read`]
+    /// reads one from any reader (the worker's from object storage).
     pub fn load(path: &Path) -> Result<ArpaModel, LmError> {
-        Self::read(crate::bitext::open_text(path)?, path)
+        let r = crate::text::open_local(path).map_err(|source| LmError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::read(r, path)
     }
 
     /// Reads ARPA text; `path` names the source in errors.
@@ -571,7 +574,7 @@ pub fn train_files(
             path: path.clone(),
             source,
         };
-        for line in crate::bitext::open_text(path)?.lines() {
+        for line in crate::text::open_local(path).map_err(io)?.lines() {
             let line = line.map_err(io)?;
             let text = match column {
                 None => Some(line.as_str()),

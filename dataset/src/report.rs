@@ -638,7 +638,7 @@ fn tables(r: &Report) -> String {
         let mut by: Vec<_> = r.rejects_by_reason.iter().collect();
         by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         for (code, n) in by {
-            let kind = if paraforge_core::bitext::RejectReason::is_filter_code(code) {
+            let kind = if paraforge_core::rejects::is_filter_code(code) {
                 "[filters] rule"
             } else {
                 "malformed"

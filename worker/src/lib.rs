@@ -13,9 +13,9 @@ mod tests {
     use std::path::Path;
 
     use arrow_array::{Array, StringArray};
-    use paraforge_core::bitext::Format;
-    use paraforge_core::filters::{Filters, PreFilter};
     use paraforge_core::Vectors;
+    use paraforge_job::bitext::Format;
+    use paraforge_job::filters::{Filters, PreFilter};
     use paraforge_nmt::{GenerateOptions, LoadOptions, Translator};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 

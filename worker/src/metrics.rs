@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use paraforge_core::proto::{WorkerMetrics, BATCH_SECONDS_BOUNDS};
+use paraforge_rpc::proto::{WorkerMetrics, BATCH_SECONDS_BOUNDS};
 
 /// Running totals of the model's work in this worker. Shared by the shard
 /// being translated and the tasks that report it.

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use paraforge_core::access::{AccessError, Client, ClientAccess};
-use paraforge_core::config::JobConfig;
 use paraforge_core::layout::OutputLayout;
-use paraforge_core::proto::{self as pb, lease_shard_response};
-use paraforge_core::storage::Storage;
+use paraforge_job::config::JobConfig;
+use paraforge_job::storage::Storage;
 use paraforge_nmt::{Device, GenerateOptions, LoadOptions, Translator};
+use paraforge_rpc::access::{AccessError, Client, ClientAccess};
+use paraforge_rpc::proto::{self as pb, lease_shard_response};
 
 use crate::metrics::Throughput;
 use crate::shard::{process, Progress, Scorers, ShardInput, ShardOutput, Stages};
@@ -37,7 +37,7 @@ pub enum WorkerError {
     #[error("loading the para_score model: {0}")]
     Scorer(#[from] paraforge_core::EncoderError),
     #[error(transparent)]
-    Storage(#[from] paraforge_core::storage::StorageError),
+    Storage(#[from] paraforge_job::storage::StorageError),
     #[error(transparent)]
     Access(#[from] AccessError),
 }
@@ -169,7 +169,7 @@ struct Job {
     translator: Arc<std::sync::Mutex<Translator>>,
     encoder: Option<Arc<dyn paraforge_core::SentenceEncoder>>,
     lm: Option<Arc<paraforge_core::ArpaModel>>,
-    filters: Arc<paraforge_core::filters::PreFilter>,
+    filters: Arc<paraforge_job::filters::PreFilter>,
     gen: GenerateOptions,
     metadata: Vec<(&'static str, String)>,
     throughput: Arc<Throughput>,
@@ -214,7 +214,7 @@ impl Job {
             .await?
             .map(Arc::new);
         let filters = Arc::new(
-            paraforge_core::filters::PreFilter::new(&cfg.filters)
+            paraforge_job::filters::PreFilter::new(&cfg.filters)
                 .map_err(|e| WorkerError::Config(e.to_string()))?,
         );
         let gen = GenerateOptions {
@@ -263,7 +263,7 @@ impl Job {
         let mut drop_lines = spec.drop_lines.clone();
         drop_lines.sort_unstable();
         ShardInput {
-            path: paraforge_core::storage::local_path(&spec.input_url)
+            path: paraforge_job::storage::local_path(&spec.input_url)
                 .map_or_else(|| spec.input_url.clone(), |p| p.display().to_string()),
             format: self.cfg.format(idx),
             range: Some(range.into()),
@@ -544,7 +544,7 @@ async fn store(
     shard_id: u64,
     token: u64,
     out: ShardOutput,
-) -> Result<(Vec<pb::OutputFile>, Counts), paraforge_core::storage::StorageError> {
+) -> Result<(Vec<pb::OutputFile>, Counts), paraforge_job::storage::StorageError> {
     let pq = OutputLayout::temp_part_path(shard_id, token);
     let rj = OutputLayout::temp_rejects_path(shard_id, token);
     let files = vec![

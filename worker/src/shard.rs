@@ -12,12 +12,12 @@ use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 use std::time::Instant;
 
-use paraforge_core::bitext::{
-    BitextReader, Format, Range, ReadOptions, Record, Reject, RejectReason,
-};
-use paraforge_core::filters::PreFilter;
 use paraforge_core::schema::{schema, writer_properties, PairRow, RowsBuilder};
 use paraforge_core::{ArpaModel, EncoderError, Scorer, SentenceEncoder};
+use paraforge_job::bitext::{
+    BitextReader, Format, Range, ReadOptions, Record, Reject, RejectReason,
+};
+use paraforge_job::filters::PreFilter;
 use paraforge_nmt::{Flag, GenerateOptions, Translator};
 use parquet::arrow::ArrowWriter;
 use rayon::prelude::*;
@@ -92,7 +92,7 @@ fn reject_json(r: &Reject) -> String {
 
 /// A pair `[filters]` dropped, as a reject: the text is the two sides
 /// joined by a tab, at most 1 KB.
-fn filtered(path: &str, p: &paraforge_core::bitext::Pair, reason: RejectReason) -> Reject {
+fn filtered(path: &str, p: &paraforge_job::bitext::Pair, reason: RejectReason) -> Reject {
     let mut text = format!("{}\t{}", p.source, p.reference);
     if text.len() > 1024 {
         let mut end = 1024;
@@ -112,7 +112,7 @@ fn filtered(path: &str, p: &paraforge_core::bitext::Pair, reason: RejectReason) 
 /// The para_score encoder `[scoring]` names (a trained model or word
 /// vectors), loaded once per worker; `None` when it names neither.
 pub fn load_para_encoder(
-    s: &paraforge_core::config::Scoring,
+    s: &paraforge_job::config::Scoring,
 ) -> Result<Option<Box<dyn SentenceEncoder>>, EncoderError> {
     let e = paraforge_trainer::scorer::load_encoder(
         s.model.as_deref().map(Path::new),
@@ -126,11 +126,14 @@ pub fn load_para_encoder(
 
 /// The language model `[scoring] lm` names, loaded once per worker;
 /// errors name the key.
-pub fn load_lm(s: &paraforge_core::config::Scoring) -> Result<Option<ArpaModel>, String> {
+pub fn load_lm(s: &paraforge_job::config::Scoring) -> Result<Option<ArpaModel>, String> {
     let Some(path) = &s.lm else {
         return Ok(None);
     };
-    let m = ArpaModel::load(Path::new(path)).map_err(|e| format!("scoring.lm: {e}"))?;
+    // Local or object store, as every input is read.
+    let text = paraforge_job::bitext::open_text(Path::new(path))
+        .map_err(|e| format!("scoring.lm: {e}"))?;
+    let m = ArpaModel::read(text, Path::new(path)).map_err(|e| format!("scoring.lm: {e}"))?;
     tracing::info!(lm = %path, order = m.order(), "language model loaded");
     Ok(Some(m))
 }
@@ -173,10 +176,10 @@ pub fn process(
             message: e.to_string(),
         })?;
 
-    type Chunk = (Vec<paraforge_core::bitext::Pair>, Vec<Reject>);
+    type Chunk = (Vec<paraforge_job::bitext::Pair>, Vec<Reject>);
     let (to_translate, from_reader) = sync_channel::<Result<Chunk, ShardError>>(2);
     let (to_score, from_translator) = sync_channel::<(
-        Vec<paraforge_core::bitext::Pair>,
+        Vec<paraforge_job::bitext::Pair>,
         Vec<paraforge_nmt::Translation>,
     )>(2);
     let path = input.path.clone();

@@ -18,8 +18,9 @@ use crate::proto::coordinator_client::CoordinatorClient;
 /// Environment variable holding the shared secret.
 pub const TOKEN_ENV: &str = "PARAFORGE_TOKEN";
 
-/// Largest gRPC message either side accepts unless configured otherwise.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
+// Largest gRPC message either side accepts unless configured otherwise
+// (`[coordinator] max_message_bytes`'s default).
+pub use paraforge_job::config::DEFAULT_MAX_MESSAGE_BYTES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AccessError {

@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use paraforge_core::filters::{Filters, PreFilter};
+use paraforge_job::filters::{Filters, PreFilter};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -5,8 +5,8 @@
 
 tonic::include_proto!("paraforge.v1");
 
-impl From<crate::bitext::Range> for Range {
-    fn from(r: crate::bitext::Range) -> Range {
+impl From<paraforge_job::bitext::Range> for Range {
+    fn from(r: paraforge_job::bitext::Range) -> Range {
         Range {
             first_line: r.first_line,
             lines: r.lines,
@@ -15,9 +15,9 @@ impl From<crate::bitext::Range> for Range {
     }
 }
 
-impl From<Range> for crate::bitext::Range {
-    fn from(r: Range) -> crate::bitext::Range {
-        crate::bitext::Range {
+impl From<Range> for paraforge_job::bitext::Range {
+    fn from(r: Range) -> paraforge_job::bitext::Range {
+        paraforge_job::bitext::Range {
             first_line: r.first_line,
             lines: r.lines,
             bytes: r.bytes.map(|b| (b.start, b.end)),
@@ -46,8 +46,13 @@ mod tests {
                     shard_id: 7,
                     input_url: "s3://bucket/czeng.tsv".into(),
                     range: Some(
-                        crate::bitext::Range::bytes(1 << 33, (1 << 33) + 4096, 51_000_001, 20)
-                            .into(),
+                        paraforge_job::bitext::Range::bytes(
+                            1 << 33,
+                            (1 << 33) + 4096,
+                            51_000_001,
+                            20,
+                        )
+                        .into(),
                     ),
                     ..Default::default()
                 }),
@@ -60,13 +65,16 @@ mod tests {
         let Some(lease_shard_response::Result::Lease(l)) = back.result else {
             panic!("a lease")
         };
-        let range: crate::bitext::Range = l.shard.and_then(|s| s.range).unwrap().into();
+        let range: paraforge_job::bitext::Range = l.shard.and_then(|s| s.range).unwrap().into();
         assert_eq!(
             range,
-            crate::bitext::Range::bytes(1 << 33, (1 << 33) + 4096, 51_000_001, 20)
+            paraforge_job::bitext::Range::bytes(1 << 33, (1 << 33) + 4096, 51_000_001, 20)
         );
-        let lines = crate::bitext::Range::lines(7, 3);
-        assert_eq!(crate::bitext::Range::from(Range::from(lines)), lines);
+        let lines = paraforge_job::bitext::Range::lines(7, 3);
+        assert_eq!(
+            paraforge_job::bitext::Range::from(Range::from(lines)),
+            lines
+        );
         let done = LeaseShardResponse {
             result: Some(lease_shard_response::Result::Done(true)),
         };

@@ -365,7 +365,7 @@ impl Storage {
             }
         }
         files.sort();
-        files.sort_by_key(|f| f == crate::layout::MANIFEST_FILE);
+        files.sort_by_key(|f| f == paraforge_core::layout::MANIFEST_FILE);
         for rel in &files {
             let p = dir.join(rel);
             let bytes = std::fs::read(&p).map_err(local_err(&p))?;

@@ -201,8 +201,8 @@ impl PreFilter {
         let c = &self.cfg;
         if c.min_tokens.is_some() || c.max_tokens.is_some() || c.max_length_ratio.is_some() {
             let (s, r) = (
-                crate::tokenize(source).len(),
-                crate::tokenize(reference).len(),
+                paraforge_core::tokenize(source).len(),
+                paraforge_core::tokenize(reference).len(),
             );
             for (side, n) in [("source", s), ("reference", r)] {
                 if let Some(min) = c.min_tokens.filter(|&m| n < m) {

@@ -251,8 +251,11 @@ impl Default for Coordinator {
     }
 }
 
+/// Largest gRPC message either side accepts unless configured otherwise.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
+
 fn default_max_message_bytes() -> usize {
-    crate::access::DEFAULT_MAX_MESSAGE_BYTES
+    DEFAULT_MAX_MESSAGE_BYTES
 }
 
 fn default_listen() -> String {

@@ -9,7 +9,7 @@
 //! line that starts before `end`, so ranges cut anywhere partition the lines
 //! exactly. That is how shards of one big file are read.
 
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use crate::storage::ObjectReader;
@@ -111,27 +111,10 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// The codes of malformed lines.
-    pub const MALFORMED_CODES: &'static [&'static str] = &[
-        "columns",
-        "invalid_utf8",
-        "legacy_encoding",
-        "empty_source",
-        "empty_reference",
-        "too_long",
-        "unaligned",
-        "control_character",
-    ];
+    pub const MALFORMED_CODES: &'static [&'static str] = paraforge_core::rejects::MALFORMED_CODES;
 
     /// The codes of `[filters]` rules (pairs dropped on purpose).
-    pub const FILTER_CODES: &'static [&'static str] = &[
-        "too_few_tokens",
-        "too_many_tokens",
-        "length_ratio",
-        "copy",
-        "few_letters",
-        "language",
-        "duplicate",
-    ];
+    pub const FILTER_CODES: &'static [&'static str] = paraforge_core::rejects::FILTER_CODES;
 
     /// A stable name for counting rejects by reason (`_manifest.json`,
     /// status, metrics): one per variant.
@@ -157,16 +140,12 @@ impl RejectReason {
 
     /// Whether the code names a `[filters]` rule rather than a malformed line.
     pub fn is_filter_code(code: &str) -> bool {
-        RejectReason::FILTER_CODES.contains(&code)
+        paraforge_core::rejects::is_filter_code(code)
     }
 
     /// The code as one of the known codes (the `'static` copy), if it is one.
     pub fn known_code(code: &str) -> Option<&'static str> {
-        RejectReason::MALFORMED_CODES
-            .iter()
-            .chain(RejectReason::FILTER_CODES)
-            .find(|c| **c == code)
-            .copied()
+        paraforge_core::rejects::known_code(code)
     }
 }
 
@@ -394,13 +373,6 @@ impl Range {
     }
 }
 
-fn is_compressed(path: &Path) -> bool {
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("gz" | "zst")
-    )
-}
-
 /// Opens a local path or object-store URL for reading through
 /// object_store.
 fn open_object(path: &Path) -> Result<ObjectReader, BitextError> {
@@ -425,12 +397,7 @@ pub fn open_text(path: &Path) -> Result<Box<dyn BufRead + Send>, BitextError> {
         source,
     };
     let f = open_object(path)?;
-    let r: Box<dyn Read + Send> = match path.extension().and_then(|e| e.to_str()) {
-        Some("gz") => Box::new(flate2::read::MultiGzDecoder::new(f)),
-        Some("zst") => Box::new(zstd::stream::read::Decoder::new(f).map_err(io)?),
-        _ => Box::new(f),
-    };
-    Ok(Box::new(BufReader::with_capacity(1 << 20, r)))
+    paraforge_core::text::decompress(path, f).map_err(io)
 }
 
 /// Streams the records of a bitext.
@@ -477,7 +444,7 @@ impl BitextReader {
         let src: Box<dyn BufRead + Send> = match bytes {
             None => open_text(path)?,
             Some((start, end)) => {
-                if is_compressed(path) {
+                if paraforge_core::text::is_compressed(path) {
                     return Err(BitextError::RangeOnCompressed {
                         path: path.to_path_buf(),
                     });

@@ -6,8 +6,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use paraforge_core::bitext::{BitextReader, Format, Range, ReadOptions, Record};
-use paraforge_core::config::JobConfig;
+use paraforge_job::bitext::{BitextReader, Format, Range, ReadOptions, Record};
+use paraforge_job::config::JobConfig;
 use proptest::prelude::*;
 
 /// Lines built from the pieces dirty corpora are made of.
