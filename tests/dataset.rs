@@ -333,6 +333,14 @@ fn bins_replace_earlier_bins_whole_and_never_end_empty() {
     o.train_sample = Some(50);
     bins::run(&o).unwrap();
     assert!(out.join("train").is_dir());
+    // Read whole, the bins would give each pair once per partition.
+    let e = paraforge_core::schema::dataset_files(&out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("several datasets"), "{e}");
+    assert!(!paraforge_core::schema::dataset_files(&out.join("train"))
+        .unwrap()
+        .is_empty());
     o.train_sample = None;
     let m = bins::run(&o).unwrap();
     assert!(m.train.is_none());

@@ -353,7 +353,9 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
 /// the manifest, or without a manifest every `.parquet` outside `_` folders.
 /// A job output without `_SUCCESS` is refused, as `dataset_files` refuses it.
 async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
-    use paraforge_core::layout::{CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE};
+    use paraforge_core::layout::{
+        ManifestHead, ManifestKind, CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE,
+    };
     let store = paraforge_job::storage::Storage::open(url)?;
     let listed: Vec<String> = store
         .list("")
@@ -370,13 +372,14 @@ async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
     let mut want: Vec<(String, Option<String>)> = Vec::new();
     if listed.iter().any(|p| p == MANIFEST_FILE) {
         let bytes = store.get(MANIFEST_FILE).await?;
-        let v: serde_json::Value = serde_json::from_slice(&bytes)
-            .with_context(|| format!("{url}/_manifest.json: invalid JSON"))?;
-        for f in v["files"].as_array().into_iter().flatten() {
-            let path = f["path"]
-                .as_str()
-                .with_context(|| format!("{url}/_manifest.json: a files entry has no \"path\""))?;
-            want.push((path.to_string(), f["sha256"].as_str().map(String::from)));
+        let head = ManifestHead::parse(&bytes)
+            .map_err(|e| anyhow::anyhow!("{url}/{MANIFEST_FILE}: {e}"))?;
+        anyhow::ensure!(
+            head.kind != Some(ManifestKind::Bins),
+            "{url}: a bins output holds several datasets: name one of them (e.g. {url}/train)"
+        );
+        for f in head.files {
+            want.push((f.path, (!f.sha256.is_empty()).then_some(f.sha256)));
         }
         want.push((MANIFEST_FILE.into(), None));
     } else {

@@ -439,6 +439,8 @@ pub struct ManifestFile {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Manifest {
+    /// Always `job`: what wrote this manifest (core::layout::ManifestHead).
+    pub kind: paraforge_core::layout::ManifestKind,
     pub job: String,
     pub paraforge_version: String,
     pub shards_total: u64,
@@ -586,6 +588,7 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
         }));
     }
     let manifest = Manifest {
+        kind: paraforge_core::layout::ManifestKind::Job,
         job,
         paraforge_version: env!("CARGO_PKG_VERSION").into(),
         shards_total: counts.total,

@@ -15,6 +15,84 @@ pub const SUCCESS_FILE: &str = "_SUCCESS";
 /// finds it finds every file it lists.
 pub const MANIFEST_FILE: &str = "_manifest.json";
 
+/// Which command wrote a `_manifest.json`; every manifest says, so that a
+/// reader knows what the directory holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ManifestKind {
+    /// A job's output (`paraforge run`, `coordinator`).
+    #[default]
+    Job,
+    /// `paraforge bin`: several datasets (ranges, folds, the training sample).
+    Bins,
+    /// `paraforge filter`.
+    Filter,
+    /// `paraforge rescore`.
+    Rescore,
+}
+
+/// A data file a manifest lists: its path relative to the manifest, its
+/// rows and, where the writer hashed it, its SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedFile {
+    pub path: String,
+    pub rows: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sha256: String,
+}
+
+/// What every manifest holds and every reader reads, whatever wrote it:
+/// each writer's manifest is this plus its own counts. Manifests written
+/// before `kind` existed read with `kind` `None` (and bins' old
+/// `"path (N rows)"` entries as files).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ManifestHead {
+    #[serde(default)]
+    pub kind: Option<ManifestKind>,
+    #[serde(default, deserialize_with = "listed_files")]
+    pub files: Vec<ListedFile>,
+    /// A job's rejected lines by reason code (empty for other kinds).
+    #[serde(default)]
+    pub rejects_by_reason: std::collections::BTreeMap<String, u64>,
+}
+
+impl ManifestHead {
+    /// Parses a manifest's bytes; the error says what is wrong.
+    pub fn parse(bytes: &[u8]) -> Result<ManifestHead, String> {
+        serde_json::from_slice(bytes).map_err(|e| format!("not a paraforge manifest: {e}"))
+    }
+}
+
+fn listed_files<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ListedFile>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Entry {
+        File(ListedFile),
+        /// Bins manifests before the typed family: `"REL (N rows)"`.
+        Legacy(String),
+    }
+    let entries = Vec::<Entry>::deserialize(d)?;
+    Ok(entries
+        .into_iter()
+        .map(|e| match e {
+            Entry::File(f) => f,
+            Entry::Legacy(s) => {
+                let (path, rest) = s.split_once(" (").unwrap_or((&s, ""));
+                let rows = rest
+                    .split_whitespace()
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                ListedFile {
+                    path: path.to_string(),
+                    rows,
+                    sha256: String::new(),
+                }
+            }
+        })
+        .collect())
+}
+
 /// The dataset card of the bins' directory (Hugging Face's `README.md`):
 /// its `configs:` name each bin, so that `datasets.load_dataset(dir, NAME)`
 /// loads one. (A job's output has none: pyarrow and Spark would try to
@@ -182,5 +260,42 @@ impl OutputLayout {
             dir.replace('/', "-")
         };
         (name, format!("{dir}/*.parquet"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every writer's manifest reads back through the one head: its kind,
+    /// its files, a job's rejects by reason; old bins entries too.
+    #[test]
+    fn every_manifest_kind_reads_through_the_head() {
+        let job = br#"{"kind":"job","job":"j","files":[{"path":"shard=000000/part-t1.parquet","shard":0,"rows":5,"bytes":9,"sha256":"ab"}],"rejects_files":[],"rejects_by_reason":{"columns":2}}"#;
+        let h = ManifestHead::parse(job).unwrap();
+        assert_eq!(h.kind, Some(ManifestKind::Job));
+        assert_eq!(
+            h.files,
+            [ListedFile {
+                path: "shard=000000/part-t1.parquet".into(),
+                rows: 5,
+                sha256: "ab".into()
+            }]
+        );
+        assert_eq!(h.rejects_by_reason["columns"], 2);
+        let bins = br#"{"kind":"bins","files":[{"path":"train/part-00000.parquet","rows":3}]}"#;
+        assert_eq!(
+            ManifestHead::parse(bins).unwrap().kind,
+            Some(ManifestKind::Bins)
+        );
+        let old_bins = br#"{"input":"x","ranges":{},"files":["ranges/para_range=0.8-1.0/part-00000.parquet (12 rows)"]}"#;
+        let h = ManifestHead::parse(old_bins).unwrap();
+        assert_eq!((h.kind, h.files[0].rows), (None, 12));
+        assert_eq!(
+            h.files[0].path,
+            "ranges/para_range=0.8-1.0/part-00000.parquet"
+        );
+        let e = ManifestHead::parse(br#"{"files":[{"rows":1}]}"#).unwrap_err();
+        assert!(e.contains("not a paraforge manifest"), "{e}");
     }
 }

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::layout::{CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE};
+use crate::layout::{ManifestHead, ManifestKind, CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE};
 
 use arrow_array::builder::{BooleanBuilder, Float32Builder, Int32Builder, StringBuilder};
 use arrow_array::{Array, ArrayRef, RecordBatch};
@@ -486,24 +486,25 @@ pub fn dataset_files(root: &Path) -> Result<Vec<PathBuf>, DataError> {
     }
     let manifest = root.join(MANIFEST_FILE);
     if manifest.is_file() {
-        let text = std::fs::read_to_string(&manifest).map_err(|e| DataError::io(&manifest, e))?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| DataError::Invalid {
+        let bytes = std::fs::read(&manifest).map_err(|e| DataError::io(&manifest, e))?;
+        let head = ManifestHead::parse(&bytes).map_err(|reason| DataError::Invalid {
             path: manifest.clone(),
-            reason: format!("invalid JSON: {e}"),
+            reason,
         })?;
-        if let Some(files) = v.get("files").and_then(|f| f.as_array()) {
-            let mut out = Vec::new();
-            for f in files {
-                let rel =
-                    f.get("path")
-                        .and_then(|p| p.as_str())
-                        .ok_or_else(|| DataError::Invalid {
-                            path: manifest.clone(),
-                            reason: "a files entry has no \"path\"".into(),
-                        })?;
-                out.push(root.join(rel));
-            }
-            return Ok(out);
+        // A bins output is several datasets; read as one, every pair would
+        // come back once per partition that holds it.
+        if head.kind == Some(ManifestKind::Bins) {
+            return Err(DataError::Invalid {
+                path: root.to_path_buf(),
+                reason: format!(
+                    "a bins output holds several datasets (ranges, folds, the training sample): \
+                     read one of them, e.g. {}",
+                    root.join("train").display()
+                ),
+            });
+        }
+        if !head.files.is_empty() {
+            return Ok(head.files.iter().map(|f| root.join(&f.path)).collect());
         }
     }
     let mut out = Vec::new();

@@ -121,6 +121,8 @@ pub enum BinError {
 /// Counts and boundaries, written to `_manifest.json`.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct BinManifest {
+    /// Always `bins` (core::layout::ManifestHead).
+    pub kind: layout::ManifestKind,
     pub input: String,
     pub input_rows: u64,
     pub kept_rows: u64,
@@ -130,7 +132,7 @@ pub struct BinManifest {
     pub ranges: BTreeMap<String, u64>,
     pub deciles: BTreeMap<String, Deciles>,
     pub train: Option<TrainSample>,
-    pub files: Vec<String>,
+    pub files: Vec<layout::ListedFile>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -404,6 +406,7 @@ fn run_passes(o: &BinOptions) -> Result<BinManifest, BinError> {
     }
     let files = dataset_files(&o.input)?;
     let mut m = BinManifest {
+        kind: layout::ManifestKind::Bins,
         input: o.input.display().to_string(),
         ..Default::default()
     };
@@ -763,7 +766,11 @@ fn write_partitions(
     let mut configs = Vec::new();
     for (rel, w) in writers {
         let rows = w.close()?;
-        m.files.push(format!("{rel} ({rows} rows)"));
+        m.files.push(layout::ListedFile {
+            path: rel.clone(),
+            rows,
+            sha256: String::new(),
+        });
         configs.push(OutputLayout::bin_config(&rel));
     }
     configs.sort();

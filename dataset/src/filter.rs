@@ -133,6 +133,8 @@ pub struct FilteredFile {
 /// `_manifest.json` of a filtered dataset.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct FilterManifest {
+    /// Always `filter` (core::layout::ManifestHead).
+    pub kind: paraforge_core::layout::ManifestKind,
     pub input: String,
     pub command: &'static str,
     pub input_rows: u64,
@@ -237,6 +239,7 @@ pub fn run(input: &Path, rules: &[Rule], out: &Path) -> Result<FilterManifest, F
         };
         let rules_text: Vec<String> = rules.iter().map(Rule::label).collect();
         let mut m = FilterManifest {
+            kind: paraforge_core::layout::ManifestKind::Filter,
             input: input.display().to_string(),
             command: "paraforge filter",
             input_rows: 0,

@@ -569,14 +569,13 @@ fn manifest_rejects(input: &Path) -> Result<std::collections::BTreeMap<String, u
     if !input.is_dir() || !path.exists() {
         return Ok(Default::default());
     }
-    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ReportError::Io {
-        path: path.clone(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-    })?;
-    Ok(v.get("rejects_by_reason")
-        .and_then(|m| serde_json::from_value(m.clone()).ok())
-        .unwrap_or_default())
+    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    let head =
+        paraforge_core::layout::ManifestHead::parse(&bytes).map_err(|e| ReportError::Io {
+            path: path.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        })?;
+    Ok(head.rejects_by_reason)
 }
 
 fn tables(r: &Report) -> String {

@@ -65,6 +65,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RescoreError + '_ {
 /// Rows per para_score range before and after, and the summary of the change.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct RescoreManifest {
+    /// Always `rescore` (core::layout::ManifestHead).
+    pub kind: paraforge_core::layout::ManifestKind,
     pub input: String,
     /// The model or vectors file, what it is, and its SHA-256.
     pub scorer: String,
@@ -255,6 +257,7 @@ pub fn run(
         let (classifier, classifier_sha256) =
             class_stamp.map_or_else(Default::default, |s| (s.file, s.sha256));
         let mut m = RescoreManifest {
+            kind: paraforge_core::layout::ManifestKind::Rescore,
             input: input_name.map_or_else(|| input.display().to_string(), String::from),
             scorer,
             scorer_kind,
