@@ -23,7 +23,7 @@
 #
 # usage: tools/train_scorer.sh [BITEXT.tsv ...]   (default: ../shared/data/bitext/*.tsv)
 #   env: OUT (bench-out/scorer), DEST (models/scorer-trigram),
-#        CANDIDATES ("300:10 200:10 160:10 128:10 100:10"), MAX_DIM (160),
+#        CANDIDATES ("300:10 200:10 160:10 128:10 100:10"), MAX_DIM (128),
 #        MIN_TRIGRAM_COUNT (2), SEED (1), PRECISION (bf16),
 #        PARAFORGE_BIN (target/release/paraforge),
 #        FROM_CORPUS: a job output that already back-translated the *whole*
@@ -36,7 +36,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-out/scorer}
 DEST=${DEST:-models/scorer-trigram}
 CANDIDATES=${CANDIDATES:-300:10 200:10 160:10 128:10 100:10}
-MAX_DIM=${MAX_DIM:-160}
+MAX_DIM=${MAX_DIM:-128}
 PY=${PYTHON:-python3}
 MIN_TRIGRAM_COUNT=${MIN_TRIGRAM_COUNT:-2}
 SEED=${SEED:-1}
