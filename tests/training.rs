@@ -941,3 +941,76 @@ fn a_resumed_neural_run_equals_an_uninterrupted_one() {
         .to_string();
     assert!(e.contains("cut.ckpt") && e.contains("another run"), "{e}");
 }
+
+/// A `paraforge train` process killed outright (SIGKILL) after some epochs'
+/// checkpoints, then run again with `--resume`, ends with the model an
+/// uninterrupted run gives.
+#[test]
+fn a_killed_train_process_resumes_to_the_uninterrupted_model() {
+    let data = tempfile::tempdir().unwrap();
+    scored_dataset(data.path(), 600, 2);
+    let out = tempfile::tempdir().unwrap();
+    let args = |model: &Path| -> Vec<String> {
+        [
+            "train",
+            "--data",
+            data.path().to_str().unwrap(),
+            "--model",
+            "trigram",
+            "--trigram-dim",
+            "20",
+            "--epochs",
+            "40",
+            "--batch-size",
+            "50",
+            "--megabatch",
+            "2",
+            "--shuffle-buffer",
+            "200",
+            "--no-dev",
+            "--out",
+            model.to_str().unwrap(),
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let whole = out.path().join("whole.pfe");
+    paraforge_ok(&args(&whole));
+
+    let cut = out.path().join("cut.pfe");
+    let mut child = std::process::Command::new(paraforge_tests::paraforge_bin())
+        .args(args(&cut))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let state = out.path().join("cut.pfe.ckpt/state.json");
+    let started = std::time::Instant::now();
+    let epoch = loop {
+        let done = std::fs::read(&state)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["epoch"].as_u64())
+            .unwrap_or(0);
+        if done >= 3 {
+            break done;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "training finished before it could be killed"
+        );
+        assert!(started.elapsed().as_secs() < 300, "no checkpoint");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "killed after epoch {epoch}: {status}");
+    assert!(!cut.exists(), "a killed run writes no model");
+
+    let mut resume = args(&cut);
+    resume.push("--resume".into());
+    let stdout = paraforge_ok(&resume);
+    assert!(stdout.contains("resum"), "{stdout}");
+    let (a, b) = (Model::load(&whole).unwrap(), Model::load(&cut).unwrap());
+    assert_eq!(a.t, b.t, "resumed after epoch {epoch}: the model differs");
+}
