@@ -24,6 +24,17 @@ pub enum VectorsError {
     },
     #[error("{path}: no vectors in the file")]
     Empty { path: PathBuf },
+    /// Most lines are not vectors of the file's dimension (taken from its
+    /// first vector line): a wrong or damaged file, whose few readable
+    /// lines would score as if they were the vectors.
+    #[error("{path}: {skipped} lines are not vectors of dimension {dim} and only {loaded} are (first bad line {first}); not a vectors file of one dimension")]
+    MostlyUnreadable {
+        path: PathBuf,
+        dim: usize,
+        loaded: usize,
+        skipped: usize,
+        first: u64,
+    },
     #[error("{path}:{line}: {reason}")]
     BadLine {
         path: PathBuf,
@@ -205,6 +216,16 @@ impl Vectors {
                 path: path.to_path_buf(),
             });
         }
+        let skipped = report.wrong_dimension + report.unparsable;
+        if skipped > report.loaded {
+            return Err(VectorsError::MostlyUnreadable {
+                path: path.to_path_buf(),
+                dim,
+                loaded: report.loaded,
+                skipped,
+                first: report.first_skipped_line.unwrap_or(0),
+            });
+        }
         v.data.shrink_to_fit();
         v.seal();
         Ok((v, report))
@@ -374,6 +395,22 @@ mod tests {
                 duplicates: 1,
                 first_skipped_line: Some(3),
             }
+        );
+    }
+
+    /// A file whose first vector line has another width than the rest (a
+    /// stray header, a file of another dimension glued on) loads almost
+    /// nothing: an error, not a handful of vectors that score a corpus.
+    #[test]
+    fn a_file_mostly_of_another_dimension_is_an_error() {
+        let e = load("x 1 2 3 4
+a 1 0
+b 0 1
+c 1 1
+").unwrap_err().to_string();
+        assert!(
+            e.contains("3 lines are not vectors of dimension 4") && e.contains("first bad line 2"),
+            "{e}"
         );
     }
 
