@@ -403,11 +403,15 @@ mod tests {
     /// nothing: an error, not a handful of vectors that score a corpus.
     #[test]
     fn a_file_mostly_of_another_dimension_is_an_error() {
-        let e = load("x 1 2 3 4
+        let e = load(
+            "x 1 2 3 4
 a 1 0
 b 0 1
 c 1 1
-").unwrap_err().to_string();
+",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("3 lines are not vectors of dimension 4") && e.contains("first bad line 2"),
             "{e}"
