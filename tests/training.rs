@@ -557,7 +557,7 @@ fn every_neural_encoder_learns_saves_and_loads() {
 
         // As the para_score model: para_score is the model's own cosine
         // of its two embeddings, on real pairs.
-        let enc = paraforge_trainer::scorer::load_encoder(Some(&out), None)
+        let enc = paraforge_scorer::load_encoder(Some(&out), None)
             .unwrap()
             .unwrap();
         assert!(enc.describe().contains(&spec.name()), "{}", enc.describe());

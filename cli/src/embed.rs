@@ -475,6 +475,29 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
         columns.push((name, sts::evaluate(&sets, &|s| m.embed(s))));
     }
     for p in &a.model {
+        if paraforge_scorer::transformer::TransformerEncoder::is_one(p) {
+            use paraforge_core::SentenceEncoder;
+            // Through the scorer's own path: the sentence's tokens, as
+            // para_score embeds them.
+            let enc = paraforge_scorer::transformer::TransformerEncoder::load(p)?;
+            let embed = |s: &str| {
+                let mut out = vec![0f32; enc.dim()];
+                let toks = paraforge_core::tokenize(s);
+                enc.embed_tokens(&toks, &mut Default::default(), &mut out);
+                out
+            };
+            columns.push((
+                format!("{} (transformer)", file_name(p)),
+                sts::evaluate(&sets, &embed),
+            ));
+            anyhow::ensure!(
+                enc.failures() == 0,
+                "{}: the encoder failed on {} sentences (see the log)",
+                p.display(),
+                enc.failures()
+            );
+            continue;
+        }
         if NeuralModel::is_one(p) {
             let m = NeuralModel::load(p, &nn_model::cpu())?;
             let table = m.embed_sets(&sets);

@@ -76,6 +76,13 @@ pub trait SentenceEncoder: Send + Sync {
     fn embed_tokens(&self, tokens: &Tokens, scratch: &mut Scratch, out: &mut [f32]) -> Coverage;
     /// One line for logs, footers and manifests.
     fn describe(&self) -> String;
+    /// Sentences the encoder failed to embed so far (a model run that
+    /// errored; not a sentence without known features). Callers compare it
+    /// before and after their work and fail it when it grew: a score left
+    /// null by a failure must not pass for a score.
+    fn failures(&self) -> u64 {
+        0
+    }
 }
 
 impl SentenceEncoder for Vectors {

@@ -51,6 +51,9 @@ pub enum RescoreError {
     NothingToDo,
     /// Every para_score came out null: the scorer knows none of the data's
     /// words or trigrams (another language, the wrong vectors file).
+    /// The encoder failed to run on some sentences (logged one by one).
+    #[error("the para_score encoder failed on {failed} sentences (see the log); the new dataset has no manifest and is not complete")]
+    EncoderFailed { failed: u64 },
     #[error("{scorer}: gave a para_score to none of the {rows} rows (does it know the data's language?); the new dataset has no manifest and is not complete")]
     NothingScored { scorer: String, rows: u64 },
 }
@@ -158,11 +161,8 @@ impl ScorerPath<'_> {
     /// encoder's `model.safetensors`).
     pub fn file(&self) -> PathBuf {
         match self {
-            ScorerPath::Model(p) if paraforge_trainer::nn_model::NeuralModel::is_one(p) => {
-                p.join(paraforge_trainer::nn_model::WEIGHTS)
-            }
-            ScorerPath::Model(p) if p.is_dir() => p.join("model.pfe"),
-            ScorerPath::Model(p) | ScorerPath::Vectors(p) => p.to_path_buf(),
+            ScorerPath::Model(p) => paraforge_scorer::weights_file(p),
+            ScorerPath::Vectors(p) => p.to_path_buf(),
         }
     }
 
@@ -171,7 +171,7 @@ impl ScorerPath<'_> {
             ScorerPath::Model(p) => (Some(p), None),
             ScorerPath::Vectors(p) => (None, Some(p)),
         };
-        Ok(paraforge_trainer::scorer::load_encoder(m, v)?.expect("one of the two is given"))
+        Ok(paraforge_scorer::load_encoder(m, v)?.expect("one of the two is given"))
     }
 }
 
@@ -242,6 +242,7 @@ pub fn run(
         } else {
             input.to_path_buf()
         };
+        let failed_before = encoder.as_ref().map_or(0, |e| e.failures());
         let results: Vec<(RescoredFile, Tally)> = files
             .par_iter()
             .map(|path| {
@@ -251,6 +252,10 @@ pub fn run(
                 rescore_file(path, rel, out, para, class, progress)
             })
             .collect::<Result<_, _>>()?;
+        let failed = encoder.as_ref().map_or(0, |e| e.failures()) - failed_before;
+        if failed > 0 {
+            return Err(RescoreError::EncoderFailed { failed });
+        }
 
         let (scorer, scorer_kind, scorer_sha256) =
             stamp.map_or_else(Default::default, |s| (s.file, s.kind, s.sha256));

@@ -27,7 +27,9 @@ use std::path::{Path, PathBuf};
 pub use config::{EarlyStopping, GenerationDefaults, ModelConfig};
 pub use engine::Profile;
 pub use error::NmtError;
-pub use runtime::{check_device, DecoderLayout, Device, LoadOptions, CHECKSUM_FILE};
+pub use runtime::{
+    check_device, session as onnx_session, DecoderLayout, Device, LoadOptions, CHECKSUM_FILE,
+};
 pub use spm::SentencePiece;
 pub use tokenizer::MarianTokenizer;
 

@@ -185,7 +185,9 @@ pub(crate) fn builder(
     Ok(b)
 }
 
-pub(crate) fn session(path: &Path, opts: &LoadOptions) -> Result<Session, NmtError> {
+/// A session of any ONNX graph with the runtime and options the engine
+/// uses (the transformer sentence encoder shares them).
+pub fn session(path: &Path, opts: &LoadOptions) -> Result<Session, NmtError> {
     builder(path, opts)?
         .commit_from_file(path)
         .map_err(|e| onnx_error(path, e))

@@ -17,7 +17,6 @@ pub mod neural;
 pub mod nn_checkpoint;
 pub mod nn_model;
 pub mod nn_train;
-pub mod scorer;
 pub mod sts;
 pub mod train;
 

@@ -114,7 +114,7 @@ fn filtered(path: &str, p: &paraforge_job::bitext::Pair, reason: RejectReason) -
 pub fn load_para_encoder(
     s: &paraforge_job::config::Scoring,
 ) -> Result<Option<Box<dyn SentenceEncoder>>, EncoderError> {
-    let e = paraforge_trainer::scorer::load_encoder(
+    let e = paraforge_scorer::load_encoder(
         s.model.as_deref().map(Path::new),
         s.vectors.as_deref().map(Path::new),
     )?;
@@ -248,6 +248,7 @@ pub fn process(
 
         // Stage 3: score and encode.
         let write = scope.spawn(move || -> Result<(Vec<u8>, u64), ShardError> {
+            let failed_before = scorers.encoder.map_or(0, |e| e.failures());
             let props = writer_properties(metadata);
             let mut w = ArrowWriter::try_new(Vec::new(), schema(), Some(props))?;
             let mut rows = 0u64;
@@ -283,6 +284,14 @@ pub fn process(
                         "{} rows for {} pairs at model.beam_candidates = {k}: the beam returned fewer hypotheses than asked",
                         scored.len(),
                         pairs.len()
+                    )));
+                }
+                // A para_score the encoder failed to compute is not a null
+                // score: the shard fails (and is retried) instead.
+                let failed = scorers.encoder.map_or(0, |e| e.failures()) - failed_before;
+                if failed > 0 {
+                    return Err(ShardError::Internal(format!(
+                        "the para_score encoder failed on {failed} sentences (see the log)"
                     )));
                 }
                 let mut b = RowsBuilder::default();

@@ -1,0 +1,294 @@
+//! A BERT-style sentence encoder on ONNX Runtime as the para_score model
+//! (issue 16, item 4): a directory holding `model.onnx` (input_ids,
+//! attention_mask, token_type_ids -> last_hidden_state), the Hugging Face
+//! `tokenizer.json` and `paraforge-encoder.json` (pooling, normalisation,
+//! longest input), as `tools/export_sentence_encoder.py` writes it, e.g. for
+//! sentence-transformers' all-MiniLM-L6-v2. The embedding is the mean of the
+//! last hidden states over the sentence's tokens ([CLS] and [SEP]
+//! included, as sentence-transformers pools), then L2-normalised.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use ort::session::Session;
+use ort::value::Tensor;
+use paraforge_core::encoder::{Coverage, Scratch, SentenceEncoder};
+use paraforge_core::{EncoderError, Tokens};
+
+/// The file that marks a transformer encoder's directory.
+pub const CONFIG: &str = "paraforge-encoder.json";
+const FORMAT: &str = "paraforge-transformer-encoder";
+
+#[derive(Debug, serde::Deserialize)]
+struct Config {
+    format: String,
+    version: u32,
+    pooling: String,
+    normalize: bool,
+    max_length: usize,
+    dim: usize,
+    #[serde(default)]
+    source: String,
+}
+
+pub struct TransformerEncoder {
+    /// ONNX Runtime runs a session through `&mut`; the scorer's threads
+    /// take turns.
+    session: Mutex<Session>,
+    tokenizer: tokenizers::Tokenizer,
+    cfg: Config,
+    unk: Option<u32>,
+    about: String,
+    /// Sentences whose run failed (see [`SentenceEncoder::failures`]).
+    failures: AtomicU64,
+}
+
+fn bad(path: &Path, reason: impl std::fmt::Display) -> EncoderError {
+    EncoderError::BadModel {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+impl TransformerEncoder {
+    pub fn is_one(dir: &Path) -> bool {
+        dir.join(CONFIG).is_file()
+    }
+
+    pub fn load(dir: &Path) -> Result<TransformerEncoder, EncoderError> {
+        let cpath = dir.join(CONFIG);
+        let text = std::fs::read(&cpath).map_err(|e| bad(&cpath, e))?;
+        let cfg: Config = serde_json::from_slice(&text).map_err(|e| bad(&cpath, e))?;
+        if cfg.format != FORMAT || cfg.version != 1 {
+            return Err(bad(
+                &cpath,
+                format!(
+                    "format {:?} version {}, expected {FORMAT:?} version 1",
+                    cfg.format, cfg.version
+                ),
+            ));
+        }
+        if cfg.pooling != "mean" {
+            return Err(bad(
+                &cpath,
+                format!("pooling {:?}: only \"mean\" is supported", cfg.pooling),
+            ));
+        }
+        let tpath = dir.join("tokenizer.json");
+        let mut tokenizer = tokenizers::Tokenizer::from_file(&tpath).map_err(|e| bad(&tpath, e))?;
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(tokenizers::TruncationParams {
+                max_length: cfg.max_length,
+                ..Default::default()
+            }))
+            .map_err(|e| bad(&tpath, e))?;
+        let unk = tokenizer.token_to_id("[UNK]");
+        let mpath: PathBuf = dir.join("model.onnx");
+        // One intra-op thread: sentences are short, and the scorer runs
+        // them from several threads already.
+        let session = paraforge_nmt::onnx_session(
+            &mpath,
+            &paraforge_nmt::LoadOptions {
+                threads: 1,
+                ..Default::default()
+            },
+        )
+        .map_err(|e| bad(&mpath, e))?;
+        let about = format!(
+            "transformer sentence encoder ({} dimensions, mean pooling{}; {})",
+            cfg.dim,
+            if cfg.normalize { ", normalised" } else { "" },
+            if cfg.source.is_empty() {
+                "no source given"
+            } else {
+                &cfg.source
+            }
+        );
+        Ok(TransformerEncoder {
+            session: Mutex::new(session),
+            tokenizer,
+            cfg,
+            unk,
+            about,
+            failures: AtomicU64::new(0),
+        })
+    }
+
+    /// The embedding of `text` as given, and its wordpieces without an id
+    /// of their own.
+    pub fn embed_text(&self, text: &str, out: &mut [f32]) -> Result<u32, EncoderError> {
+        let enc = self
+            .tokenizer
+            .encode(text, true)
+            .map_err(|e| EncoderError::Invalid(format!("tokenizing {text:?}: {e}")))?;
+        let ids: Vec<i64> = enc.get_ids().iter().map(|&i| i as i64).collect();
+        let unknown = enc
+            .get_ids()
+            .iter()
+            .filter(|&&i| Some(i) == self.unk)
+            .count() as u32;
+        let n = ids.len();
+        let tensor = |v: Vec<i64>| {
+            Tensor::from_array(([1usize, n], v))
+                .map_err(|e| EncoderError::Invalid(format!("input tensor: {e}")))
+        };
+        let inputs = ort::inputs![
+            "input_ids" => tensor(ids)?,
+            "attention_mask" => tensor(vec![1; n])?,
+            "token_type_ids" => tensor(vec![0; n])?,
+        ];
+        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let outputs = session
+            .run(inputs)
+            .map_err(|e| EncoderError::Invalid(format!("running the sentence encoder: {e}")))?;
+        let (shape, h) = outputs["last_hidden_state"]
+            .try_extract_tensor::<f32>()
+            .map_err(|e| EncoderError::Invalid(format!("sentence encoder output: {e}")))?;
+        let dim = self.cfg.dim;
+        if shape.len() != 3 || shape[1] as usize != n || shape[2] as usize != dim {
+            return Err(EncoderError::Invalid(format!(
+                "sentence encoder output of shape {shape:?}, expected [1, {n}, {dim}]"
+            )));
+        }
+        out.fill(0.0);
+        for t in 0..n {
+            for (o, x) in out.iter_mut().zip(&h[t * dim..(t + 1) * dim]) {
+                *o += x;
+            }
+        }
+        let inv = 1.0 / n.max(1) as f32;
+        out.iter_mut().for_each(|x| *x *= inv);
+        if self.cfg.normalize {
+            let norm = out.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+            out.iter_mut().for_each(|x| *x /= norm);
+        }
+        Ok(unknown)
+    }
+}
+
+impl SentenceEncoder for TransformerEncoder {
+    fn dim(&self) -> usize {
+        self.cfg.dim
+    }
+
+    /// The scorer's tokens joined by single spaces (as TRIGRAM reads them):
+    /// lowercased, words and punctuation apart, which an uncased BERT
+    /// tokenizer splits the same way. A sentence without tokens has no
+    /// embedding. A failed run has none either, and is counted: callers
+    /// check [`SentenceEncoder::failures`] and fail their shard or output.
+    fn embed_tokens(&self, tokens: &Tokens, _: &mut Scratch, out: &mut [f32]) -> Coverage {
+        if tokens.is_empty() {
+            out.fill(0.0);
+            return Coverage::default();
+        }
+        let text = tokens.texts().join(" ");
+        match self.embed_text(&text, out) {
+            Ok(unknown) => Coverage {
+                known: tokens.len() as u32,
+                unknown,
+            },
+            Err(e) => {
+                tracing::error!(error = %e, "sentence encoder failed");
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                out.fill(0.0);
+                Coverage::default()
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.about.clone()
+    }
+
+    fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize)]
+    struct Reference {
+        text: String,
+        ids: Vec<u32>,
+        embedding: Vec<f32>,
+    }
+
+    fn fixture() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/tiny-sentence-encoder")
+    }
+
+    /// A real ONNX BERT (tiny, random, exported by
+    /// tools/export_sentence_encoder.py with PyTorch's own embeddings):
+    /// the same wordpieces as Hugging Face's tokenizer, the same pooled and
+    /// normalised embedding to 1e-5, empty and truncated inputs included.
+    #[test]
+    fn the_tiny_encoder_reproduces_pytorch() {
+        reproduces_pytorch(&fixture());
+    }
+
+    /// The same for all-MiniLM-L6-v2, which is not in the repository (91
+    /// MB): `tools/export_sentence_encoder.py minilm --out
+    /// .cache/all-minilm-l6-v2`, then `cargo test -p paraforge-scorer --
+    /// --ignored`.
+    #[test]
+    #[ignore = "needs .cache/all-minilm-l6-v2 (tools/export_sentence_encoder.py minilm)"]
+    fn minilm_reproduces_pytorch() {
+        reproduces_pytorch(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../.cache/all-minilm-l6-v2"),
+        );
+    }
+
+    fn reproduces_pytorch(dir: &Path) {
+        let enc = TransformerEncoder::load(dir).unwrap();
+        let refs: Vec<Reference> =
+            serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+        assert!(refs.len() >= 8);
+        let mut out = vec![0f32; enc.dim()];
+        for r in &refs {
+            let ids = enc.tokenizer.encode(r.text.as_str(), true).unwrap();
+            assert_eq!(ids.get_ids(), &r.ids[..], "{:?}", r.text);
+            enc.embed_text(&r.text, &mut out).unwrap();
+            let worst = out
+                .iter()
+                .zip(&r.embedding)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(worst <= 1e-5, "{:?}: off by {worst}", r.text);
+        }
+        assert_eq!(enc.failures(), 0);
+    }
+
+    /// Loaded as `[scoring] model`: para_score is the cosine of the
+    /// encoder's embeddings of the two sentences' tokens.
+    #[test]
+    fn para_score_is_the_encoders_cosine() {
+        let enc = crate::load_encoder(Some(&fixture()), None)
+            .unwrap()
+            .unwrap();
+        assert!(
+            enc.describe().starts_with("transformer sentence encoder"),
+            "{}",
+            enc.describe()
+        );
+        let t = TransformerEncoder::load(&fixture()).unwrap();
+        let mut s = paraforge_core::Scorer::new(Some(&*enc));
+        let (a, b) = (
+            "A man is playing a guitar.",
+            "The dogs are running on the mat!",
+        );
+        let p = s.score(a, b).para_score.unwrap();
+        let (mut ea, mut eb) = (vec![0f32; t.dim()], vec![0f32; t.dim()]);
+        t.embed_text("a man is playing a guitar .", &mut ea)
+            .unwrap();
+        t.embed_text("the dogs are running on the mat !", &mut eb)
+            .unwrap();
+        let want = paraforge_core::score::cosine(&ea, &eb);
+        assert!((p - want).abs() <= 1e-6, "{p} vs {want}");
+        assert_eq!(s.score("", b).para_score, None);
+    }
+}
