@@ -32,6 +32,10 @@ pub enum EncoderError {
     },
     #[error("{path}: not a paraforge embedding model: {reason}")]
     BadModel { path: PathBuf, reason: String },
+    /// A well-formed model that its runtime could not load (e.g. ONNX
+    /// Runtime's library missing), as opposed to a file that is no model.
+    #[error("{path}: cannot load: {reason}")]
+    Load { path: PathBuf, reason: String },
     #[error("{0}")]
     Invalid(String),
 }

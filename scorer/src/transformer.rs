@@ -95,7 +95,10 @@ impl TransformerEncoder {
                 ..Default::default()
             },
         )
-        .map_err(|e| bad(&mpath, e))?;
+        .map_err(|e| EncoderError::Load {
+            path: mpath.clone(),
+            reason: e.to_string(),
+        })?;
         let about = format!(
             "transformer sentence encoder ({} dimensions, mean pooling{}; {})",
             cfg.dim,
@@ -290,5 +293,24 @@ mod tests {
         let want = paraforge_core::score::cosine(&ea, &eb);
         assert!((p - want).abs() <= 1e-6, "{p} vs {want}");
         assert_eq!(s.score("", b).para_score, None);
+    }
+
+    /// A directory that says it is a transformer encoder but whose graph
+    /// ONNX Runtime cannot load is an error naming that file, not "no
+    /// model" and not a scorer that gives every pair null.
+    #[test]
+    fn a_corrupt_graph_is_an_error_naming_it() {
+        let dir = std::env::temp_dir().join(format!("pf-bad-encoder-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in [CONFIG, "tokenizer.json"] {
+            std::fs::copy(fixture().join(f), dir.join(f)).unwrap();
+        }
+        std::fs::write(dir.join("model.onnx"), b"not a graph").unwrap();
+        let e = match crate::load_encoder(Some(&dir), None) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a corrupt model.onnx loaded"),
+        };
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(e.contains("model.onnx: cannot load"), "{e}");
     }
 }
