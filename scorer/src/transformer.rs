@@ -33,9 +33,11 @@ struct Config {
 }
 
 pub struct TransformerEncoder {
-    /// ONNX Runtime runs a session through `&mut`; the scorer's threads
-    /// take turns.
-    session: Mutex<Session>,
+    /// ONNX Runtime runs a session through `&mut`, so each of the scorer's
+    /// threads gets a session of its own (one per core, see `load`) rather
+    /// than all taking turns on one.
+    sessions: Vec<Mutex<Session>>,
+    next: AtomicU64,
     tokenizer: tokenizers::Tokenizer,
     cfg: Config,
     unk: Option<u32>,
@@ -86,19 +88,25 @@ impl TransformerEncoder {
             .map_err(|e| bad(&tpath, e))?;
         let unk = tokenizer.token_to_id("[UNK]");
         let mpath: PathBuf = dir.join("model.onnx");
-        // One intra-op thread: sentences are short, and the scorer runs
-        // them from several threads already.
-        let session = paraforge_nmt::onnx_session(
-            &mpath,
-            &paraforge_nmt::LoadOptions {
-                threads: 1,
-                ..Default::default()
-            },
-        )
-        .map_err(|e| EncoderError::Load {
-            path: mpath.clone(),
-            reason: e.to_string(),
-        })?;
+        // One intra-op thread per session and a session per core: sentences
+        // are short, and the scorer runs them from several threads already.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        let sessions = (0..cores)
+            .map(|_| {
+                paraforge_nmt::onnx_session(
+                    &mpath,
+                    &paraforge_nmt::LoadOptions {
+                        threads: 1,
+                        ..Default::default()
+                    },
+                )
+                .map(Mutex::new)
+                .map_err(|e| EncoderError::Load {
+                    path: mpath.clone(),
+                    reason: e.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let about = format!(
             "transformer sentence encoder ({} dimensions, mean pooling{}; {})",
             cfg.dim,
@@ -110,13 +118,25 @@ impl TransformerEncoder {
             }
         );
         Ok(TransformerEncoder {
-            session: Mutex::new(session),
+            sessions,
+            next: AtomicU64::new(0),
             tokenizer,
             cfg,
             unk,
             about,
             failures: AtomicU64::new(0),
         })
+    }
+
+    /// A free session, else the next one in turn.
+    fn session(&self) -> std::sync::MutexGuard<'_, Session> {
+        for s in &self.sessions {
+            if let Ok(g) = s.try_lock() {
+                return g;
+            }
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) as usize % self.sessions.len();
+        self.sessions[i].lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The embedding of `text` as given, and its wordpieces without an id
@@ -142,7 +162,7 @@ impl TransformerEncoder {
             "attention_mask" => tensor(vec![1; n])?,
             "token_type_ids" => tensor(vec![0; n])?,
         ];
-        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let mut session = self.session();
         let outputs = session
             .run(inputs)
             .map_err(|e| EncoderError::Invalid(format!("running the sentence encoder: {e}")))?;
