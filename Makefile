@@ -145,11 +145,12 @@ bench-gpu:
 	$(MAKE) venv build && $(MAKE) ort ORT_WHEEL=onnxruntime-gpu && \
 	ORT_DYLIB_PATH=$(ORT_GPU_LIB) $(VENV)/bin/python tools/bench_nmt.py --gpu --paraforge target/release/paraforge
 
-# Scoring throughput against a plain Python implementation of the same definitions.
+# Scoring throughput against a plain Python implementation of the same
+# definitions; TRANSFORMER=DIR also times an exported transformer encoder.
 bench-score: venv $(ORT_LIB) build
-	$(CARGO) build --release -p paraforge-core --examples
+	$(CARGO) build --release -p paraforge-scorer --examples
 	$(VENV)/bin/python tools/bench_score.py --paraforge target/release/paraforge \
-		--bench target/release/examples/bench_score
+		--bench target/release/examples/bench_score $(if $(TRANSFORMER),--transformer $(TRANSFORMER))
 
 # `paraforge bin` on 10M rows with peak memory.
 bench-bins: $(ORT_LIB) build

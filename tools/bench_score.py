@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("--vectors", default=str(ROOT / "data/vectors/glove.6B.50d.top25k.txt.gz"))
     ap.add_argument("--scorer", default=str(ROOT / "models/scorer-trigram"))
     ap.add_argument("--python-pairs", type=int, default=20000)
+    ap.add_argument("--transformer", help="also time an exported transformer encoder (e.g. "
+                    ".cache/all-minilm-l6-v2 from tools/export_sentence_encoder.py) on every pair once")
     args = ap.parse_args()
     out = ROOT / "bench-out"
     out.mkdir(exist_ok=True)
@@ -52,8 +54,8 @@ def main() -> None:
     subprocess.run([args.bench, str(pairs_file), args.vectors, "1"], check=True, capture_output=True,
                    env={**os.environ, "BENCH_DUMP": str(dump)})
 
-    def bench(scorer: str) -> dict:
-        r = subprocess.run([args.bench, str(pairs_file), scorer, "2000000"], check=True, capture_output=True,
+    def bench(scorer: str, min_pairs: int = 2_000_000) -> dict:
+        r = subprocess.run([args.bench, str(pairs_file), scorer, str(min_pairs)], check=True, capture_output=True,
                            text=True)
         return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -65,6 +67,9 @@ def main() -> None:
         runs["default"].append(bench(args.scorer))
     median = lambda rs: sorted(rs, key=lambda x: x["pairs_per_second_without_bleu"])[len(rs) // 2]
     rust, default = median(runs["glove"]), median(runs["default"])
+    # A transformer runs a network per sentence: the pairs once (each timed
+    # pass scores them all), right after the default scorer's runs.
+    transformer = bench(args.transformer, len(pairs)) if args.transformer else None
 
     t = time.perf_counter()
     vecs = ref.load_vectors(args.vectors)
@@ -101,6 +106,10 @@ def main() -> None:
                                                   for k, v in runs.items()}, "python_pairs_per_second": py, "python_vectors_load_seconds": py_load,
            "ratio": rust["pairs_per_second_without_bleu"] / py, "pairs_compared": len(rust_rows),
            "pairs_disagreeing": mismatched, "worst_para_score_difference": worst}
+    if transformer:
+        res["transformer"] = transformer
+        res["transformer_vs_default"] = (transformer["pairs_per_second_without_bleu"]
+                                         / default["pairs_per_second_without_bleu"])
     (out / "score.json").write_text(json.dumps(res, indent=1))
     print(f"{len(pairs)} real pairs (reference, back-translation)")
     # Every column, and every column but sentence BLEU (what the Python peer
@@ -109,6 +118,13 @@ def main() -> None:
         print(f"paraforge, {name} ({r['scorer']}), {r['threads']} threads, {r['pairs']:,} pairs: "
               f"{r['pairs_per_second']:,.0f} pairs/s with sentence BLEU, "
               f"{r['pairs_per_second_without_bleu']:,.0f} without")
+    if transformer:
+        r = transformer
+        print(f"paraforge, transformer ({r['scorer']}), {r['threads']} threads, {r['pairs']:,} pairs: "
+              f"{r['pairs_per_second']:,.0f} pairs/s with sentence BLEU, "
+              f"{r['pairs_per_second_without_bleu']:,.0f} without "
+              f"({1e3 / r['pairs_per_second_without_bleu']:.2f} ms per pair; "
+              f"{res['transformer_vs_default']:.4f} of the default scorer)")
     print(f"default scorer / GloVe without BLEU, same run: {res['default_vs_glove']:.2f} "
           f"(medians of 3 alternating runs: {res['runs_pairs_per_second_without_bleu']})")
     print(f"python:    {py:,.0f} pairs/s (1 thread, {n:,} pairs)")

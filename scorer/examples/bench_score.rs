@@ -6,13 +6,16 @@
 //! usage: bench_score PAIRS.tsv SCORER [MIN_PAIRS]
 //! PAIRS.tsv holds `reference<TAB>translation` per line; the pairs are
 //! repeated until at least MIN_PAIRS (default 2,000,000) are scored.
-//! SCORER is a `.pfe` model (or a directory holding `model.pfe`, such as
-//! models/scorer-trigram) or GloVe-format word vectors.
+//! SCORER is anything `[scoring] model` takes (a `.pfe` model or a
+//! directory holding one, such as models/scorer-trigram; a neural encoder's
+//! directory; an exported transformer such as all-MiniLM-L6-v2) or
+//! GloVe-format word vectors.
 
 use std::path::Path;
 use std::time::Instant;
 
-use paraforge_core::{load_encoder, Scorer, SentenceEncoder};
+use paraforge_core::{Scorer, SentenceEncoder};
+use paraforge_scorer::load_encoder;
 use rayon::prelude::*;
 
 fn main() {
@@ -99,6 +102,14 @@ fn main() {
         (t.elapsed().as_secs_f64(), checksum)
     };
     let (secs, checksum) = run(true);
+    if encoder.failures() > 0 {
+        eprintln!(
+            "{}: the encoder failed on {} sentences",
+            args[2],
+            encoder.failures()
+        );
+        std::process::exit(1)
+    }
     let (secs_nb, checksum_nb) = run(false);
     let n = rounds * pairs.len();
     println!(
