@@ -29,6 +29,10 @@ fn main() {
         std::process::exit(1)
     });
     let pairs: Vec<(&str, &str)> = text.lines().filter_map(|l| l.split_once('\t')).collect();
+    if pairs.is_empty() {
+        eprintln!("{}: no reference<TAB>translation line", args[1]);
+        std::process::exit(1)
+    }
     let min: usize = args
         .get(3)
         .and_then(|s| s.parse().ok())
@@ -102,6 +106,7 @@ fn main() {
         (t.elapsed().as_secs_f64(), checksum)
     };
     let (secs, checksum) = run(true);
+    let (secs_nb, checksum_nb) = run(false);
     if encoder.failures() > 0 {
         eprintln!(
             "{}: the encoder failed on {} sentences",
@@ -110,7 +115,6 @@ fn main() {
         );
         std::process::exit(1)
     }
-    let (secs_nb, checksum_nb) = run(false);
     let n = rounds * pairs.len();
     println!(
         "{{\"pairs\":{n},\"seconds\":{secs:.4},\"pairs_per_second\":{:.0},\"pairs_per_second_without_bleu\":{:.0},\"threads\":{},\"scorer\":{:?},\"dim\":{},\"load_seconds\":{load_s:.3},\"checksum\":{checksum:.3},\"checksum_without_bleu\":{checksum_nb:.3}}}",

@@ -77,6 +77,17 @@ impl TransformerEncoder {
                 format!("pooling {:?}: only \"mean\" is supported", cfg.pooling),
             ));
         }
+        // Below 3 the tokenizer's room for text after [CLS] and [SEP]
+        // underflows (and truncation silently turns off).
+        if cfg.max_length < 3 || cfg.dim == 0 {
+            return Err(bad(
+                &cpath,
+                format!(
+                    "max_length {} and dim {}: need max_length >= 3 and dim >= 1",
+                    cfg.max_length, cfg.dim
+                ),
+            ));
+        }
         let tpath = dir.join("tokenizer.json");
         let mut tokenizer = tokenizers::Tokenizer::from_file(&tpath).map_err(|e| bad(&tpath, e))?;
         tokenizer.with_padding(None);
@@ -86,7 +97,10 @@ impl TransformerEncoder {
                 ..Default::default()
             }))
             .map_err(|e| bad(&tpath, e))?;
-        let unk = tokenizer.token_to_id("[UNK]");
+        let unk = match tokenizer.get_model() {
+            tokenizers::ModelWrapper::WordPiece(wp) => tokenizer.token_to_id(&wp.unk_token),
+            _ => tokenizer.token_to_id("[UNK]"),
+        };
         let mpath: PathBuf = dir.join("model.onnx");
         // One intra-op thread per session and a session per core: sentences
         // are short, and the scorer runs them from several threads already.
@@ -117,7 +131,7 @@ impl TransformerEncoder {
                 &cfg.source
             }
         );
-        Ok(TransformerEncoder {
+        let enc = TransformerEncoder {
             sessions,
             next: AtomicU64::new(0),
             tokenizer,
@@ -125,7 +139,19 @@ impl TransformerEncoder {
             unk,
             about,
             failures: AtomicU64::new(0),
-        })
+        };
+        // One run of the longest input the config allows: a graph with other
+        // input or output names, another width, or fewer positions than
+        // max_length fails here, once, rather than on every sentence of a job.
+        let longest = vec!["a"; enc.cfg.max_length].join(" ");
+        let mut probe = vec![0f32; enc.cfg.dim];
+        enc.embed_text(&longest, &mut probe).map_err(|e| {
+            bad(
+                &mpath,
+                format!("a probe of {} tokens: {e}", enc.cfg.max_length),
+            )
+        })?;
+        Ok(enc)
     }
 
     /// A free session, else the next one in turn.
@@ -139,19 +165,26 @@ impl TransformerEncoder {
         self.sessions[i].lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The embedding of `text` as given, and its wordpieces without an id
-    /// of their own.
-    pub fn embed_text(&self, text: &str, out: &mut [f32]) -> Result<u32, EncoderError> {
-        let enc = self
-            .tokenizer
-            .encode(text, true)
-            .map_err(|e| EncoderError::Invalid(format!("tokenizing {text:?}: {e}")))?;
+    /// The embedding of `text` as given, and how many of its wordpieces
+    /// (not counting [CLS], [SEP] and the like) the vocabulary has and how
+    /// many became [UNK].
+    pub fn embed_text(&self, text: &str, out: &mut [f32]) -> Result<Coverage, EncoderError> {
+        let enc = self.tokenizer.encode(text, true).map_err(|e| {
+            let head: String = text.chars().take(80).collect();
+            EncoderError::Invalid(format!("tokenizing {head:?}...: {e}"))
+        })?;
         let ids: Vec<i64> = enc.get_ids().iter().map(|&i| i as i64).collect();
-        let unknown = enc
-            .get_ids()
-            .iter()
-            .filter(|&&i| Some(i) == self.unk)
-            .count() as u32;
+        let mut cov = Coverage::default();
+        for (&id, &special) in enc.get_ids().iter().zip(enc.get_special_tokens_mask()) {
+            if special == 1 {
+                continue;
+            }
+            if Some(id) == self.unk {
+                cov.unknown += 1;
+            } else {
+                cov.known += 1;
+            }
+        }
         let n = ids.len();
         let tensor = |v: Vec<i64>| {
             Tensor::from_array(([1usize, n], v))
@@ -166,7 +199,11 @@ impl TransformerEncoder {
         let outputs = session
             .run(inputs)
             .map_err(|e| EncoderError::Invalid(format!("running the sentence encoder: {e}")))?;
-        let (shape, h) = outputs["last_hidden_state"]
+        let (shape, h) = outputs
+            .get("last_hidden_state")
+            .ok_or_else(|| {
+                EncoderError::Invalid("the graph has no output last_hidden_state".into())
+            })?
             .try_extract_tensor::<f32>()
             .map_err(|e| EncoderError::Invalid(format!("sentence encoder output: {e}")))?;
         let dim = self.cfg.dim;
@@ -187,7 +224,7 @@ impl TransformerEncoder {
             let norm = out.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
             out.iter_mut().for_each(|x| *x /= norm);
         }
-        Ok(unknown)
+        Ok(cov)
     }
 }
 
@@ -198,23 +235,31 @@ impl SentenceEncoder for TransformerEncoder {
 
     /// The scorer's tokens joined by single spaces (as TRIGRAM reads them):
     /// lowercased, words and punctuation apart, which an uncased BERT
-    /// tokenizer splits the same way. A sentence without tokens has no
-    /// embedding. A failed run has none either, and is counted: callers
-    /// check [`SentenceEncoder::failures`] and fail their shard or output.
+    /// tokenizer splits the same way; only the first max_length tokens, as
+    /// the model reads no more wordpieces than that. Coverage counts
+    /// wordpieces: a sentence none of whose wordpieces the vocabulary has
+    /// (emoji, an unknown script; [CLS] and [SEP] alone) has no embedding,
+    /// so two such lines do not score as paraphrases. A failed run has none
+    /// either, and is counted: callers check [`SentenceEncoder::failures`]
+    /// and fail their shard or output.
     fn embed_tokens(&self, tokens: &Tokens, _: &mut Scratch, out: &mut [f32]) -> Coverage {
-        if tokens.is_empty() {
-            out.fill(0.0);
-            return Coverage::default();
-        }
-        let text = tokens.texts().join(" ");
+        let text = tokens
+            .iter()
+            .take(self.cfg.max_length)
+            .map(|t| t.text)
+            .collect::<Vec<_>>()
+            .join(" ");
         match self.embed_text(&text, out) {
-            Ok(unknown) => Coverage {
-                known: tokens.len() as u32,
-                unknown,
-            },
+            Ok(c) if c.known > 0 => c,
+            Ok(c) => {
+                out.fill(0.0);
+                c
+            }
             Err(e) => {
-                tracing::error!(error = %e, "sentence encoder failed");
-                self.failures.fetch_add(1, Ordering::Relaxed);
+                // The first failure is logged; the count says how many.
+                if self.failures.fetch_add(1, Ordering::Relaxed) == 0 {
+                    tracing::error!(error = %e, "sentence encoder failed");
+                }
                 out.fill(0.0);
                 Coverage::default()
             }
@@ -332,5 +377,41 @@ mod tests {
         };
         std::fs::remove_dir_all(&dir).ok();
         assert!(e.contains("model.onnx: cannot load"), "{e}");
+    }
+
+    /// A line the vocabulary has no wordpiece of (emoji: [UNK] only) has
+    /// no embedding, so two such lines get no para_score rather than a
+    /// cosine near 1 between two [UNK] sentences.
+    #[test]
+    fn a_sentence_of_unknown_wordpieces_has_no_para_score() {
+        let enc = TransformerEncoder::load(&fixture()).unwrap();
+        let mut s = paraforge_core::Scorer::new(Some(&enc as &dyn SentenceEncoder));
+        assert_eq!(s.score("\u{1F600} \u{1F389}", "\u{1F389}").para_score, None);
+        assert!(s
+            .score("a man is playing", "a man plays")
+            .para_score
+            .is_some());
+        assert_eq!(enc.failures(), 0);
+    }
+
+    /// A config that disagrees with its graph (another width) fails at
+    /// load, naming the graph, not on every sentence of a job.
+    #[test]
+    fn a_config_that_disagrees_with_its_graph_fails_at_load() {
+        let dir = std::env::temp_dir().join(format!("pf-wrong-dim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["model.onnx", "tokenizer.json"] {
+            std::fs::copy(fixture().join(f), dir.join(f)).unwrap();
+        }
+        let cfg = std::fs::read_to_string(fixture().join(CONFIG)).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&cfg).unwrap();
+        v["dim"] = serde_json::json!(v["dim"].as_u64().unwrap() + 1);
+        std::fs::write(dir.join(CONFIG), v.to_string()).unwrap();
+        let e = match TransformerEncoder::load(&dir) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a config of the wrong width loaded"),
+        };
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(e.contains("model.onnx") && e.contains("probe"), "{e}");
     }
 }
