@@ -1014,3 +1014,42 @@ fn a_killed_train_process_resumes_to_the_uninterrupted_model() {
     let (a, b) = (Model::load(&whole).unwrap(), Model::load(&cut).unwrap());
     assert_eq!(a.t, b.t, "resumed after epoch {epoch}: the model differs");
 }
+
+/// A run whose weights blow up (an iRNN at a huge learning rate) ends in an
+/// error naming the epoch and what to change, never a panic: non-finite
+/// embeddings leave no nearest negative (every similarity NaN), which
+/// indexed the mega-batch at u32::MAX before (found by the every-encoder
+/// replication's iRNN run). M = 1, so the negatives of the next mega-batch
+/// are the first thing computed with the blown-up weights.
+#[test]
+fn a_diverging_run_is_an_error_not_a_panic() {
+    use paraforge_trainer::neural::Arch;
+    use paraforge_trainer::nn_model::{cpu, NeuralModel};
+    use paraforge_trainer::nn_train::{train as train_nn, NeuralOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    scored_dataset(dir.path(), 300, 1);
+    let source = PairSource::open(dir.path()).unwrap();
+    let words = paraforge_trainer::train::word_vocab(&source, 1, 50_000).unwrap();
+    let (wm, _) =
+        paraforge_trainer::model::init_with_words(Kind::Word, words, 12, None, Vec::new(), 0, 1)
+            .unwrap();
+    let mut m = NeuralModel::init(Arch::Irnn, wm, 12, 1, 1, &cpu()).unwrap();
+    let o = NeuralOptions {
+        base: TrainOptions {
+            batch_size: 20,
+            megabatch: 1,
+            epochs: 3,
+            lr: 1e6,
+            shuffle_buffer: 1,
+            ..TrainOptions::default()
+        },
+        scramble: 0.0,
+        ..NeuralOptions::default()
+    };
+    let e = train_nn(&mut m, &source, &o, &cpu(), None, &mut |_| {})
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("epoch") && e.contains("--lr"), "{e}");
+}

@@ -15,7 +15,7 @@ use crate::model::Encoded;
 use crate::neural::{objective, regulariser, Batch, Net, Sampling};
 use crate::nn_checkpoint::{self, NeuralKey, NeuralState};
 use crate::nn_model::{embed_encoded, NeuralModel};
-use crate::train::{nearest_of_other_pair, next_megabatch};
+use crate::train::{check_negatives, nearest_of_other_pair, next_megabatch};
 use crate::train::{EpochReport, Progress, TrainOptions, TrainReport};
 use crate::{check_dev_score, TrainError};
 
@@ -227,6 +227,7 @@ pub fn train(
                 break;
             }
             let neg = negatives(&net.valid(), &mb, o.sampling, &mut mrng);
+            check_negatives(&neg, epoch, pairs)?;
             for lo in (0..mb.len()).step_by(b.batch_size) {
                 let hi = (lo + b.batch_size).min(mb.len());
                 // s, s', t(s), t(s'): sentence i of the mega-batch is side

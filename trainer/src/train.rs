@@ -290,6 +290,18 @@ fn negatives(model: &Model, mb: &[(Encoded, Encoded)]) -> Vec<u32> {
     nearest_of_other_pair(&Array2::from_shape_vec((n, d), flat).expect("n x d values"))
 }
 
+/// Every sentence has a negative unless the embeddings stopped being numbers
+/// (weights blown up by the last step: every similarity NaN); then the run
+/// stops with what to change, as a non-finite loss does.
+pub(crate) fn check_negatives(neg: &[u32], epoch: usize, pairs: u64) -> Result<(), TrainError> {
+    if !neg.contains(&u32::MAX) {
+        return Ok(());
+    }
+    Err(TrainError::Invalid(format!(
+        "epoch {epoch}, after {pairs} pairs: the embeddings are no longer finite numbers (training diverged; lower --lr?)"
+    )))
+}
+
 /// For each row of `x` (unit-length embeddings; rows 2p and 2p+1 are pair
 /// p) the most similar row of another pair, in blocks so that memory stays
 /// at 128 x n similarities.
@@ -535,6 +547,7 @@ pub fn train(
                 break;
             }
             let neg = negatives(model, &mb);
+            check_negatives(&neg, epoch, pairs)?;
             for lo in (0..mb.len()).step_by(o.batch_size) {
                 let hi = (lo + o.batch_size).min(mb.len());
                 loss_sum += minibatch_grads(model, &mb, &neg, lo..hi, o.margin, &mut gw, &mut gt);
