@@ -55,6 +55,9 @@ train() { # spec seed
   # (as in the paper); a sum needs every part at the words' 50.
   case $spec in
     trigram|word,trigram|word,trigram,lstm) extra=(--trigram-dim 300) ;;
+    # At the default rate the iRNN's weights blew up within its first
+    # epoch (its recurrence starts at the identity, with ReLU).
+    irnn) extra=(--lr "${IRNN_LR:-0.0002}") ;;
   esac
   log "train $spec seed $seed"
   local t0=$SECONDS
