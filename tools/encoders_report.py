@@ -31,7 +31,8 @@ def main():
     results = {}
     for r in json.load(open(a.sts)):
         g = {x["group"]: x["pearson"] for x in r["groups"]}
-        name = r["model"]
+        # eval-sts labels a model "NAME (KIND)".
+        name = r["model"].split(" (")[0]
         for suffix in (".pfe",):
             if name.endswith(suffix):
                 name = name[: -len(suffix)]
