@@ -33,6 +33,8 @@ def main():
         g = {x["group"]: x["pearson"] for x in r["groups"]}
         # eval-sts labels a model "NAME (KIND)".
         name = r["model"].split(" (")[0]
+        if r["model"].endswith("(averaged)"):
+            name = "GloVe averaging: " + name
         for suffix in (".pfe",):
             if name.endswith(suffix):
                 name = name[: -len(suffix)]
@@ -60,7 +62,7 @@ def main():
         secs = statistics.mean(s for _, _, s in runs[spec])
         print(f"| {spec} | {len(rows)} | " + " | ".join(cells) + f" | {secs / 60:.1f} min |")
     for name, g in results.items():
-        if "averaged" in name:
+        if name.startswith("GloVe averaging: "):
             cells = [fmt([g[c]]) if g.get(c) is not None else "-" for c in COLS]
             print(f"| GloVe 50d averaging (untrained) | - | " + " | ".join(cells) + " | - |")
 
