@@ -353,9 +353,7 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
 /// the manifest, or without a manifest every `.parquet` outside `_` folders.
 /// A job output without `_SUCCESS` is refused, as `dataset_files` refuses it.
 async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
-    use paraforge_core::layout::{
-        ManifestHead, ManifestKind, CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE,
-    };
+    use paraforge_core::layout::{ManifestHead, CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE};
     let store = paraforge_job::storage::Storage::open(url)?;
     let listed: Vec<String> = store
         .list("")
@@ -375,7 +373,7 @@ async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
         let head = ManifestHead::parse(&bytes)
             .map_err(|e| anyhow::anyhow!("{url}/{MANIFEST_FILE}: {e}"))?;
         anyhow::ensure!(
-            head.kind != Some(ManifestKind::Bins),
+            !head.is_bins(),
             "{url}: a bins output holds several datasets: name one of them (e.g. {url}/train)"
         );
         for f in head.files {

@@ -54,12 +54,21 @@ pub struct ManifestHead {
     /// A job's rejected lines by reason code (empty for other kinds).
     #[serde(default)]
     pub rejects_by_reason: std::collections::BTreeMap<String, u64>,
+    /// Bins manifests, old ones included (no `kind`), list their ranges.
+    #[serde(default)]
+    ranges: Option<serde::de::IgnoredAny>,
 }
 
 impl ManifestHead {
     /// Parses a manifest's bytes; the error says what is wrong.
     pub fn parse(bytes: &[u8]) -> Result<ManifestHead, String> {
         serde_json::from_slice(bytes).map_err(|e| format!("not a paraforge manifest: {e}"))
+    }
+
+    /// Whether `paraforge bin` wrote it: several datasets, which no reader
+    /// may take as one (each pair would come back once per partition).
+    pub fn is_bins(&self) -> bool {
+        self.kind == Some(ManifestKind::Bins) || self.ranges.is_some()
     }
 }
 
@@ -288,9 +297,11 @@ mod tests {
             ManifestHead::parse(bins).unwrap().kind,
             Some(ManifestKind::Bins)
         );
+        assert!(ManifestHead::parse(bins).unwrap().is_bins());
         let old_bins = br#"{"input":"x","ranges":{},"files":["ranges/para_range=0.8-1.0/part-00000.parquet (12 rows)"]}"#;
         let h = ManifestHead::parse(old_bins).unwrap();
         assert_eq!((h.kind, h.files[0].rows), (None, 12));
+        assert!(h.is_bins(), "an old bins manifest is still a bins manifest");
         assert_eq!(
             h.files[0].path,
             "ranges/para_range=0.8-1.0/part-00000.parquet"

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::layout::{ManifestHead, ManifestKind, CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE};
+use crate::layout::{ManifestHead, CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE};
 
 use arrow_array::builder::{BooleanBuilder, Float32Builder, Int32Builder, StringBuilder};
 use arrow_array::{Array, ArrayRef, RecordBatch};
@@ -493,7 +493,7 @@ pub fn dataset_files(root: &Path) -> Result<Vec<PathBuf>, DataError> {
         })?;
         // A bins output is several datasets; read as one, every pair would
         // come back once per partition that holds it.
-        if head.kind == Some(ManifestKind::Bins) {
+        if head.is_bins() {
             return Err(DataError::Invalid {
                 path: root.to_path_buf(),
                 reason: format!(

@@ -359,8 +359,7 @@ fn check_output(input: &Path, out: &Path) -> Result<(), BinError> {
 /// Whether `bytes` are a bins `_manifest.json` (so the directory or prefix
 /// holding it may be replaced by new bins).
 pub fn is_bins_manifest(bytes: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Value>(bytes)
-        .is_ok_and(|v| v.get("ranges").is_some() && v.get("kept_rows").is_some())
+    paraforge_core::layout::ManifestHead::parse(bytes).is_ok_and(|h| h.is_bins())
 }
 
 /// Bins that hold nothing of what was asked are a failure, not an empty

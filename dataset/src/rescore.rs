@@ -49,11 +49,12 @@ pub enum RescoreError {
     OutputInsideInput { out: PathBuf, input: PathBuf },
     #[error("nothing to rescore with: give a para_score model or vectors, or a classifier")]
     NothingToDo,
-    /// Every para_score came out null: the scorer knows none of the data's
-    /// words or trigrams (another language, the wrong vectors file).
-    /// The encoder failed to run on some sentences (logged one by one).
+    /// The encoder failed to run on some sentences (the first failure is
+    /// logged).
     #[error("the para_score encoder failed on {failed} sentences (see the log); the new dataset has no manifest and is not complete")]
     EncoderFailed { failed: u64 },
+    /// Every para_score came out null: the scorer knows none of the data's
+    /// words or trigrams (another language, the wrong vectors file).
     #[error("{scorer}: gave a para_score to none of the {rows} rows (does it know the data's language?); the new dataset has no manifest and is not complete")]
     NothingScored { scorer: String, rows: u64 },
 }

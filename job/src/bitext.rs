@@ -762,6 +762,18 @@ mod tests {
         p
     }
 
+    /// `bytes` gzip-compressed into `dir/name`.
+    fn write_gz(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = dir.join(name);
+        let mut e = flate2::write::GzEncoder::new(
+            std::fs::File::create(&p).unwrap(),
+            flate2::Compression::default(),
+        );
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap();
+        p
+    }
+
     fn read_all(path: &Path, format: Format, opts: ReadOptions) -> (Vec<Pair>, Vec<Reject>) {
         let (mut pairs, mut rejects) = (Vec::new(), Vec::new());
         for r in BitextReader::open(path, format, opts).unwrap() {
@@ -853,13 +865,7 @@ mod tests {
     fn compressed_files_read_the_same() {
         let dir = tempfile::tempdir().unwrap();
         let plain = write(dir.path(), "c.tsv", CZENG16);
-        let gz = dir.path().join("c.tsv.gz");
-        let mut e = flate2::write::GzEncoder::new(
-            std::fs::File::create(&gz).unwrap(),
-            flate2::Compression::default(),
-        );
-        e.write_all(CZENG16).unwrap();
-        e.finish().unwrap();
+        let gz = write_gz(dir.path(), "c.tsv.gz", CZENG16);
         let zst = dir.path().join("c.tsv.zst");
         std::fs::write(&zst, zstd::encode_all(CZENG16, 3).unwrap()).unwrap();
         let want = read_all(&plain, Format::Czeng16, ReadOptions::default());
@@ -924,13 +930,7 @@ mod tests {
     #[test]
     fn line_skip_and_take_partition_compressed_and_aligned_files() {
         let dir = tempfile::tempdir().unwrap();
-        let gz = dir.path().join("c.tsv.gz");
-        let mut e = flate2::write::GzEncoder::new(
-            std::fs::File::create(&gz).unwrap(),
-            flate2::Compression::default(),
-        );
-        e.write_all(CZENG16).unwrap();
-        e.finish().unwrap();
+        let gz = write_gz(dir.path(), "c.tsv.gz", CZENG16);
         let whole = read_all(&gz, Format::Czeng16, ReadOptions::default());
         let mut got = Vec::new();
         for (skip, take) in [(0, 3), (3, 3), (6, 0)] {
@@ -998,13 +998,7 @@ mod tests {
             "{e:?}"
         );
         // Compressed files are read by lines: a truncated one fails too.
-        let gz = dir.path().join("c.tsv.gz");
-        let mut enc = flate2::write::GzEncoder::new(
-            std::fs::File::create(&gz).unwrap(),
-            flate2::Compression::default(),
-        );
-        enc.write_all(&CZENG16[..40]).unwrap();
-        enc.finish().unwrap();
+        let gz = write_gz(dir.path(), "c.tsv.gz", &CZENG16[..40]);
         let e = errors(&gz, Range::lines(1, 8));
         assert!(
             e.len() == 1 && e[0].contains("shorter than when the job was planned"),
