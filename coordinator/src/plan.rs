@@ -156,13 +156,6 @@ fn count_lines(path: &Path) -> Result<u64, PlanError> {
     }
 }
 
-fn compressed(path: &Path) -> bool {
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("gz" | "zst")
-    )
-}
-
 /// Plans the shards of every input file of the job, ids in file order.
 pub fn plan(cfg: &JobConfig) -> Result<Vec<ShardSpec>, PlanError> {
     Ok(plan_job(cfg)?.shards)
@@ -175,7 +168,8 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
     let mut prints = Vec::new();
     for (i, input) in cfg.input.paths.iter().enumerate() {
         let path = PathBuf::from(input);
-        let by_lines = compressed(&path) || cfg.input.format == FormatName::Aligned;
+        let by_lines =
+            paraforge_core::text::is_compressed(&path) || cfg.input.format == FormatName::Aligned;
         let mut push = |range| {
             out.push(ShardSpec {
                 shard_id: out.len() as u64,

@@ -6,7 +6,7 @@
 //! Loading parses blocks of lines in parallel and keeps one contiguous f32
 //! matrix, so 400k x 300 vectors take about 480 MB and load in seconds.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
@@ -99,20 +99,14 @@ fn parse_line(line: &str, dim: usize) -> Parsed {
 const BLOCK_LINES: usize = 16_384;
 
 impl Vectors {
-    /// Loads a GloVe-format file (`.gz` is decompressed). Malformed lines are
+    /// Loads a GloVe-format file (`.gz` and `.zst` are decompressed). Malformed lines are
     /// skipped and counted in the report; a file with no usable line is an error.
     pub fn load(path: &Path) -> Result<(Vectors, LoadReport), VectorsError> {
         let io = |source| VectorsError::Io {
             path: path.to_path_buf(),
             source,
         };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
-            Box::new(flate2::read::MultiGzDecoder::new(file))
-        } else {
-            Box::new(file)
-        };
-        Vectors::from_reader(BufReader::with_capacity(1 << 20, reader), path)
+        Vectors::from_reader(crate::text::open_local(path).map_err(io)?, path)
     }
 
     /// As [`Vectors::load`], from any reader; `path` names it in messages.
@@ -375,6 +369,20 @@ mod tests {
             std::io::Cursor::new(text.as_bytes().to_vec()),
             Path::new("test.txt"),
         )
+    }
+
+    /// Files load by their extension as every other text input does:
+    /// `.zst` as well as `.gz` (it was read as raw bytes before).
+    #[test]
+    fn compressed_files_load_by_extension() {
+        let dir = std::env::temp_dir().join(format!("pf-vectors-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = b"a 1 0\nb 0 1\n";
+        let zst = dir.join("v.txt.zst");
+        std::fs::write(&zst, zstd::encode_all(&text[..], 3).unwrap()).unwrap();
+        let (v, _) = Vectors::load(&zst).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!((v.words.len(), v.dim), (2, 2));
     }
 
     #[test]

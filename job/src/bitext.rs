@@ -110,12 +110,6 @@ pub enum RejectReason {
 }
 
 impl RejectReason {
-    /// The codes of malformed lines.
-    pub const MALFORMED_CODES: &'static [&'static str] = paraforge_core::rejects::MALFORMED_CODES;
-
-    /// The codes of `[filters]` rules (pairs dropped on purpose).
-    pub const FILTER_CODES: &'static [&'static str] = paraforge_core::rejects::FILTER_CODES;
-
     /// A stable name for counting rejects by reason (`_manifest.json`,
     /// status, metrics): one per variant.
     pub fn code(&self) -> &'static str {
