@@ -11,6 +11,7 @@
 pub mod checkpoint;
 pub mod classifier;
 pub mod data;
+mod linalg;
 pub mod lstm_scan;
 pub mod model;
 pub mod neural;

@@ -38,8 +38,9 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{backend_extension, Autodiff, Backend, Dispatch, DispatchTensorKind, Flex};
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{DType, Shape, Tensor, TensorData};
-use ndarray::linalg::general_mat_mul;
 use ndarray::{ArrayView2, ArrayViewMut2, LinalgScalar};
+
+use crate::linalg::general_mat_mul;
 
 use crate::neural::{Arch, Net};
 
@@ -70,7 +71,10 @@ impl LstmScanBackend for Flex {
         reverse: bool,
         out_gate: bool,
     ) -> FlexTensor {
-        forward(&x, &w_ih, &b, &w_hh, lens, reverse, out_gate, false).0
+        forward(
+            &x, &w_ih, &b, &w_hh, lens, reverse, out_gate, false, GROUP_ROWS,
+        )
+        .0
     }
 }
 
@@ -130,7 +134,8 @@ impl<C: CheckpointStrategy> LstmScanBackend for Autodiff<Flex, C> {
         );
         match prep {
             OpsKind::Tracked(prep) => {
-                let (out, saved) = forward(xp, wi, bp, wh, lens, reverse, out_gate, true);
+                let (out, saved) =
+                    forward(xp, wi, bp, wh, lens, reverse, out_gate, true, GROUP_ROWS);
                 let state = State {
                     saved: Arc::new(saved.expect("kept")),
                     w_ih: wi.clone(),
@@ -139,7 +144,7 @@ impl<C: CheckpointStrategy> LstmScanBackend for Autodiff<Flex, C> {
                 prep.finish(state, out)
             }
             OpsKind::UnTracked(prep) => {
-                prep.finish(forward(xp, wi, bp, wh, lens, reverse, out_gate, false).0)
+                prep.finish(forward(xp, wi, bp, wh, lens, reverse, out_gate, false, GROUP_ROWS).0)
             }
         }
     }
@@ -245,9 +250,10 @@ pub(crate) fn lstm(
     Some((sum, gsum))
 }
 
-/// The order in which the sentences' tokens are processed: sentences sorted
-/// by decreasing length, step k running the first `active[k]` of them, its
-/// rows stored at `off[k]..off[k] + active[k]` of the packed buffers.
+/// The order in which one group's tokens are processed: the group's
+/// sentences sorted by decreasing length, step k running the first
+/// `active[k]` of them, its rows stored at `off[k]..off[k] + active[k]` of
+/// the group's packed buffers. `n`, `len` and `lens` are the whole batch's.
 #[derive(Debug, Clone)]
 struct Plan {
     n: usize,
@@ -267,18 +273,18 @@ impl Plan {
         [n, len, d]: [usize; 3],
         h: usize,
         lens: Vec<usize>,
+        mut order: Vec<usize>,
         reverse: bool,
         out_gate: bool,
     ) -> Plan {
         assert_eq!(lens.len(), n, "one length per sentence");
         assert!(lens.iter().all(|&l| l <= len), "a length exceeds the batch");
-        let mut order: Vec<usize> = (0..n).collect();
         // Stable, so equal lengths keep their batch order.
         order.sort_by_key(|&i| std::cmp::Reverse(lens[i]));
-        let steps = lens.iter().copied().max().unwrap_or(0);
+        let steps = order.first().map_or(0, |&i| lens[i]);
         let mut active = Vec::with_capacity(steps);
         let mut off = vec![0];
-        let mut a = n;
+        let mut a = order.len();
         for k in 0..steps {
             while a > 0 && lens[order[a - 1]] <= k {
                 a -= 1;
@@ -319,18 +325,52 @@ impl Plan {
     }
 }
 
-/// The forward pass's buffers, packed rows in [`Plan`] order.
+/// The forward pass's buffers of each group, packed rows in [`Plan`] order.
 enum Saved {
-    F32(Buffers<f32>),
-    F64(Buffers<f64>),
+    F32(Vec<Buffers<f32>>),
+    F64(Vec<Buffers<f64>>),
 }
 
 impl Saved {
     fn plan(&self) -> &Plan {
         match self {
-            Saved::F32(b) => &b.plan,
-            Saved::F64(b) => &b.plan,
+            Saved::F32(b) => &b[0].plan,
+            Saved::F64(b) => &b[0].plan,
         }
+    }
+}
+
+/// Sentences per group: a batch's sentences are split into groups of about
+/// this many, each run through every time step on its own (on its own
+/// thread when the pool has several), the weight gradients summed over the
+/// groups in group order. A recurrence has nothing else to spread over
+/// threads at 50 dimensions: one step's products are too small to split.
+/// The split depends on the batch alone, never on the thread count, so a
+/// run gives the same model on any number of threads.
+const GROUP_ROWS: usize = 64;
+
+/// The batch's sentences dealt into groups of about `rows`: sorted by
+/// decreasing length and dealt round-robin, so every group gets a like mix
+/// of long and short sentences and the groups' work is balanced.
+fn groups(lens: &[usize], rows: usize) -> Vec<Vec<usize>> {
+    let n = lens.len();
+    let g = n.div_ceil(rows.max(1)).max(1);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(lens[i]));
+    let mut out = vec![Vec::with_capacity(n / g + 1); g];
+    for (k, i) in order.into_iter().enumerate() {
+        out[k % g].push(i);
+    }
+    out
+}
+
+/// `f` over `items`, on the thread pool when there is more than one.
+fn map_groups<I: Sync, R: Send>(items: &[I], f: impl Fn(&I) -> R + Sync + Send) -> Vec<R> {
+    use rayon::prelude::*;
+    if items.len() > 1 && rayon::current_num_threads() > 1 {
+        items.par_iter().map(f).collect()
+    } else {
+        items.iter().map(f).collect()
     }
 }
 
@@ -381,6 +421,7 @@ fn forward(
     reverse: bool,
     out_gate: bool,
     keep: bool,
+    rows: usize,
 ) -> (FlexTensor, Option<Saved>) {
     let xd = dims::<3>(x);
     let [h, h4] = dims::<2>(w_hh);
@@ -391,21 +432,50 @@ fn forward(
         "lstm_scan: w_ih must be [d, 4h]"
     );
     assert_eq!(dims::<2>(b), [1, 4 * h], "lstm_scan: b must be [1, 4h]");
-    let plan = Plan::new(xd, h, lens, reverse, out_gate);
-    let shape = vec![plan.n, plan.len, h];
+    let plans: Vec<Plan> = groups(&lens, rows)
+        .into_iter()
+        .map(|g| Plan::new(xd, h, lens.clone(), g, reverse, out_gate))
+        .collect();
+    let shape = vec![xd[0], xd[1], h];
     match x.dtype() {
         DType::F32 => {
-            let (out, buf) =
-                forward_typed::<f32>(plan, &values(x), &values(w_ih), &values(b), &values(w_hh));
-            (tensor(out, shape), keep.then_some(Saved::F32(buf)))
+            let (out, bufs) =
+                forward_groups::<f32>(plans, &values(x), &values(w_ih), &values(b), &values(w_hh));
+            (tensor(out, shape), keep.then_some(Saved::F32(bufs)))
         }
         DType::F64 => {
-            let (out, buf) =
-                forward_typed::<f64>(plan, &values(x), &values(w_ih), &values(b), &values(w_hh));
-            (tensor(out, shape), keep.then_some(Saved::F64(buf)))
+            let (out, bufs) =
+                forward_groups::<f64>(plans, &values(x), &values(w_ih), &values(b), &values(w_hh));
+            (tensor(out, shape), keep.then_some(Saved::F64(bufs)))
         }
         other => panic!("lstm_scan: {other:?} tensors are not supported"),
     }
+}
+
+/// Every group's forward pass, and the hidden states [n, len, h] unpacked
+/// from them.
+fn forward_groups<T: Real>(
+    plans: Vec<Plan>,
+    x: &[T],
+    w_ih: &[T],
+    b: &[T],
+    w_hh: &[T],
+) -> (Vec<T>, Vec<Buffers<T>>) {
+    let bufs = map_groups(&plans, |p| forward_typed(p.clone(), x, w_ih, b, w_hh));
+    let (n, len, h) = (plans[0].n, plans[0].len, plans[0].h);
+    let mut out = vec![T::zero(); n * len * h];
+    for buf in &bufs {
+        let p = &buf.plan;
+        for (k, &a) in p.active.iter().enumerate() {
+            for r in 0..a {
+                let (i, t) = p.pos(k, r);
+                let row = p.off[k] + r;
+                out[(i * len + t) * h..(i * len + t + 1) * h]
+                    .copy_from_slice(&buf.hs[row * h..(row + 1) * h]);
+            }
+        }
+    }
+    (out, bufs)
 }
 
 fn backward(state: &State, grad: FlexTensor) -> [FlexTensor; 4] {
@@ -417,9 +487,9 @@ fn backward(state: &State, grad: FlexTensor) -> [FlexTensor; 4] {
         vec![p.h, 4 * p.h],
     ];
     let out = match &*state.saved {
-        Saved::F32(buf) => backward_typed::<f32>(buf, &values(wi), &values(wh), &values(&grad))
+        Saved::F32(bufs) => backward_groups::<f32>(bufs, &values(wi), &values(wh), &values(&grad))
             .map(|v| (Some(v), None)),
-        Saved::F64(buf) => backward_typed::<f64>(buf, &values(wi), &values(wh), &values(&grad))
+        Saved::F64(bufs) => backward_groups::<f64>(bufs, &values(wi), &values(wh), &values(&grad))
             .map(|v| (None, Some(v))),
     };
     let mut k = 0;
@@ -434,6 +504,40 @@ fn backward(state: &State, grad: FlexTensor) -> [FlexTensor; 4] {
     })
 }
 
+/// Gradients of (x, w_ih, b, w_hh) given the output's gradient `dout` [n,
+/// len, h]: every group's, the weights' summed in group order.
+fn backward_groups<T: Real>(
+    bufs: &[Buffers<T>],
+    w_ih: &[T],
+    w_hh: &[T],
+    dout: &[T],
+) -> [Vec<T>; 4] {
+    let parts = map_groups(bufs, |b| backward_typed(b, w_ih, w_hh, dout));
+    let p = &bufs[0].plan;
+    let (n, len, d, h4) = (p.n, p.len, p.d, 4 * p.h);
+    let mut dx = vec![T::zero(); n * len * d];
+    let mut dw_ih = vec![T::zero(); d * h4];
+    let mut db = vec![T::zero(); h4];
+    let mut dw_hh = vec![T::zero(); p.h * h4];
+    for (buf, [dxs, wi, bb, wh]) in bufs.iter().zip(parts) {
+        let p = &buf.plan;
+        for (k, &a) in p.active.iter().enumerate() {
+            for r in 0..a {
+                let (i, t) = p.pos(k, r);
+                let row = p.off[k] + r;
+                dx[(i * len + t) * d..(i * len + t + 1) * d]
+                    .copy_from_slice(&dxs[row * d..(row + 1) * d]);
+            }
+        }
+        for (sum, part) in [(&mut dw_ih, wi), (&mut db, bb), (&mut dw_hh, wh)] {
+            for (s, v) in sum.iter_mut().zip(part) {
+                *s = *s + v;
+            }
+        }
+    }
+    [dx, dw_ih, db, dw_hh]
+}
+
 fn mat<T>(v: &[T], rows: usize, cols: usize) -> ArrayView2<'_, T> {
     ArrayView2::from_shape((rows, cols), v).expect("matrix shape")
 }
@@ -442,13 +546,7 @@ fn mat_mut<T>(v: &mut [T], rows: usize, cols: usize) -> ArrayViewMut2<'_, T> {
     ArrayViewMut2::from_shape((rows, cols), v).expect("matrix shape")
 }
 
-fn forward_typed<T: Real>(
-    plan: Plan,
-    x: &[T],
-    w_ih: &[T],
-    b: &[T],
-    w_hh: &[T],
-) -> (Vec<T>, Buffers<T>) {
+fn forward_typed<T: Real>(plan: Plan, x: &[T], w_ih: &[T], b: &[T], w_hh: &[T]) -> Buffers<T> {
     let (d, h, len) = (plan.d, plan.h, plan.len);
     let (h4, tokens) = (4 * h, plan.tokens());
     // Pack the inputs; every row's pre-activation starts at the bias.
@@ -529,36 +627,26 @@ fn forward_typed<T: Real>(
             }
         }
     }
-    let mut out = vec![T::zero(); plan.n * len * h];
-    for (k, &a) in plan.active.iter().enumerate() {
-        for r in 0..a {
-            let (i, t) = plan.pos(k, r);
-            let row = plan.off[k] + r;
-            out[(i * len + t) * h..(i * len + t + 1) * h]
-                .copy_from_slice(&hs[row * h..(row + 1) * h]);
-        }
-    }
-    let buf = Buffers {
+    Buffers {
         plan,
         x: xs,
         acts,
         c,
         tc,
         hs,
-    };
-    (out, buf)
+    }
 }
 
-/// Gradients of (x, w_ih, b, w_hh) given the output's gradient `dout` [n,
-/// len, h].
+/// One group's gradients of (x, w_ih, b, w_hh) given the output's gradient
+/// `dout` [n, len, h]; x's as the group's packed rows [tokens, d].
 fn backward_typed<T: Real>(buf: &Buffers<T>, w_ih: &[T], w_hh: &[T], dout: &[T]) -> [Vec<T>; 4] {
     let p = &buf.plan;
-    let (n, len, d, h) = (p.n, p.len, p.d, p.h);
+    let (len, d, h) = (p.len, p.d, p.h);
     let (h4, tokens) = (4 * h, p.tokens());
     let mut dz = vec![T::zero(); tokens * h4];
     // The gradients arriving from the next step, in sorted order.
-    let mut dh_next = vec![T::zero(); n * h];
-    let mut dc = vec![T::zero(); n * h];
+    let mut dh_next = vec![T::zero(); p.order.len() * h];
+    let mut dc = vec![T::zero(); p.order.len() * h];
     let w = mat(w_hh, h, h4);
     let one = T::one();
     for (k, &a) in p.active.iter().enumerate().rev() {
@@ -604,7 +692,7 @@ fn backward_typed<T: Real>(buf: &Buffers<T>, w_ih: &[T], w_hh: &[T], dout: &[T])
     let mut dw_hh = vec![T::zero(); h * h4];
     let mut dw_ih = vec![T::zero(); d * h4];
     let mut db = vec![T::zero(); h4];
-    let mut dx = vec![T::zero(); n * len * d];
+    let mut dxs = vec![T::zero(); tokens * d];
     if tokens > 0 {
         // Each step's rows against the previous step's hidden states.
         let first = p.off.get(1).copied().unwrap_or(tokens);
@@ -634,7 +722,6 @@ fn backward_typed<T: Real>(buf: &Buffers<T>, w_ih: &[T], w_hh: &[T], dout: &[T])
                 *s = *s + v;
             }
         }
-        let mut dxs = vec![T::zero(); tokens * d];
         general_mat_mul(
             one,
             &mat(&dz, tokens, h4),
@@ -642,16 +729,8 @@ fn backward_typed<T: Real>(buf: &Buffers<T>, w_ih: &[T], w_hh: &[T], dout: &[T])
             T::zero(),
             &mut mat_mut(&mut dxs, tokens, d),
         );
-        for (k, &a) in p.active.iter().enumerate() {
-            for r in 0..a {
-                let (i, t) = p.pos(k, r);
-                let row = p.off[k] + r;
-                dx[(i * len + t) * d..(i * len + t + 1) * d]
-                    .copy_from_slice(&dxs[row * d..(row + 1) * d]);
-            }
-        }
     }
-    [dx, dw_ih, db, dw_hh]
+    [dxs, dw_ih, db, dw_hh]
 }
 
 /// f32 or f64, with the cell's activations over slices.
@@ -908,6 +987,70 @@ mod tests {
                     (a - b).abs() < 1e-12,
                     "sentence {i}: {a} alone, {b} in the batch"
                 );
+            }
+        }
+    }
+
+    /// Splitting a batch into groups (run side by side on the thread pool)
+    /// changes the hidden states and the gradients only in the last bits
+    /// (the products' kernels differ with the number of rows, and the
+    /// weights' gradients are summed per group); every sentence lands in
+    /// exactly one group.
+    #[test]
+    fn groups_change_only_the_last_bits() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let (n, len, d, h) = (23, 9, 4, 3);
+        let mut t = |shape: Vec<usize>| {
+            let k = shape.iter().product();
+            tensor::<f64>((0..k).map(|_| rng.random_range(-0.9..0.9)).collect(), shape)
+        };
+        let (x, w_ih, b, w_hh) = (
+            t(vec![n, len, d]),
+            t(vec![d, 4 * h]),
+            t(vec![1, 4 * h]),
+            t(vec![h, 4 * h]),
+        );
+        let dout = t(vec![n, len, h]);
+        let lens: Vec<usize> = (0..n).map(|i| (i * 7) % (len + 1)).collect();
+        let mut all: Vec<usize> = groups(&lens, 3).concat();
+        all.sort();
+        assert_eq!(all, (0..n).collect::<Vec<_>>());
+        let v = |t: &FlexTensor| values::<f64>(t).to_vec();
+        for (reverse, out_gate) in [(false, true), (true, true), (false, false)] {
+            let run = |rows: usize| {
+                let (out, saved) = forward(
+                    &x,
+                    &w_ih,
+                    &b,
+                    &w_hh,
+                    lens.clone(),
+                    reverse,
+                    out_gate,
+                    true,
+                    rows,
+                );
+                let state = State {
+                    saved: Arc::new(saved.unwrap()),
+                    w_ih: w_ih.clone(),
+                    w_hh: w_hh.clone(),
+                };
+                let grads = backward(&state, dout.clone());
+                (v(&out), grads.map(|g| v(&g)))
+            };
+            let (out1, g1) = run(usize::MAX);
+            let (out3, g3) = run(3);
+            let close = |a: &[f64], b: &[f64], what: &str| {
+                assert_eq!(a.len(), b.len());
+                for (x, y) in a.iter().zip(b) {
+                    assert!(
+                        (x - y).abs() < 1e-12,
+                        "{what}: {x} in one group, {y} in eight"
+                    );
+                }
+            };
+            close(&out1, &out3, "hidden states");
+            for k in 0..4 {
+                close(&g1[k], &g3[k], &format!("gradient {k}"));
             }
         }
     }
