@@ -303,31 +303,121 @@ pub(crate) fn check_negatives(neg: &[u32], epoch: usize, pairs: u64) -> Result<(
 }
 
 /// For each row of `x` (unit-length embeddings; rows 2p and 2p+1 are pair
-/// p) the most similar row of another pair, in blocks so that memory stays
-/// at 128 x n similarities.
+/// p) the first most similar row of another pair.
+///
+/// The similarities are symmetric, so each is computed once: block b of
+/// 128 rows is multiplied only with rows from its own start on, and row j
+/// after the block takes its candidates from the block's columns. That
+/// halves the n x n product, which was half of a WORD epoch at M = 40.
+/// Candidates merge by (larger value, then smaller index), an order that
+/// does not depend on how the blocks are spread over threads.
 pub(crate) fn nearest_of_other_pair(x: &Array2<f32>) -> Vec<u32> {
+    const BLOCK: usize = 128; // even: a pair never straddles two blocks
     let n = x.nrows();
-    const BLOCK: usize = 128;
-    let xt = x.t();
-    (0..n.div_ceil(BLOCK))
+    let none = (f32::NEG_INFINITY, u32::MAX);
+    let better = |a: (f32, u32), b: (f32, u32)| {
+        if b.0 > a.0 || (b.0 == a.0 && b.1 < a.1) {
+            b
+        } else {
+            a
+        }
+    };
+    let best = (0..n.div_ceil(BLOCK))
         .into_par_iter()
-        .flat_map_iter(|b| {
-            let (lo, hi) = (b * BLOCK, ((b + 1) * BLOCK).min(n));
-            let sims = x.slice(s![lo..hi, ..]).dot(&xt);
-            (lo..hi)
-                .map(|i| {
-                    let row = sims.row(i - lo);
-                    let mut best = (f32::NEG_INFINITY, u32::MAX);
-                    for (j, &v) in row.iter().enumerate() {
-                        if j / 2 != i / 2 && v > best.0 {
-                            best = (v, j as u32);
-                        }
+        .fold(
+            || vec![none; n],
+            |mut best, b| {
+                let (lo, hi) = (b * BLOCK, ((b + 1) * BLOCK).min(n));
+                let mut sims = Array2::zeros((hi - lo, n - lo));
+                crate::linalg::general_mat_mul(
+                    1.0,
+                    &x.slice(s![lo..hi, ..]),
+                    &x.slice(s![lo.., ..]).t(),
+                    0.0,
+                    &mut sims.view_mut(),
+                );
+                let later = n - hi;
+                let (mut col, mut col_at) = (vec![f32::NEG_INFINITY; later], vec![u32::MAX; later]);
+                for (r, mut row) in sims.rows_mut().into_iter().enumerate() {
+                    let row = row.as_slice_mut().expect("a fresh product is contiguous");
+                    let i = lo + r;
+                    // The sentence's own pair is never its negative.
+                    let own = 2 * (i / 2) - lo;
+                    row[own] = f32::NEG_INFINITY;
+                    if own + 1 < row.len() {
+                        row[own + 1] = f32::NEG_INFINITY;
                     }
-                    best.1
-                })
-                .collect::<Vec<_>>()
-        })
+                    let j = first_max(row);
+                    if j != u32::MAX {
+                        best[i] = better(best[i], (row[j as usize], lo as u32 + j));
+                    }
+                    column_max(&row[hi - lo..], i as u32, &mut col, &mut col_at);
+                }
+                for (k, (&v, &at)) in col.iter().zip(&col_at).enumerate() {
+                    best[hi + k] = better(best[hi + k], (v, at));
+                }
+                best
+            },
+        )
+        .reduce(
+            || vec![none; n],
+            |mut a, b| {
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x = better(*x, y);
+                }
+                a
+            },
+        );
+    best.into_iter()
+        .map(|(v, j)| if v > f32::NEG_INFINITY { j } else { u32::MAX })
         .collect()
+}
+
+/// One row `i` of a block against the later rows' running maxima:
+/// `best[k]`/`at[k]` become `row[k]`/`i` where it is larger. Rows come in
+/// increasing order, so a tie keeps the earlier row. Vectorises.
+#[multiversion::multiversion(targets("x86_64+avx2", "x86_64+sse4.1"))]
+fn column_max(row: &[f32], i: u32, best: &mut [f32], at: &mut [u32]) {
+    for ((&v, b), a) in row.iter().zip(best.iter_mut()).zip(at.iter_mut()) {
+        let take = v > *b;
+        *b = if take { v } else { *b };
+        *a = if take { i } else { *a };
+    }
+}
+
+/// The index of the first largest value of `v` (NaN never is), `u32::MAX`
+/// when nothing exceeds minus infinity. Each of 16 lanes keeps its largest
+/// value and where it was, which vectorises; one loop carrying a single
+/// (value, index) does not, and was a third of a WORD epoch at M = 40
+/// (BENCHMARKS.md, "Training speed, 2026-11-25").
+#[multiversion::multiversion(targets("x86_64+avx2", "x86_64+sse4.1"))]
+fn first_max(v: &[f32]) -> u32 {
+    const LANES: usize = 16;
+    let mut best = [f32::NEG_INFINITY; LANES];
+    let mut at = [u32::MAX; LANES];
+    let mut chunks = v.chunks_exact(LANES);
+    for (k, c) in (&mut chunks).enumerate() {
+        for l in 0..LANES {
+            // Strictly greater: a lane keeps its first maximum.
+            let take = c[l] > best[l];
+            best[l] = if take { c[l] } else { best[l] };
+            at[l] = if take { (k * LANES + l) as u32 } else { at[l] };
+        }
+    }
+    let tail = v.len() - chunks.remainder().len();
+    let mut top = (f32::NEG_INFINITY, u32::MAX);
+    let rest = chunks.remainder().iter().enumerate();
+    let rest = rest.map(|(j, &x)| (x, (tail + j) as u32));
+    for (x, j) in best.into_iter().zip(at).chain(rest) {
+        if x > top.0 || (x == top.0 && j < top.1) {
+            top = (x, j);
+        }
+    }
+    if top.0 == f32::NEG_INFINITY {
+        u32::MAX
+    } else {
+        top.1
+    }
 }
 
 /// Loss and embedding gradients of one pair (both directions).
@@ -712,5 +802,39 @@ mod tests {
             let fd = (cosine(&up, &v) - cosine(&dn, &v)) / (2.0 * h);
             assert!((fd - g[k]).abs() < 1e-3, "{k}: {fd} vs {}", g[k]);
         }
+    }
+
+    /// The blocked, vectorised search picks what one plain loop over each
+    /// row picks: the first most similar row of another pair, ties and
+    /// NaN included, for sizes that are not multiples of the block or lanes.
+    #[test]
+    fn nearest_of_other_pair_equals_a_plain_search() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        for n in [2, 3, 17, 130, 301] {
+            // Small integers: products exact in any summation order, and
+            // ties common.
+            let vals: Vec<f32> = (0..n * 4)
+                .map(|_| rng.random_range(-3..=3) as f32)
+                .collect();
+            let mut x = Array2::from_shape_vec((n, 4), vals).unwrap();
+            x.row_mut(n - 1).fill(f32::NAN);
+            let plain: Vec<u32> = (0..n)
+                .map(|i| {
+                    let mut best = (f32::NEG_INFINITY, u32::MAX);
+                    for j in 0..n {
+                        let v = x.row(i).dot(&x.row(j));
+                        if j / 2 != i / 2 && v > best.0 {
+                            best = (v, j as u32);
+                        }
+                    }
+                    best.1
+                })
+                .collect();
+            assert_eq!(nearest_of_other_pair(&x), plain, "n = {n}");
+            assert_eq!(plain[n - 1], u32::MAX, "a NaN row has no negative");
+        }
+        assert_eq!(first_max(&[f32::NEG_INFINITY; 40]), u32::MAX);
+        assert_eq!(first_max(&[1.0, f32::NAN, 3.0, 3.0]), 2);
     }
 }
