@@ -940,6 +940,33 @@ fn a_resumed_neural_run_equals_an_uninterrupted_one() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("cut.ckpt") && e.contains("another run"), "{e}");
+
+    // One thread or three, the same network: the LSTM op's groups and the
+    // negative search's blocks are fixed by the batch, not the pool.
+    let on = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut m = fresh();
+            let ckpt = dir.path().join(format!("threads{threads}.ckpt"));
+            train_nn(
+                &mut m,
+                &source,
+                &o(&ckpt, 1, false),
+                &cpu(),
+                None,
+                &mut |_| {},
+            )
+            .unwrap();
+            values(&m)
+        })
+    };
+    assert!(
+        on(1) == on(3),
+        "the thread count changed the trained network"
+    );
 }
 
 /// A `paraforge train` process killed outright (SIGKILL) after some epochs'
