@@ -13,7 +13,8 @@ use clap::{Parser, Subcommand};
 /// mimalloc rather than glibc's malloc: training allocates and frees
 /// megabyte tensors every step (burn's dense embedding gradient, the LSTM
 /// op's buffers), which glibc hands back to the kernel and faults in again;
-/// LSTM training ran ~20% faster (BENCHMARKS.md, "Fused LSTM op").
+/// LSTM training ran ~20% faster (BENCHMARKS.md, "Training speed,
+/// 2026-11-25").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

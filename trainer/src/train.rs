@@ -325,40 +325,56 @@ pub(crate) fn nearest_of_other_pair(x: &Array2<f32>) -> Vec<u32> {
     let best = (0..n.div_ceil(BLOCK))
         .into_par_iter()
         .fold(
-            || vec![none; n],
-            |mut best, b| {
+            || (vec![none; n], Vec::new()),
+            |(mut best, mut scratch): (Vec<(f32, u32)>, Vec<f32>), b| {
                 let (lo, hi) = (b * BLOCK, ((b + 1) * BLOCK).min(n));
-                let mut sims = Array2::zeros((hi - lo, n - lo));
+                let (rows, w) = (hi - lo, n - lo);
+                // One buffer per worker, reused: a fresh product per block
+                // was page faults.
+                scratch.resize(scratch.len().max(rows * w), 0.0);
+                let sims = &mut scratch[..rows * w];
                 crate::linalg::general_mat_mul(
                     1.0,
                     &x.slice(s![lo..hi, ..]),
                     &x.slice(s![lo.., ..]).t(),
                     0.0,
-                    &mut sims.view_mut(),
+                    &mut ndarray::ArrayViewMut2::from_shape((rows, w), &mut *sims)
+                        .expect("rows x w"),
                 );
-                let later = n - hi;
-                let (mut col, mut col_at) = (vec![f32::NEG_INFINITY; later], vec![u32::MAX; later]);
-                for (r, mut row) in sims.rows_mut().into_iter().enumerate() {
-                    let row = row.as_slice_mut().expect("a fresh product is contiguous");
+                for (r, row) in sims.chunks_exact_mut(w).enumerate() {
                     let i = lo + r;
                     // The sentence's own pair is never its negative.
                     let own = 2 * (i / 2) - lo;
                     row[own] = f32::NEG_INFINITY;
-                    if own + 1 < row.len() {
+                    if own + 1 < w {
                         row[own + 1] = f32::NEG_INFINITY;
                     }
                     let j = first_max(row);
                     if j != u32::MAX {
                         best[i] = better(best[i], (row[j as usize], lo as u32 + j));
                     }
-                    column_max(&row[hi - lo..], i as u32, &mut col, &mut col_at);
                 }
-                for (k, (&v, &at)) in col.iter().zip(&col_at).enumerate() {
-                    best[hi + k] = better(best[hi + k], (v, at));
+                // The later rows' candidates from the block's columns, a
+                // tile of columns at a time so that their running maxima
+                // stay in cache.
+                const TILE: usize = 512;
+                let (mut col, mut col_at) = ([f32::NEG_INFINITY; TILE], [u32::MAX; TILE]);
+                for t0 in (rows..w).step_by(TILE) {
+                    let t1 = (t0 + TILE).min(w);
+                    let (c, a) = (&mut col[..t1 - t0], &mut col_at[..t1 - t0]);
+                    c.fill(f32::NEG_INFINITY);
+                    a.fill(u32::MAX);
+                    for (r, row) in sims.chunks_exact(w).enumerate() {
+                        column_max(&row[t0..t1], (lo + r) as u32, c, a);
+                    }
+                    for (k, (&v, &at)) in c.iter().zip(a.iter()).enumerate() {
+                        best[lo + t0 + k] = better(best[lo + t0 + k], (v, at));
+                    }
                 }
-                best
+                (best, scratch)
             },
         )
+        .map(|(best, _)| best)
         .reduce(
             || vec![none; n],
             |mut a, b| {
@@ -806,12 +822,13 @@ mod tests {
 
     /// The blocked, vectorised search picks what one plain loop over each
     /// row picks: the first most similar row of another pair, ties and
-    /// NaN included, for sizes that are not multiples of the block or lanes.
+    /// NaN included, for sizes that are not multiples of the block, tile or
+    /// lanes.
     #[test]
     fn nearest_of_other_pair_equals_a_plain_search() {
         use rand::{Rng, SeedableRng};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
-        for n in [2, 3, 17, 130, 301] {
+        for n in [2, 3, 17, 130, 301, 1100] {
             // Small integers: products exact in any summation order, and
             // ties common.
             let vals: Vec<f32> = (0..n * 4)
