@@ -7,13 +7,14 @@
 //! step of the cell is about thirty operations on [n, 4h] tensors, each a
 //! dispatch, an allocation and an autodiff node, forward and backward; at
 //! 50 dimensions that bookkeeping, not arithmetic, kept training at 0.11x
-//! PyTorch; with this op LSTM trains at 1.38x-1.48x and BLSTM at
-//! 1.25x-1.33x PyTorch per core (BENCHMARKS.md, "Fused LSTM op"; no
-//! profile was recorded). Here each step is
-//! one matrix product into preallocated buffers and a loop over the gates,
-//! and sentences are sorted by length so a step only touches the sentences
-//! still running (the packed sequences of PyTorch's LSTM), so the padding of
-//! a batch costs nothing.
+//! PyTorch; with this op LSTM and BLSTM train faster than PyTorch per core
+//! at 1 and 2 threads (BENCHMARKS.md, "Training speed, 2026-11-25"). Here
+//! each step is one matrix product into preallocated buffers and a loop
+//! over the gates, and sentences are sorted by length so a step only
+//! touches the sentences still running (the packed sequences of PyTorch's
+//! LSTM), so the padding of a batch costs nothing. A batch is split into
+//! groups of sentences that run side by side on the thread pool
+//! (`GROUP_ROWS`): a recurrence's steps are too small to split.
 //!
 //! The cell is the one of [`crate::neural`] (gates i, f, o, g in that order
 //! of the 4h columns, state carried over padding, a backward direction that
