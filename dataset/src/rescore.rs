@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, Float32Array, RecordBatch, StringArray};
+use paraforge_core::layout::ListedFile;
 use paraforge_core::schema::{
     self, col, dataset_files, meta, DataError, PairFileWriter, PairReader,
 };
@@ -90,15 +91,8 @@ pub struct RescoreManifest {
     pub ranges_after: BTreeMap<String, u64>,
     pub mean_before: f64,
     pub mean_after: f64,
-    pub files: Vec<RescoredFile>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct RescoredFile {
-    /// Relative to the output directory; the same as in the input.
-    pub path: String,
-    pub rows: u64,
-    pub sha256: String,
+    /// Relative to the output directory, the same paths as in the input.
+    pub files: Vec<ListedFile>,
 }
 
 #[derive(Default)]
@@ -244,7 +238,7 @@ pub fn run(
             input.to_path_buf()
         };
         let failed_before = encoder.as_ref().map_or(0, |e| e.failures());
-        let results: Vec<(RescoredFile, Tally)> = files
+        let results: Vec<(ListedFile, Tally)> = files
             .par_iter()
             .map(|path| {
                 let rel = path.strip_prefix(&root).unwrap_or(path);
@@ -320,7 +314,7 @@ fn rescore_file(
     para: Option<(&dyn SentenceEncoder, &Stamp)>,
     class: Option<(&(dyn TextScorer + Sync), &Stamp)>,
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<(RescoredFile, Tally), RescoreError> {
+) -> Result<(ListedFile, Tally), RescoreError> {
     let reader = PairReader::open(path, &[col::REFERENCE, col::TRANSLATION, col::PARA_SCORE])?;
     // What a step rewrites, its footer keys are replaced; the rest is kept.
     let mut replaced = vec!["ARROW:schema"];
@@ -441,7 +435,7 @@ fn rescore_file(
     };
     std::fs::rename(&partial, &target).map_err(io(&target))?;
     Ok((
-        RescoredFile {
+        ListedFile {
             path: rel.display().to_string(),
             rows,
             sha256: file_sha256(&target)?,
