@@ -377,7 +377,7 @@ async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
             "{url}: a bins output holds several datasets: name one of them (e.g. {url}/train)"
         );
         for f in head.files {
-            want.push((f.path, (!f.sha256.is_empty()).then_some(f.sha256)));
+            want.push((f.path, f.sha256));
         }
         want.push((MANIFEST_FILE.into(), None));
     } else {

@@ -32,13 +32,14 @@ pub enum ManifestKind {
 }
 
 /// A data file a manifest lists: its path relative to the manifest, its
-/// rows and, where the writer hashed it, its SHA-256.
+/// rows and, where the writer hashed it, its SHA-256 (bins do not hash
+/// their files; entries of old bins manifests carry none).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListedFile {
     pub path: String,
     pub rows: u64,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// What every manifest holds and every reader reads, whatever wrote it:
@@ -95,7 +96,7 @@ fn listed_files<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ListedFile
                 ListedFile {
                     path: path.to_string(),
                     rows,
-                    sha256: String::new(),
+                    sha256: None,
                 }
             }
         })
@@ -288,7 +289,7 @@ mod tests {
             [ListedFile {
                 path: "shard=000000/part-t1.parquet".into(),
                 rows: 5,
-                sha256: "ab".into()
+                sha256: Some("ab".into())
             }]
         );
         assert_eq!(h.rejects_by_reason["columns"], 2);

@@ -768,7 +768,7 @@ fn write_partitions(
         m.files.push(layout::ListedFile {
             path: rel.clone(),
             rows,
-            sha256: String::new(),
+            sha256: None,
         });
         configs.push(OutputLayout::bin_config(&rel));
     }

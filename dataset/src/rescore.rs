@@ -438,7 +438,7 @@ fn rescore_file(
         ListedFile {
             path: rel.display().to_string(),
             rows,
-            sha256: file_sha256(&target)?,
+            sha256: Some(file_sha256(&target)?),
         },
         tally,
     ))
