@@ -73,10 +73,13 @@ pub(crate) fn onnx_error(path: &Path, e: impl std::fmt::Display) -> NmtError {
 }
 
 /// Whether `device` can run here: the runtime loads and, for CUDA, its
-/// library carries the CUDA execution provider. (A GPU index that does not
-/// exist is found when a session is created, with the same error.)
+/// library carries the CUDA execution provider and the provider accepts the
+/// GPU index (a session builder registers it; no graph is loaded). Before,
+/// an index the machine lacks passed here and failed only in the worker's
+/// model load, after `run --gpus` had started the job: the job then ran on
+/// the other GPUs and reported success.
 pub fn check_device(device: Device) -> Result<(), NmtError> {
-    environment()?;
+    let env = environment()?;
     if let Device::Cuda(_) = device {
         use ort::ep::ExecutionProvider;
         let unavailable = |reason: String| NmtError::Device {
@@ -92,6 +95,8 @@ pub fn check_device(device: Device) -> Result<(), NmtError> {
             }
             Err(e) => return Err(unavailable(format!("cannot query the CUDA execution provider: {e}"))),
         }
+        let b = Session::builder(env).map_err(|e| unavailable(e.to_string()))?;
+        on_device(b, device)?;
     }
     Ok(())
 }
@@ -170,19 +175,31 @@ pub(crate) fn builder(
     b = b
         .with_config_entry("session.disable_quant_qdq", "1")
         .map_err(map)?;
-    if let Device::Cuda(id) = opts.device {
-        let ep = ort::ep::CUDA::default()
-            .with_device_id(id)
-            .build()
-            .error_on_failure();
-        b = b.with_execution_providers([ep]).map_err(|e| NmtError::Device {
-            device: opts.device.to_string(),
+    on_device(b, opts.device)
+}
+
+/// Registers `device`'s execution provider on a session builder. The CUDA
+/// provider checks the GPU index here (ONNX Runtime: "Invalid device ID: 1,
+/// must be between 0 (inclusive) and 1 (exclusive)"), so check_device and
+/// every session share this one place.
+fn on_device(
+    b: ort::session::builder::SessionBuilder,
+    device: Device,
+) -> Result<ort::session::builder::SessionBuilder, NmtError> {
+    let Device::Cuda(id) = device else {
+        return Ok(b);
+    };
+    let ep = ort::ep::CUDA::default()
+        .with_device_id(id)
+        .build()
+        .error_on_failure();
+    b.with_execution_providers([ep])
+        .map_err(|e| NmtError::Device {
+            device: device.to_string(),
             reason: format!(
-                "the CUDA execution provider is not available: {e} (use the onnxruntime-gpu wheel's library and check the driver)"
+                "the CUDA execution provider cannot run on it: {e} (use the onnxruntime-gpu wheel's library and check the driver and the GPU index)"
             ),
-        })?;
-    }
-    Ok(b)
+        })
 }
 
 /// A session of any ONNX graph with the runtime and options the engine
