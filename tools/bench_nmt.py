@@ -24,8 +24,9 @@ bench-out/nmt-natural.json.
 usage: tools/bench_nmt.py --natural --paraforge target/release/paraforge [--sentences 200] [--repeats 3]
 
 --gpu: the same setting on a GPU, fp16 (`tools/marian_model.py export --fp16`
-graphs on `--device cuda:N`) against CTranslate2 float16, and fp32 of both
-(`make bench-gpu`, which runs it only where nvidia-smi finds a GPU).
+graphs on `--device cuda:N`) against transformers' generate and CTranslate2,
+fp16 and fp32 of each (`make bench-gpu`, which runs it only where nvidia-smi
+finds a GPU). Writes bench-out/nmt-gpu.json.
 """
 from __future__ import annotations
 
@@ -215,7 +216,9 @@ def run_paraforge(binary, model, src, threads, batch, quantized, out, device="cp
            "--threads", str(threads), "--device", device, "--timing", str(src), "-o", str(out)]
     if quantized:
         cmd.append("--quantized")
-    r = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"paraforge failed (exit {r.returncode}): {' '.join(map(str, cmd))}\n{r.stderr[-4000:]}")
     timing = [json.loads(l) for l in r.stderr.splitlines() if l.startswith("{")][-1]
     return timing, out.read_text(encoding="utf-8").splitlines()
 
@@ -324,22 +327,105 @@ def main_natural(args) -> None:
     (ROOT / "bench-out" / "nmt-natural.json").write_text(json.dumps(out, indent=1))
 
 
+class HfGpu:
+    """transformers' own generate on the same device, the reference paraforge
+    is token-exact with: the checkpoint in fp16 or fp32, beams and limits from
+    its generation_config.json (<pad> suppressed as bad_words_ids there).
+    Tokenizing and detokenizing stay outside the timed part, as for Ct2."""
+
+    def __init__(self, dtype, device, batch):
+        import torch
+        from transformers import MarianMTModel, MarianTokenizer
+
+        self.torch = torch
+        self.device = device
+        self.batch = batch
+        self.tok = MarianTokenizer.from_pretrained(DEMO_CACHE / "hf")
+        model = MarianMTModel.from_pretrained(DEMO_CACHE / "hf")
+        self.model = load_every_weight(model, DEMO_CACHE / "hf" / "model.safetensors").to(device=device, dtype=dtype)
+        self.model.eval()
+
+    def run(self, sents):
+        torch = self.torch
+        encs = [self.tok(sents[i : i + self.batch], return_tensors="pt", padding=True).to(self.device)
+                for i in range(0, len(sents), self.batch)]
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        outs = []
+        with torch.no_grad():
+            for enc in encs:
+                outs.append(self.model.generate(**enc, num_beams=12, num_return_sequences=1))
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        secs = time.perf_counter() - t
+        texts = [t for o in outs for t in self.tok.batch_decode(o, skip_special_tokens=True)]
+        return secs, texts
+
+
+def load_every_weight(model, path: Path):
+    """Loads the checkpoint into `model` strictly. transformers 5 no longer
+    ties a Marian encoder's and decoder's embed_tokens to model.shared when
+    tie_word_embeddings is false (this checkpoint's lm_head is separate), and
+    initialises them at random with only a load-report warning: a peer that
+    translates with random embeddings. Here each embed_tokens takes the
+    shared table, static sinusoidal positions keep the table computed at
+    load, and any other weight the checkpoint lacks is an error."""
+    from safetensors.torch import load_file
+
+    saved = load_file(str(path))
+    full, missing = {}, []
+    for k in model.state_dict():
+        if k in saved:
+            full[k] = saved[k]
+        elif k.endswith("embed_tokens.weight") and "model.shared.weight" in saved:
+            full[k] = saved["model.shared.weight"]
+        elif k.endswith("embed_positions.weight") and model.config.static_position_embeddings:
+            full[k] = model.state_dict()[k]  # sinusoids computed at load, not stored
+        else:
+            missing.append(k)
+    if missing:
+        raise RuntimeError(f"{path}: no weights for {missing}")
+    model.load_state_dict(full, strict=True)
+    return model
+
+
+def gpu_description(dev: str) -> str:
+    if not dev.startswith("cuda"):
+        return "cpu (a check of the script; not a GPU figure)"
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader",
+                            f"--id={dev.split(':')[1] if ':' in dev else 0}"], capture_output=True, text=True)
+        return r.stdout.strip() or "unknown GPU"
+    except OSError:
+        return "unknown GPU"
+
+
 def main_gpu(args) -> None:
-    """paraforge and CTranslate2 in fp16 (and fp32) on a GPU, the natural-length
-    setting of main_natural. Run by `make bench-gpu` only where nvidia-smi
-    finds a GPU; `--device cpu` runs the same code on the CPU (a check of the
-    script and of the fp16 graphs, not a GPU figure)."""
+    """paraforge (fp16 and fp32 graphs, --device cuda:N) against transformers'
+    generate and CTranslate2 (float16 and float32) on one GPU, the
+    natural-length setting of main_natural. Run by `make bench-gpu` only where
+    nvidia-smi finds a GPU; `--device cpu` runs the same code on the CPU (a
+    check of the script and of the fp16 graphs, not a GPU figure).
+
+    --prepared: the checkpoint, graphs and conversions are already in
+    .cache/bench/demo-cs-en (made on another machine: a GPU host without the
+    export tooling); nothing is built. A peer that cannot run on this host
+    (CTranslate2 built against another CUDA than the host's, say) is left out
+    with its reason printed and recorded, never silently."""
     import statistics
 
-    build_demo()
-    import ctranslate2
+    import torch
 
     tool = [sys.executable, str(ROOT / "tools" / "marian_model.py")]
     fp16 = DEMO_CACHE / "onnx-fp16"
-    if not (fp16 / "decoder_with_past_model.onnx").exists():
-        subprocess.run(tool + ["export", "--model", str(DEMO_CACHE / "hf"), "--out", str(fp16), "--fp16"], check=True)
-    if not (DEMO_CACHE / "ct2-fp16" / "model.bin").exists():
-        convert_ct2_marian(DEMO_CACHE / "hf", DEMO_CACHE / "ct2-fp16", "float16")
+    if not args.prepared:
+        build_demo()
+        if not (fp16 / "decoder_with_past_model.onnx").exists():
+            subprocess.run(tool + ["export", "--model", str(DEMO_CACHE / "hf"), "--out", str(fp16), "--fp16"],
+                           check=True)
+        if not (DEMO_CACHE / "ct2-fp16" / "model.bin").exists():
+            convert_ct2_marian(DEMO_CACHE / "hf", DEMO_CACHE / "ct2-fp16", "float16")
     dev = args.device
     ct2_dev = "cuda" if dev.startswith("cuda") else "cpu"
     ct2_idx = int(dev.split(":")[1]) if ":" in dev else 0
@@ -351,44 +437,79 @@ def main_gpu(args) -> None:
     src = out_dir / "input.txt"
     src.write_text("\n".join(sents) + "\n", encoding="utf-8")
     pf = {"paraforge-fp16": fp16, "paraforge-fp32": DEMO_CACHE / "onnx"}
-    ct2 = {}
+    peers, not_run = {}, {}
+    for name, dtype in (("transformers-fp16", torch.float16), ("transformers-fp32", torch.float32)):
+        if ct2_dev == "cpu" and dtype == torch.float16:
+            continue  # fp16 generate on the CPU is not a configuration anyone runs
+        try:
+            h = HfGpu(dtype, dev, args.batch_size)
+            h.run(sents[: args.batch_size])  # warm-up
+            peers[name] = h
+        except Exception as e:  # noqa: BLE001 - the reason is the result
+            not_run[name] = f"{type(e).__name__}: {e}"
     for name, variant, ctype in (("ct2-fp16", "ct2-fp16", "float16"), ("ct2-fp32", "ct2-fp32", "float32")):
         if ct2_dev == "cpu" and ctype == "float16":
             ctype = "default"  # CTranslate2 has no fp16 compute on CPU
-        c = Ct2(variant, args.threads, args.batch_size, max_length, ct2_dev, ctype, ct2_idx)
-        c.run(sents[: args.batch_size])  # warm-up
-        ct2[name] = c
-    engines = ["paraforge-fp16", "ct2-fp16", "paraforge-fp32", "ct2-fp32"]
+        try:
+            c = Ct2(variant, args.threads, args.batch_size, max_length, ct2_dev, ctype, ct2_idx)
+            c.run(sents[: args.batch_size])  # warm-up
+            peers[name] = c
+        except Exception as e:  # noqa: BLE001 - the reason is the result
+            not_run[name] = f"{type(e).__name__}: {e}"
+    for name, why in not_run.items():
+        log(f"NOT RUN: {name}: {why}")
+    engines = list(pf) + list(peers)
     times = {e: [] for e in engines}
-    texts = {}
+    texts, timings = {}, {}
     for rep in range(args.repeats):
         for e in engines:
             if e in pf:
                 timing, out = run_paraforge(args.paraforge, pf[e], src, args.threads, args.batch_size, False,
                                             out_dir / f"{e}.txt", device=dev)
                 secs = timing["seconds"]
+                timings[e] = timing
             else:
-                secs, out = ct2[e].run(sents)
+                secs, out = peers[e].run(sents)
             times[e].append(secs)
             texts[e] = out
             log(f"  repeat {rep + 1}: {e} on {dev}: {secs:.2f} s, {len(sents) / secs:.2f} sentences/s")
+    base = "paraforge-fp16"
+    ref = "transformers-fp32" if "transformers-fp32" in texts else base
     rows = {}
     for e in engines:
         med = statistics.median(times[e])
         rows[e] = {"seconds": times[e], "sentences_per_second": len(sents) / med,
-                   "identical_to_paraforge_fp16": sum(a == b for a, b in zip(texts[e], texts["paraforge-fp16"]))}
+                   "identical_to_paraforge_fp16": sum(a == b for a, b in zip(texts[e], texts[base])),
+                   f"identical_to_{ref.replace('-', '_')}": sum(a == b for a, b in zip(texts[e], texts[ref]))}
+        if e in timings:
+            rows[e]["timing"] = timings[e]  # the last repeat's --timing breakdown
+    gpu = gpu_description(dev)
     print(f"\n{len(sents)} held-out Czech sentences (every {step}th line), demo-cs-en, beam 12, "
-          f"max_length {max_length}, batch {args.batch_size}, device {dev}, {args.repeats} interleaved repeats (median)\n")
-    print("| engine | sentences/s | paraforge fp16 / engine | identical to paraforge fp16 |")
-    print("|---|---:|---:|---:|")
+          f"max_length {max_length}, batch {args.batch_size}, device {dev}: {gpu}, "
+          f"{args.repeats} interleaved repeats (median)\n")
+    print(f"| engine | sentences/s | paraforge fp16 / engine | identical to paraforge fp16 | identical to {ref} |")
+    print("|---|---:|---:|---:|---:|")
     for e in engines:
         v = rows[e]["sentences_per_second"]
-        print(f"| {e} | {v:.2f} | {rows['paraforge-fp16']['sentences_per_second'] / v:.2f} | "
-              f"{rows[e]['identical_to_paraforge_fp16']}/{len(sents)} |")
-    out = {"mode": "gpu", "device": dev, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        print(f"| {e} | {v:.2f} | {rows[base]['sentences_per_second'] / v:.2f} | "
+              f"{rows[e]['identical_to_paraforge_fp16']}/{len(sents)} | "
+              f"{rows[e][f'identical_to_{ref.replace(chr(45), chr(95))}']}/{len(sents)} |")
+    for name, why in not_run.items():
+        print(f"\nnot run: {name}: {why}")
+    try:
+        import ctranslate2
+        ct2_version = ctranslate2.__version__
+    except ImportError:
+        ct2_version = None
+    import transformers
+
+    out = {"mode": "gpu", "device": dev, "gpu": gpu, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "sentences": len(sents), "batch_size": args.batch_size, "beam": 12, "max_length": max_length,
-           "repeats": args.repeats, "ctranslate2": ctranslate2.__version__, "engines": rows}
+           "repeats": args.repeats, "ctranslate2": ct2_version, "transformers": transformers.__version__,
+           "torch": torch.__version__, "engines": rows, "not_run": not_run}
     (ROOT / "bench-out" / "nmt-gpu.json").write_text(json.dumps(out, indent=1))
+    for e, t in texts.items():
+        (out_dir / f"{e}.out.txt").write_text("\n".join(t) + "\n", encoding="utf-8")
 
 
 def main() -> None:
@@ -403,6 +524,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="natural and gpu modes: interleaved repeats")
     ap.add_argument("--gpu", action="store_true", help="fp16 on a GPU against CTranslate2 (make bench-gpu)")
     ap.add_argument("--device", default="cuda:0", help="gpu mode: cuda:N (cpu only to check the script)")
+    ap.add_argument("--prepared", action="store_true",
+                    help="gpu mode: models already in .cache/bench/demo-cs-en; build nothing")
     args = ap.parse_args()
     args.engines_given = any(a.startswith("--engines") for a in sys.argv[1:])
     if args.gpu:
