@@ -369,6 +369,29 @@ fn a_job_that_rejects_too_much_fails() {
     assert!(!dir.path().join("out/_SUCCESS").exists());
 }
 
+/// A para_score encoder that fails at run time on some sentences (a
+/// transformer whose embedding table is shorter than its tokenizer's
+/// vocabulary: it passes the load probe) fails every shard that meets one,
+/// and the job ends non-zero without `_SUCCESS`, instead of committing
+/// pairs whose para_score is null as if they had been scored.
+#[test]
+fn a_para_score_encoder_failing_at_run_time_fails_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cfg, _) = job(dir.path(), "encoder-fails", 20, 10, "max_attempts = 1");
+    let model = paraforge_tests::repo_root().join("tests/data/mismatched-sentence-encoder");
+    cfg.scoring.model = Some(model.display().to_string());
+    cfg.bins = None;
+    let o = paraforge_run(dir.path(), cfg);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "the job succeeded: {err}");
+    assert!(
+        err.contains("para_score encoder failed on") && err.contains("failed"),
+        "{err}"
+    );
+    assert!(!dir.path().join("out/_SUCCESS").exists());
+    assert!(!dir.path().join("out/_manifest.json").exists());
+}
+
 /// Every row of a committed output, all columns that carry content, keyed
 /// and sorted by id (f32 scores compared bit for bit).
 fn all_rows(out: &Path) -> Vec<String> {

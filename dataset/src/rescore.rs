@@ -630,6 +630,44 @@ mod tests {
         );
     }
 
+    /// An encoder that fails on some sentences at run time (a transformer
+    /// whose embedding table is shorter than its tokenizer's vocabulary)
+    /// fails the rescore, and nothing is left that reads as a dataset.
+    #[test]
+    fn an_encoder_that_fails_on_a_sentence_fails_the_rescore() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        write(
+            &data.join("part.parquet"),
+            &[
+                row(
+                    "a",
+                    "A man is playing a guitar.",
+                    "a man is playing",
+                    Some(0.9),
+                ),
+                row("b", "Two dogs run in the snow.", "dogs run", Some(0.5)),
+            ],
+        );
+        let model =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/mismatched-sentence-encoder");
+        let out = dir.path().join("rescored");
+        let e = run(
+            &data,
+            Some(ScorerPath::Model(&model)),
+            None,
+            &out,
+            None,
+            &|_| {},
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, RescoreError::EncoderFailed { failed: 1 }),
+            "{e}"
+        );
+        assert!(!out.exists(), "a failed rescore left {}", out.display());
+    }
+
     #[test]
     fn refuses_outputs_that_would_mix_with_data() {
         let dir = tempfile::tempdir().unwrap();

@@ -394,6 +394,25 @@ mod tests {
         assert_eq!(enc.failures(), 0);
     }
 
+    /// A graph that fails on some sentences only (its embedding table is
+    /// shorter than the tokenizer's vocabulary, as when a model and a
+    /// tokenizer of different checkpoints are put together) passes the load
+    /// probe; each sentence it cannot run is counted, so the worker's shard
+    /// and rescore fail rather than write a null para_score as if scored.
+    #[test]
+    fn a_sentence_the_graph_cannot_run_is_counted_as_a_failure() {
+        let dir = fixture().join("../mismatched-sentence-encoder");
+        let enc = TransformerEncoder::load(&dir).unwrap();
+        let mut s = paraforge_core::Scorer::new(Some(&enc as &dyn SentenceEncoder));
+        // Wordpieces 2..=53: inside the 60-row table.
+        let a = "A man is playing a guitar.";
+        assert!(s.score(a, a).para_score.is_some());
+        assert_eq!(enc.failures(), 0);
+        // '##w', '##o', '##n' are rows 71-79: outside it.
+        assert_eq!(s.score(a, "Two dogs run in the snow.").para_score, None);
+        assert_eq!(enc.failures(), 1);
+    }
+
     /// A config that disagrees with its graph (another width) fails at
     /// load, naming the graph, not on every sentence of a job.
     #[test]
