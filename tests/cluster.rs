@@ -107,6 +107,29 @@ async fn three_workers_write_each_valid_pair_exactly_once() {
             .collect::<Vec<_>>()
     );
     assert_eq!(rows.len(), valid_ids.len());
+    // Every file names the para_score model and its fingerprint.
+    let vectors = paraforge_tests::repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
+    let want_sha = paraforge_core::layout::sha256_file(&vectors).unwrap();
+    for f in &manifest.files {
+        let bytes = std::fs::read(out.join(&f.path)).unwrap();
+        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            bytes::Bytes::from(bytes),
+        )
+        .unwrap();
+        let kv = r.metadata().file_metadata().key_value_metadata().unwrap();
+        let get = |k: &str| kv.iter().find(|e| e.key == k).and_then(|e| e.value.clone());
+        use paraforge_core::schema::meta;
+        assert_eq!(
+            get(meta::PARA_SCORER_SHA256).as_deref(),
+            Some(&*want_sha),
+            "{}",
+            f.path
+        );
+        assert!(get(meta::PARA_SCORER)
+            .unwrap()
+            .ends_with("glove.6B.50d.top25k.txt.gz"));
+        assert!(get(meta::PARA_SCORER_KIND).is_some());
+    }
     // The rejects files name the dirty lines.
     let rej: usize = manifest.rejects_files.iter().map(|f| f.rows as usize).sum();
     assert_eq!(rej, rejects);

@@ -31,6 +31,23 @@ pub enum ManifestKind {
     Rescore,
 }
 
+/// The SHA-256 of a file as every manifest and footer lists it (lowercase
+/// hex), read in 1 MB blocks.
+pub fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hex::encode(h.finalize()));
+        }
+        h.update(&buf[..n]);
+    }
+}
+
 /// A data file a manifest lists: its path relative to the manifest, its
 /// rows and, where the writer hashed it, its SHA-256 (bins do not hash
 /// their files; entries of old bins manifests carry none).

@@ -62,8 +62,10 @@ pub mod meta {
     pub const MODEL: &str = "paraforge.model";
     pub const MODEL_SHA256: &str = "paraforge.model_sha256";
     pub const CONFIG: &str = "paraforge.config";
-    /// Set by `paraforge rescore`: the model or vectors file the para_score
-    /// column now comes from, what it is, and its SHA-256.
+    /// The model or vectors file the para_score column comes from, what it
+    /// is, and its fingerprint (the SHA-256 of every file that decides its
+    /// embeddings, `paraforge_scorer::fingerprint`): set by the worker
+    /// where `[scoring]` names one, replaced by `paraforge rescore`.
     pub const PARA_SCORER: &str = "paraforge.para_scorer";
     pub const PARA_SCORER_KIND: &str = "paraforge.para_scorer_kind";
     pub const PARA_SCORER_SHA256: &str = "paraforge.para_scorer_sha256";

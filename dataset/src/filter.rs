@@ -11,7 +11,6 @@
 //! order the rules were given (`dropped`); `failed` counts every row a
 //! rule fails, whatever the others say.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use arrow_array::RecordBatch;
@@ -19,7 +18,6 @@ use arrow_array::{Array, BooleanArray, Float32Array, Float64Array, Int32Array, I
 use arrow_select::filter::filter_record_batch;
 use paraforge_core::schema::{dataset_files, DataError, PairFileWriter, PairReader};
 use serde::Serialize;
-use sha2::Digest;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -182,17 +180,7 @@ fn values(batch: &RecordBatch, name: &str, path: &Path) -> Result<Vec<Option<f64
 }
 
 fn file_sha256(path: &Path) -> Result<String, FilterError> {
-    let mut f = std::fs::File::open(path).map_err(io(path))?;
-    let mut h = sha2::Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(io(path))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex::encode(h.finalize()))
+    paraforge_core::layout::sha256_file(path).map_err(io(path))
 }
 
 /// Filters `input` (a local dataset directory or file) into `out` (a new

@@ -14,7 +14,6 @@
 //! directory by the caller: `paraforge rescore`.)
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -26,7 +25,6 @@ use paraforge_core::schema::{
 use paraforge_core::{EncoderError, Scorer, SentenceEncoder, TextScorer};
 use rayon::prelude::*;
 use serde::Serialize;
-use sha2::Digest;
 
 use crate::bins::{para_range, PARA_RANGES};
 
@@ -161,6 +159,16 @@ impl ScorerPath<'_> {
         }
     }
 
+    /// What identifies the model in footers and the manifest: the SHA-256
+    /// of every file that decides its embeddings
+    /// ([`paraforge_scorer::fingerprint`]).
+    pub fn fingerprint(&self) -> Result<String, RescoreError> {
+        let p = match *self {
+            ScorerPath::Model(p) | ScorerPath::Vectors(p) => p,
+        };
+        paraforge_scorer::fingerprint(p).map_err(io(p))
+    }
+
     pub fn load(&self) -> Result<Box<dyn SentenceEncoder>, EncoderError> {
         let (m, v) = match *self {
             ScorerPath::Model(p) => (Some(p), None),
@@ -216,7 +224,7 @@ pub fn run(
         (Some(s), Some(e)) => Some(Stamp {
             file: s.file().display().to_string(),
             kind: e.describe(),
-            sha256: file_sha256(&s.file())?,
+            sha256: s.fingerprint()?,
         }),
         _ => None,
     };
@@ -445,17 +453,7 @@ fn rescore_file(
 }
 
 fn file_sha256(path: &Path) -> Result<String, RescoreError> {
-    let mut f = std::fs::File::open(path).map_err(io(path))?;
-    let mut h = sha2::Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(io(path))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex::encode(h.finalize()))
+    paraforge_core::layout::sha256_file(path).map_err(io(path))
 }
 
 #[cfg(test)]

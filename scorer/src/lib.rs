@@ -10,6 +10,8 @@ pub mod transformer;
 
 use std::path::{Path, PathBuf};
 
+use sha2::Digest;
+
 use paraforge_core::encoder::{Coverage, Encoded, Scratch, SentenceEncoder};
 use paraforge_core::EncoderError;
 use paraforge_core::Tokens;
@@ -88,17 +90,95 @@ pub fn load_encoder(
     }
 }
 
-/// The file that identifies a model's weights, hashed into footers and
+/// The file that identifies a model's weights, named in footers and
 /// manifests: a neural encoder's `model.safetensors`, a transformer's
 /// `model.onnx`, a directory's `model.pfe`, else the path itself.
 pub fn weights_file(model: &Path) -> PathBuf {
+    defining_files(model).swap_remove(0)
+}
+
+/// Every file whose content decides a model's embeddings, weights first: a
+/// transformer's graph, tokenizer and config, a neural encoder's weights and
+/// its config (vocabulary, tokenisation), a directory's `model.pfe`, else
+/// the path itself (a `.pfe` or word-vectors file).
+pub fn defining_files(model: &Path) -> Vec<PathBuf> {
     if TransformerEncoder::is_one(model) {
-        model.join("model.onnx")
+        ["model.onnx", "tokenizer.json", transformer::CONFIG]
+            .map(|f| model.join(f))
+            .to_vec()
     } else if NeuralModel::is_one(model) {
-        model.join(paraforge_trainer::nn_model::WEIGHTS)
+        use paraforge_trainer::nn_model::{CONFIG, WEIGHTS};
+        vec![model.join(WEIGHTS), model.join(CONFIG)]
     } else if model.is_dir() {
-        model.join("model.pfe")
+        vec![model.join("model.pfe")]
     } else {
-        model.to_path_buf()
+        vec![model.to_path_buf()]
+    }
+}
+
+/// The SHA-256 that identifies a para_score model in footers and
+/// manifests: of its one file, or for a model of several files, of their
+/// `sha256sum` lines (`<hex>  <file name>\n`, in [`defining_files`] order),
+/// so that a changed tokenizer or vocabulary changes it too, not only
+/// changed weights.
+pub fn fingerprint(model: &Path) -> std::io::Result<String> {
+    let files = defining_files(model);
+    let sums = files
+        .iter()
+        .map(|f| {
+            paraforge_core::layout::sha256_file(f)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", f.display())))
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
+    if let [one] = &sums[..] {
+        return Ok(one.clone());
+    }
+    let mut lines = String::new();
+    for (f, sum) in files.iter().zip(&sums) {
+        let name = f
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default();
+        lines.push_str(&format!("{sum}  {name}\n"));
+    }
+    Ok(hex::encode(sha2::Sha256::digest(lines.as_bytes())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One file's fingerprint is its plain SHA-256 (as manifests recorded
+    /// before); a transformer's covers its tokenizer and config too, so a
+    /// tokenizer swapped under the same graph is a different scorer.
+    #[test]
+    fn a_fingerprint_covers_every_file_that_decides_the_embeddings() {
+        let fixture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/tiny-sentence-encoder");
+        let graph = fixture.join("model.onnx");
+        assert_eq!(
+            fingerprint(&graph).unwrap(),
+            paraforge_core::layout::sha256_file(&graph).unwrap()
+        );
+        let dir = std::env::temp_dir().join(format!("pf-fingerprint-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["model.onnx", "tokenizer.json", transformer::CONFIG] {
+            std::fs::copy(fixture.join(f), dir.join(f)).unwrap();
+        }
+        let before = fingerprint(&dir).unwrap();
+        assert_eq!(before, fingerprint(&fixture).unwrap());
+        assert_ne!(before, fingerprint(&graph).unwrap());
+        let tok = std::fs::read_to_string(dir.join("tokenizer.json")).unwrap();
+        std::fs::write(
+            dir.join("tokenizer.json"),
+            tok.replace("\"man\"", "\"men\""),
+        )
+        .unwrap();
+        let after = fingerprint(&dir);
+        std::fs::remove_file(dir.join("tokenizer.json")).unwrap();
+        let missing = fingerprint(&dir).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).ok();
+        assert_ne!(before, after.unwrap());
+        assert!(missing.contains("tokenizer.json"), "{missing}");
     }
 }

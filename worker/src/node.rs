@@ -206,9 +206,10 @@ impl Job {
         let translator = blocking(move || Ok(Translator::load(&model_dir, &load)?)).await?;
         let model_sha = model_checksum(&translator)?;
         let scoring = cfg.scoring.clone();
-        let encoder = blocking(move || Ok(crate::shard::load_para_encoder(&scoring)?))
-            .await?
-            .map(Arc::from);
+        let encoder: Option<Arc<dyn paraforge_core::SentenceEncoder>> =
+            blocking(move || Ok(crate::shard::load_para_encoder(&scoring)?))
+                .await?
+                .map(Arc::from);
         let scoring = cfg.scoring.clone();
         let lm = blocking(move || crate::shard::load_lm(&scoring).map_err(WorkerError::Config))
             .await?
@@ -225,18 +226,31 @@ impl Job {
             batch_tokens: cfg.model.batch_tokens,
             ..GenerateOptions::default()
         };
-        let metadata = vec![
-            (
-                paraforge_core::schema::meta::VERSION,
-                env!("CARGO_PKG_VERSION").to_string(),
-            ),
-            (paraforge_core::schema::meta::MODEL, cfg.model.dir.clone()),
-            (paraforge_core::schema::meta::MODEL_SHA256, model_sha),
-            (
-                paraforge_core::schema::meta::CONFIG,
-                reg.config_toml.clone(),
-            ),
+        use paraforge_core::schema::meta;
+        let mut metadata = vec![
+            (meta::VERSION, env!("CARGO_PKG_VERSION").to_string()),
+            (meta::MODEL, cfg.model.dir.clone()),
+            (meta::MODEL_SHA256, model_sha),
+            (meta::CONFIG, reg.config_toml.clone()),
         ];
+        // The para_score column's model, as rescore records it: the config
+        // names only a path, whose content may change between jobs.
+        if let (Some(e), Some(path)) = (
+            &encoder,
+            cfg.scoring.model.as_ref().or(cfg.scoring.vectors.as_ref()),
+        ) {
+            let file = paraforge_scorer::weights_file(std::path::Path::new(path));
+            let sha = paraforge_scorer::fingerprint(std::path::Path::new(path)).map_err(|e| {
+                WorkerError::Config(format!(
+                    "scoring: {path}: hashing the para_score model: {e}"
+                ))
+            })?;
+            metadata.extend([
+                (meta::PARA_SCORER, file.display().to_string()),
+                (meta::PARA_SCORER_KIND, e.describe()),
+                (meta::PARA_SCORER_SHA256, sha),
+            ]);
+        }
         Ok(Job {
             storage: Storage::open(&cfg.job.output)?,
             cfg,
