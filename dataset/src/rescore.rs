@@ -598,33 +598,18 @@ mod tests {
     #[test]
     fn a_scorer_that_scores_no_row_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        write(
-            &data.join("part.parquet"),
+        let vec_path = dir.path().join("v.txt");
+        std::fs::write(&vec_path, "kočka 1 0\npes 0 1\n").unwrap();
+        let e = failed_rescore(
             &[
                 row("a", "the cat", "a cat", Some(0.9)),
                 row("b", "x y", "y x", None),
             ],
+            ScorerPath::Vectors(&vec_path),
         );
-        let vec_path = dir.path().join("v.txt");
-        std::fs::write(&vec_path, "kočka 1 0\npes 0 1\n").unwrap();
-        let out = dir.path().join("rescored");
-        let e = run(
-            &data,
-            Some(ScorerPath::Vectors(&vec_path)),
-            None,
-            &out,
-            None,
-            &|_| {},
-        )
-        .unwrap_err();
         assert!(
             matches!(e, RescoreError::NothingScored { rows: 2, .. }),
             "{e}"
-        );
-        assert!(
-            !out.exists(),
-            "what was written is removed, not left as a dataset"
         );
     }
 
@@ -633,37 +618,32 @@ mod tests {
     /// fails the rescore, and nothing is left that reads as a dataset.
     #[test]
     fn an_encoder_that_fails_on_a_sentence_fails_the_rescore() {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        write(
-            &data.join("part.parquet"),
-            &[
-                row(
-                    "a",
-                    "A man is playing a guitar.",
-                    "a man is playing",
-                    Some(0.9),
-                ),
-                row("b", "Two dogs run in the snow.", "dogs run", Some(0.5)),
-            ],
-        );
         let model =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/mismatched-sentence-encoder");
-        let out = dir.path().join("rescored");
-        let e = run(
-            &data,
-            Some(ScorerPath::Model(&model)),
-            None,
-            &out,
-            None,
-            &|_| {},
-        )
-        .unwrap_err();
+        let e = failed_rescore(
+            &[
+                row("a", "A man is playing a guitar.", "a man is playing", None),
+                row("b", "Two dogs run in the snow.", "dogs run", Some(0.5)),
+            ],
+            ScorerPath::Model(&model),
+        );
         assert!(
             matches!(e, RescoreError::EncoderFailed { failed: 1 }),
             "{e}"
         );
+    }
+
+    /// Rescores `rows` with `scorer` into a new directory, expecting an
+    /// error, and checks that what was written is removed, not left as a
+    /// dataset.
+    fn failed_rescore(rows: &[PairRow], scorer: ScorerPath<'_>) -> RescoreError {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        write(&data.join("part.parquet"), rows);
+        let out = dir.path().join("rescored");
+        let e = run(&data, Some(scorer), None, &out, None, &|_| {}).unwrap_err();
         assert!(!out.exists(), "a failed rescore left {}", out.display());
+        e
     }
 
     #[test]
