@@ -360,6 +360,20 @@ fn gpus_that_cannot_run_are_refused_by_name_before_the_job_starts() {
             "{e}"
         );
     }
+    // Without --gpus, the config's model.device is checked the same way.
+    let cuda_cfg = dir.path().join("cuda.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(text.contains("device = \"cpu\""));
+    std::fs::write(
+        &cuda_cfg,
+        text.replace("device = \"cpu\"", "device = \"cuda:4095\""),
+    )
+    .unwrap();
+    let o = paraforge(&["run", "--config", cuda_cfg.to_str().unwrap()], 120);
+    let e = stderr(&o);
+    assert!(!o.status.success(), "model.device cuda:4095 ran: {e}");
+    assert!(e.contains("model.device cuda:4095"), "{e}");
+    assert!(!out.exists(), "the output was touched before the check");
     let o = paraforge(
         &[
             "worker",

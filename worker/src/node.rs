@@ -240,11 +240,16 @@ impl Job {
             cfg.scoring.model.as_ref().or(cfg.scoring.vectors.as_ref()),
         ) {
             let file = paraforge_scorer::weights_file(std::path::Path::new(path));
-            let sha = paraforge_scorer::fingerprint(std::path::Path::new(path)).map_err(|e| {
-                WorkerError::Config(format!(
-                    "scoring: {path}: hashing the para_score model: {e}"
-                ))
-            })?;
+            let owned = path.clone();
+            // Word vectors can be gigabytes: hashed off the async threads.
+            let sha = blocking(move || {
+                paraforge_scorer::fingerprint(std::path::Path::new(&owned)).map_err(|e| {
+                    WorkerError::Config(format!(
+                        "scoring: {owned}: hashing the para_score model: {e}"
+                    ))
+                })
+            })
+            .await?;
             metadata.extend([
                 (meta::PARA_SCORER, file.display().to_string()),
                 (meta::PARA_SCORER_KIND, e.describe()),
