@@ -111,13 +111,8 @@ async fn three_workers_write_each_valid_pair_exactly_once() {
     let vectors = paraforge_tests::repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
     let want_sha = paraforge_core::layout::sha256_file(&vectors).unwrap();
     for f in &manifest.files {
-        let bytes = std::fs::read(out.join(&f.path)).unwrap();
-        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-            bytes::Bytes::from(bytes),
-        )
-        .unwrap();
-        let kv = r.metadata().file_metadata().key_value_metadata().unwrap();
-        let get = |k: &str| kv.iter().find(|e| e.key == k).and_then(|e| e.value.clone());
+        let r = paraforge_core::PairReader::open(&out.join(&f.path), &[]).unwrap();
+        let get = |k: &str| r.metadata().get(k).cloned();
         use paraforge_core::schema::meta;
         assert_eq!(
             get(meta::PARA_SCORER_SHA256).as_deref(),

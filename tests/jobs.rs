@@ -385,7 +385,7 @@ fn a_para_score_encoder_failing_at_run_time_fails_the_job() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "the job succeeded: {err}");
     assert!(
-        err.contains("para_score encoder failed on") && err.contains("failed"),
+        err.contains("para_score encoder failed on") && err.contains("no _SUCCESS written"),
         "{err}"
     );
     assert!(!dir.path().join("out/_SUCCESS").exists());

@@ -359,7 +359,7 @@ class HfGpu:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
         secs = time.perf_counter() - t
-        texts = [t for o in outs for t in self.tok.batch_decode(o, skip_special_tokens=True)]
+        texts = [s for o in outs for s in self.tok.batch_decode(o, skip_special_tokens=True)]
         return secs, texts
 
 
@@ -500,21 +500,15 @@ def main_gpu(args) -> None:
               f"{'not run' if same is None else f'{same}/{len(sents)}'} |")
     for name, why in not_run.items():
         print(f"\nnot run: {name}: {why}")
-    try:
-        import ctranslate2
-        ct2_version = ctranslate2.__version__
-    except ImportError:
-        ct2_version = None
     versions = {}
-    for mod in ("transformers", "torch"):
+    for mod in ("ctranslate2", "transformers", "torch"):
         try:
             versions[mod] = __import__(mod).__version__
         except ImportError:
             versions[mod] = None
     out = {"mode": "gpu", "device": dev, "gpu": gpu, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "sentences": len(sents), "batch_size": args.batch_size, "beam": 12, "max_length": max_length,
-           "repeats": args.repeats, "ctranslate2": ct2_version, **versions, "engines": rows,
-           "not_run": not_run}
+           "repeats": args.repeats, **versions, "engines": rows, "not_run": not_run}
     (ROOT / "bench-out" / "nmt-gpu.json").write_text(json.dumps(out, indent=1))
     for e, t in texts.items():
         (out_dir / f"{e}.out.txt").write_text("\n".join(t) + "\n", encoding="utf-8")

@@ -172,14 +172,8 @@ pub fn train(a: TrainClassifierArgs) -> Result<()> {
     Ok(())
 }
 
-/// A saved classifier for `rescore --classifier`, and one line naming it.
-pub fn load(dir: &std::path::Path) -> Result<(ReferenceClassifier, String)> {
-    let m = ReferenceClassifier::load(dir, &nn_model::cpu())
-        .with_context(|| format!("--classifier {}", dir.display()))?;
-    let describe = format!(
-        "reference classifier {} ({} words)",
-        m.kind().name(),
-        m.words.words().len()
-    );
-    Ok((m, describe))
+/// A saved classifier for `rescore --classifier`.
+pub fn load(dir: &std::path::Path) -> Result<ReferenceClassifier> {
+    ReferenceClassifier::load(dir, &nn_model::cpu())
+        .with_context(|| format!("--classifier {}", dir.display()))
 }

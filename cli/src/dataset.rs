@@ -308,11 +308,7 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
     let class = classifier
         .as_ref()
         .zip(class_file.as_deref())
-        .map(|((c, describe), file)| rescore::Classifier {
-            scorer: c,
-            file,
-            describe,
-        });
+        .map(|(c, file)| rescore::Classifier { scorer: c, file });
     let m = rescore::run(
         &input,
         scorer,

@@ -193,13 +193,11 @@ pub fn run(a: RunArgs) -> Result<()> {
         .map(|g| parse_device("--gpus", &format!("cuda:{g}")))
         .collect::<Result<_>>()?;
     let cfg = load(&a.config)?;
-    // Without --gpus every local worker runs on model.device: checked the
-    // same way, so a GPU index the machine lacks stops here, not in each
-    // worker after the coordinator has claimed the output.
-    if gpus.is_empty() {
-        parse_device("model.device", &cfg.model.device)?;
-    }
     let n = if gpus.is_empty() {
+        // Every local worker runs on model.device: checked the same way, so
+        // a GPU index the machine lacks stops here, not in each worker
+        // after the coordinator has claimed the output.
+        parse_device("model.device", &cfg.model.device)?;
         a.workers.unwrap_or(cfg.workers.local).max(1)
     } else {
         gpus.len()

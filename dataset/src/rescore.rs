@@ -23,6 +23,7 @@ use paraforge_core::schema::{
     self, col, dataset_files, meta, DataError, PairFileWriter, PairReader,
 };
 use paraforge_core::{EncoderError, Scorer, SentenceEncoder, TextScorer};
+use paraforge_scorer::ScorerStamp;
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -159,14 +160,11 @@ impl ScorerPath<'_> {
         }
     }
 
-    /// What identifies the model in footers and the manifest: the SHA-256
-    /// of every file that decides its embeddings
-    /// ([`paraforge_scorer::fingerprint`]).
-    pub fn fingerprint(&self) -> Result<String, RescoreError> {
-        let p = match *self {
+    /// The model directory or file, or the vectors file, as given.
+    pub fn path(&self) -> &Path {
+        match *self {
             ScorerPath::Model(p) | ScorerPath::Vectors(p) => p,
-        };
-        paraforge_scorer::fingerprint(p).map_err(io(p))
+        }
     }
 
     pub fn load(&self) -> Result<Box<dyn SentenceEncoder>, EncoderError> {
@@ -184,7 +182,6 @@ pub struct Classifier<'a> {
     pub scorer: &'a (dyn TextScorer + Sync),
     /// The file that identifies it (its weights), hashed for the record.
     pub file: &'a Path,
-    pub describe: &'a str,
 }
 
 /// Rescores every file of `input` (a local dataset) into `out` (a new
@@ -221,18 +218,16 @@ pub fn run(
     }
     let encoder = scorer.map(|s| s.load()).transpose()?;
     let stamp = match (scorer, &encoder) {
-        (Some(s), Some(e)) => Some(Stamp {
-            file: s.file().display().to_string(),
-            kind: e.describe(),
-            sha256: s.fingerprint()?,
-        }),
+        (Some(s), Some(e)) => {
+            let p = s.path();
+            Some(ScorerStamp::of(p, e.as_ref()).map_err(io(p))?)
+        }
         _ => None,
     };
     let class_stamp = classifier
-        .map(|c| -> Result<Stamp, RescoreError> {
-            Ok(Stamp {
+        .map(|c| -> Result<ClassifierStamp, RescoreError> {
+            Ok(ClassifierStamp {
                 file: c.file.display().to_string(),
-                kind: c.describe.to_string(),
                 sha256: file_sha256(c.file)?,
             })
         })
@@ -308,10 +303,9 @@ pub fn run(
     written
 }
 
-/// What every rewritten file's footer records about the scorer.
-struct Stamp {
+/// What every rewritten file's footer records about the classifier.
+struct ClassifierStamp {
     file: String,
-    kind: String,
     sha256: String,
 }
 
@@ -319,8 +313,8 @@ fn rescore_file(
     path: &Path,
     rel: &Path,
     out: &Path,
-    para: Option<(&dyn SentenceEncoder, &Stamp)>,
-    class: Option<(&(dyn TextScorer + Sync), &Stamp)>,
+    para: Option<(&dyn SentenceEncoder, &ScorerStamp)>,
+    class: Option<(&(dyn TextScorer + Sync), &ClassifierStamp)>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(ListedFile, Tally), RescoreError> {
     let reader = PairReader::open(path, &[col::REFERENCE, col::TRANSLATION, col::PARA_SCORE])?;
@@ -349,9 +343,7 @@ fn rescore_file(
         .collect();
     metadata.sort();
     if let Some((_, stamp)) = para {
-        metadata.push((meta::PARA_SCORER.into(), stamp.file.clone()));
-        metadata.push((meta::PARA_SCORER_KIND.into(), stamp.kind.clone()));
-        metadata.push((meta::PARA_SCORER_SHA256.into(), stamp.sha256.clone()));
+        metadata.extend(stamp.footer().map(|(k, v)| (k.to_string(), v)));
     }
     if let Some((_, stamp)) = class {
         metadata.push((meta::REFERENCE_CLASSIFIER.into(), stamp.file.clone()));

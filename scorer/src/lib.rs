@@ -144,6 +144,38 @@ pub fn fingerprint(model: &Path) -> std::io::Result<String> {
     Ok(hex::encode(sha2::Sha256::digest(lines.as_bytes())))
 }
 
+/// What names the model behind a para_score column, written into every
+/// Parquet footer of that column wherever it was computed (the worker,
+/// `paraforge rescore`): the weights file, what the encoder is, and the
+/// model's [`fingerprint`].
+#[derive(Debug, Clone)]
+pub struct ScorerStamp {
+    pub file: String,
+    pub kind: String,
+    pub sha256: String,
+}
+
+impl ScorerStamp {
+    /// The stamp of the model or vectors at `model`, loaded as `encoder`.
+    pub fn of(model: &Path, encoder: &dyn SentenceEncoder) -> std::io::Result<ScorerStamp> {
+        Ok(ScorerStamp {
+            file: weights_file(model).display().to_string(),
+            kind: encoder.describe(),
+            sha256: fingerprint(model)?,
+        })
+    }
+
+    /// Its footer entries.
+    pub fn footer(&self) -> [(&'static str, String); 3] {
+        use paraforge_core::schema::meta;
+        [
+            (meta::PARA_SCORER, self.file.clone()),
+            (meta::PARA_SCORER_KIND, self.kind.clone()),
+            (meta::PARA_SCORER_SHA256, self.sha256.clone()),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -236,25 +236,21 @@ impl Job {
         // The para_score column's model, as rescore records it: the config
         // names only a path, whose content may change between jobs.
         if let (Some(e), Some(path)) = (
-            &encoder,
-            cfg.scoring.model.as_ref().or(cfg.scoring.vectors.as_ref()),
+            encoder.clone(),
+            cfg.scoring.model.clone().or(cfg.scoring.vectors.clone()),
         ) {
-            let file = paraforge_scorer::weights_file(std::path::Path::new(path));
-            let owned = path.clone();
             // Word vectors can be gigabytes: hashed off the async threads.
-            let sha = blocking(move || {
-                paraforge_scorer::fingerprint(std::path::Path::new(&owned)).map_err(|e| {
-                    WorkerError::Config(format!(
-                        "scoring: {owned}: hashing the para_score model: {e}"
-                    ))
-                })
+            let stamp = blocking(move || {
+                paraforge_scorer::ScorerStamp::of(std::path::Path::new(&path), e.as_ref()).map_err(
+                    |e| {
+                        WorkerError::Config(format!(
+                            "scoring: {path}: hashing the para_score model: {e}"
+                        ))
+                    },
+                )
             })
             .await?;
-            metadata.extend([
-                (meta::PARA_SCORER, file.display().to_string()),
-                (meta::PARA_SCORER_KIND, e.describe()),
-                (meta::PARA_SCORER_SHA256, sha),
-            ]);
+            metadata.extend(stamp.footer());
         }
         Ok(Job {
             storage: Storage::open(&cfg.job.output)?,
