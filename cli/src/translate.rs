@@ -232,12 +232,13 @@ pub fn run(a: Args) -> Result<()> {
     if a.timing {
         let p = model.profile();
         eprintln!(
-            "{{\"sentences\":{line_no},\"seconds\":{:.6},\"encoder_s\":{:.3},\"decoder_s\":{:.3},\"search_s\":{:.3},\"cache_s\":{:.3},\"decoder_calls\":{},\"decoder_rows\":{}}}",
+            "{{\"sentences\":{line_no},\"seconds\":{:.6},\"encoder_s\":{:.3},\"decoder_s\":{:.3},\"search_s\":{:.3},\"cache_s\":{:.3},\"cross_cache_s\":{:.3},\"decoder_calls\":{},\"decoder_rows\":{}}}",
             busy.as_secs_f64(),
             p.encoder_s,
             p.decoder_s,
             p.search_s,
             p.cache_s,
+            p.cross_cache_s,
             p.decoder_calls,
             p.decoder_rows
         );

@@ -97,4 +97,73 @@ impl Cache {
         dims[0] = rows.len();
         Ok(Cache::Own { bufs, dims })
     }
+
+    /// Keeps rows `rows` of this cache in place (row i becomes row
+    /// `rows[i]`) when it owns its buffers and every `rows[i] >= i`, so
+    /// that no row is read after it was overwritten: dropping finished
+    /// sentences then moves only the rows that changed place. Returns
+    /// false, changing nothing, when that does not hold.
+    pub(crate) fn compact(&mut self, rows: &[usize]) -> bool {
+        let Cache::Own { bufs, dims } = self else {
+            return false;
+        };
+        if rows.len() > dims[0] || rows.iter().enumerate().any(|(i, &r)| r < i || r >= dims[0]) {
+            return false;
+        }
+        let row = dims[1] * dims[2] * dims[3];
+        bufs.par_iter_mut().for_each(|buf| {
+            for (i, &r) in rows.iter().enumerate() {
+                if r != i {
+                    buf.copy_within(r * row..(r + 1) * row, i * row);
+                }
+            }
+            buf.truncate(rows.len() * row);
+        });
+        dims[0] = rows.len();
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own(rows: usize) -> Cache {
+        // Two tensors, rows of 2x1x3 values; value = 100 * tensor + 10 * row + i.
+        let bufs = (0..2)
+            .map(|t| {
+                (0..rows)
+                    .flat_map(|r| (0..6).map(move |i| (100 * t + 10 * r + i) as f32))
+                    .collect()
+            })
+            .collect();
+        Cache::Own {
+            bufs,
+            dims: [rows, 2, 1, 3],
+        }
+    }
+
+    #[test]
+    fn compacting_in_place_gives_what_a_gather_gives() {
+        let rows = [0, 4, 2, 5];
+        let want = own(6).gather(&rows, Vec::new()).unwrap();
+        let mut got = own(6);
+        assert!(got.compact(&rows));
+        let (a, da) = want.slices().unwrap();
+        let (b, db) = got.slices().unwrap();
+        assert_eq!((a, da), (b, db));
+    }
+
+    #[test]
+    fn a_row_needed_after_it_was_overwritten_is_not_compacted() {
+        let mut c = own(3);
+        // Row 1 would take row 0, which row 0 keeps: fine; row 2 takes row
+        // 1 after row 1 was overwritten: refused, nothing changed.
+        assert!(!c.compact(&[0, 0, 1]));
+        assert!(!c.compact(&[1, 7]));
+        let (a, d) = c.slices().unwrap();
+        let fresh = own(3);
+        let (b, e) = fresh.slices().unwrap();
+        assert_eq!((a, d), (b, e));
+    }
 }

@@ -88,12 +88,9 @@ pub(crate) fn decode<D: StepDecoder>(
             .for_each(|(r, out)| row_candidates(&data[r * v..(r + 1) * v], k, &mask, out));
         let cands = &scratch.row_cands;
 
-        // Rows of the next call: (row of this call it continues, token),
-        // and the sentence each belongs to.
-        let mut parents: Vec<usize> = Vec::new();
-        let mut tokens: Vec<i64> = Vec::new();
-        let mut sentences: Vec<usize> = Vec::new();
-        let mut next_live = Vec::new();
+        // Each live sentence's rows of the next call: (row of this call it
+        // continues, token); None once the sentence is done.
+        let mut outs: Vec<Option<(Vec<usize>, Vec<i64>)>> = Vec::with_capacity(live.len());
         let mut r0 = 0;
         match &mut state {
             SearchState::Beam(beams) => {
@@ -105,11 +102,12 @@ pub(crate) fn decode<D: StepDecoder>(
                     let out = bm.step(s, &rc, cur_len, &mut scratch.step);
                     if bm.is_done() {
                         results[sent] = std::mem::take(bm).into_finished(s.nbest);
+                        outs.push(None);
                     } else {
-                        next_live.push(sent);
-                        sentences.extend(std::iter::repeat_n(sent, out.parents.len()));
-                        parents.extend(out.parents.iter().map(|p| r0 + p));
-                        tokens.extend(out.tokens.iter().map(|&t| t as i64));
+                        outs.push(Some((
+                            out.parents.iter().map(|p| r0 + p).collect(),
+                            out.tokens.iter().map(|&t| t as i64).collect(),
+                        )));
                     }
                     r0 += rows;
                 }
@@ -120,15 +118,24 @@ pub(crate) fn decode<D: StepDecoder>(
                     let tok = g.step(s, &cands[r0], cur_len);
                     if g.is_done() {
                         results[sent] = vec![std::mem::take(g).into_finished(s)];
+                        outs.push(None);
                     } else {
-                        next_live.push(sent);
-                        sentences.push(sent);
-                        parents.push(r0);
-                        tokens.push(tok as i64);
+                        outs.push(Some((vec![r0], vec![tok as i64])));
                     }
                     r0 += 1;
                 }
             }
+        }
+        let mut parents: Vec<usize> = Vec::new();
+        let mut tokens: Vec<i64> = Vec::new();
+        let mut sentences: Vec<usize> = Vec::new();
+        let mut next_live = Vec::new();
+        for i in fill_from_end(&outs) {
+            let (p, t) = outs[i].as_ref().map_or((&[][..], &[][..]), |(p, t)| (p, t));
+            next_live.push(live[i]);
+            sentences.extend(std::iter::repeat_n(live[i], p.len()));
+            parents.extend_from_slice(p);
+            tokens.extend_from_slice(t);
         }
         drop(logits);
         search_s += t0.elapsed().as_secs_f64();
@@ -140,6 +147,34 @@ pub(crate) fn decode<D: StepDecoder>(
         cur_len += 1;
     }
     Ok((results, search_s))
+}
+
+/// The order of the sentences that go on, as positions in `outs` (None =
+/// done): a sentence that is done leaves its place to the last one that
+/// goes on, so the rest keep their rows. Every position in the result is at
+/// or after its own index, which lets a decoder drop finished sentences
+/// from its caches in place, moving one sentence's rows per leaver instead
+/// of every row after it.
+fn fill_from_end<T>(outs: &[Option<T>]) -> Vec<usize> {
+    let mut order = Vec::with_capacity(outs.len());
+    let mut end = outs.len();
+    let mut i = 0;
+    while i < end {
+        if outs[i].is_some() {
+            order.push(i);
+        } else {
+            while end > i + 1 && outs[end - 1].is_none() {
+                end -= 1;
+            }
+            if end <= i + 1 {
+                break;
+            }
+            end -= 1;
+            order.push(end);
+        }
+        i += 1;
+    }
+    order
 }
 
 #[cfg(test)]
@@ -309,6 +344,27 @@ mod tests {
         }
         // Sentences leave as they finish: the row count falls before the end.
         assert!(calls.windows(2).any(|w| w[1] < w[0]), "{calls:?}");
+    }
+
+    #[test]
+    fn finished_sentences_leave_their_place_to_the_last_live_one() {
+        // Every pattern of done/live over 7 sentences.
+        for mask in 0u32..128 {
+            let outs: Vec<Option<()>> =
+                (0..7).map(|i| (mask >> i & 1 == 1).then_some(())).collect();
+            let order = fill_from_end(&outs);
+            let mut live: Vec<usize> = (0..7).filter(|&i| outs[i].is_some()).collect();
+            let mut got = order.clone();
+            got.sort_unstable();
+            assert_eq!(got, live, "mask {mask:07b}: every live sentence once");
+            assert!(
+                order.iter().enumerate().all(|(k, &i)| i >= k),
+                "mask {mask:07b}: {order:?} moves a sentence forward"
+            );
+            // Sentences before the first leaver keep their place.
+            live.retain(|&i| (0..=i).all(|j| outs[j].is_some()));
+            assert_eq!(&order[..live.len()], &live[..]);
+        }
     }
 
     #[test]

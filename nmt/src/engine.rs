@@ -39,8 +39,11 @@ pub struct Profile {
     pub decoder_s: f64,
     /// log-softmax, top-k and beam bookkeeping.
     pub search_s: f64,
-    /// Reordering and shrinking the KV caches.
+    /// Reordering and shrinking the KV caches (both kinds).
     pub cache_s: f64,
+    /// The part of `cache_s` spent on the cross-attention cache (expanding
+    /// it to beams, dropping the rows of finished sentences).
+    pub cross_cache_s: f64,
     pub decoder_calls: u64,
     pub decoder_rows: u64,
 }
@@ -61,6 +64,9 @@ pub(crate) struct Graphs {
     pub(crate) profile: Profile,
     /// The search's buffers, reused across batches.
     scratch: DecodeScratch,
+    /// Cache buffers of finished batches, reused by the next one: fresh
+    /// ones would be faulted in page by page at every batch.
+    pool: Vec<Vec<f32>>,
     encoder: Session,
     decoder: Decoder,
     layers: usize,
@@ -171,6 +177,7 @@ impl Graphs {
             device_io,
             profile: Profile::default(),
             scratch: DecodeScratch::default(),
+            pool: Vec::new(),
             encoder,
             decoder,
             layers: cfg.decoder_layers,
@@ -335,6 +342,8 @@ struct Batch {
     cross_rows: Vec<usize>,
     /// Buffers of the previous reordered cache, reused by the next reorder.
     spare: Vec<Vec<f32>>,
+    /// Buffers for the cross-attention cache's expansion to beams.
+    cross_spare: Vec<Vec<f32>>,
 }
 
 impl Graphs {
@@ -386,7 +395,8 @@ impl Graphs {
             self_kv: Cache::Ort(Vec::new()),
             cross_kv: Cache::Ort(Vec::new()),
             cross_rows: Vec::new(),
-            spare: Vec::new(),
+            spare: self.pool_take(),
+            cross_spare: self.pool_take(),
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         let vocab = self.vocab;
@@ -396,10 +406,25 @@ impl Graphs {
             first: Some((hidden, flat_mask)),
         };
         let decoded = decode(&mut step, n, start_id, s, vocab, &mut scratch);
+        let mut batch = step.batch;
+        for bufs in [
+            batch.self_kv.take_bufs(),
+            batch.cross_kv.take_bufs(),
+            batch.spare,
+            batch.cross_spare,
+        ] {
+            self.pool.extend(bufs);
+        }
         self.scratch = scratch;
         let (results, search_s) = decoded?;
         self.profile.search_s += search_s;
         Ok(results)
+    }
+
+    /// One buffer per cache tensor from the pool (empty ones when short).
+    fn pool_take(&mut self) -> Vec<Vec<f32>> {
+        let n = (2 * self.layers).min(self.pool.len());
+        self.pool.split_off(self.pool.len() - n)
     }
 
     fn first_step(
@@ -627,15 +652,34 @@ impl StepDecoder for OnnxStep<'_> {
         // Cross-attention: one row per beam of each live sentence. It only
         // changes when a sentence leaves or at the first expansion.
         if sentences != b.cross_rows {
-            let index: Vec<usize> = sentences
-                .iter()
-                .map(|sent| {
-                    // Any row of the sentence will do: all hold the same values.
-                    b.cross_rows.iter().position(|r| r == sent).unwrap_or(0)
-                })
-                .collect();
-            b.cross_kv = g.reorder(&b.cross_kv, &index, Vec::new())?;
+            let t1 = std::time::Instant::now();
+            // Row j of a sentence's block takes row j of its old block
+            // (all hold the same values; matching them lets the kept
+            // blocks stay where they are), or its only row at the first
+            // expansion to beams.
+            let mut index = Vec::with_capacity(sentences.len());
+            let mut j = 0;
+            for (i, &sent) in sentences.iter().enumerate() {
+                j = if i > 0 && sentences[i - 1] == sent {
+                    j + 1
+                } else {
+                    0
+                };
+                let first = b.cross_rows.iter().position(|&r| r == sent).unwrap_or(0);
+                let same = b.cross_rows.get(first + j) == Some(&sent);
+                index.push(if same { first + j } else { first });
+            }
+            if !b.cross_kv.compact(&index) {
+                let spare = std::mem::take(&mut b.cross_spare);
+                let moved = g.reorder(&b.cross_kv, &index, spare)?;
+                let old = std::mem::replace(&mut b.cross_kv, moved);
+                b.cross_spare = match old {
+                    Cache::Own { bufs, .. } => bufs,
+                    _ => Vec::new(),
+                };
+            }
             b.cross_rows = sentences.to_vec();
+            g.profile.cross_cache_s += t1.elapsed().as_secs_f64();
         }
         g.profile.cache_s += t0.elapsed().as_secs_f64();
         Ok(())
