@@ -695,3 +695,37 @@ fn bundled_demo_models_match_their_checksums() {
         eprintln!("{m}: loaded with checksums in {:?}", t.elapsed());
     }
 }
+
+#[test]
+fn attending_to_the_source_once_per_sentence_computes_what_the_export_does() {
+    let sentences: Vec<String> = std::fs::read_to_string(data("parity-cs.txt"))
+        .unwrap()
+        .lines()
+        .take(48)
+        .map(String::from)
+        .collect();
+    let o = GenerateOptions {
+        num_beams: 12,
+        max_new_tokens: Some(32),
+        batch_size: 16,
+        ..GenerateOptions::default()
+    };
+    let run = |per_beam| {
+        let mut t = load(&LoadOptions {
+            cross_attention_per_beam: per_beam,
+            ..LoadOptions::default()
+        });
+        assert_eq!(t.cross_attention_per_sentence(), !per_beam);
+        t.translate(&sentences, &o).unwrap()
+    };
+    let (shared, per_beam) = (run(false), run(true));
+    for (i, (a, b)) in shared.iter().zip(&per_beam).enumerate() {
+        assert_eq!(a.tokens, b.tokens, "sentence {i}");
+        assert!(
+            (a.score - b.score).abs() < 1e-5,
+            "sentence {i}: {} vs {}",
+            a.score,
+            b.score
+        );
+    }
+}

@@ -61,6 +61,11 @@ pub struct Args {
     /// (always on with --device cuda).
     #[arg(long)]
     io_binding: bool,
+    /// Run the model's decoder graph as exported, attending to the source
+    /// once per beam (by default it is rewritten at load to attend once per
+    /// sentence, which is faster and computes the same)
+    #[arg(long)]
+    cross_attention_per_beam: bool,
     /// Print `{"sentences":N,"seconds":S}` on stderr at the end, timing
     /// translation only (not model loading); used by `make bench-nmt`.
     #[arg(long, hide = true)]
@@ -105,6 +110,7 @@ pub fn run(a: Args) -> Result<()> {
         quantized: a.quantized,
         decoder: Default::default(),
         io_binding: a.io_binding,
+        cross_attention_per_beam: a.cross_attention_per_beam,
     };
     // The same reader as `run`'s, so .gz and .zst inputs are decompressed.
     let (mut reader, total): (Box<dyn BufRead>, Option<u64>) = match &a.input {

@@ -4,12 +4,14 @@
 //!
 //! Per batch: the encoder runs once; the first decoder call runs one row per
 //! sentence (all beams are identical then) and yields the cross-attention
-//! keys/values, which are expanded to `num_beams` rows once and reused
-//! unchanged by every later step. Later steps feed only the last token and
-//! the self-attention cache (never the whole prefix); the cache is
-//! reordered by beam parent, a copy that is skipped when the order did not
-//! change. A sentence that is done leaves the batch, shrinking every later
-//! call.
+//! keys/values, which every later step reuses unchanged: at one row per
+//! sentence where the decoder-with-past graph was rewritten to attend once
+//! per sentence (`cross_attention.rs`), else expanded once to `num_beams`
+//! rows. Later steps feed only the last token and the self-attention cache
+//! (never the whole prefix); the cache is reordered by beam parent, a copy
+//! that is skipped when the order did not change. A sentence that is done
+//! leaves the batch (the last live sentence takes its place), shrinking
+//! every later call.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -18,7 +20,7 @@ use crate::cache::Cache;
 use crate::config::ModelConfig;
 use crate::decode::{decode, DecodeScratch, Logits, StepDecoder};
 use crate::error::NmtError;
-use crate::gather_graph;
+use crate::onnx_graph;
 use crate::runtime::{builder, onnx_error, session, DecoderLayout, Device, LoadOptions};
 use crate::search::{Finished, Settings};
 use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
@@ -67,6 +69,9 @@ pub(crate) struct Graphs {
     /// Cache buffers of finished batches, reused by the next one: fresh
     /// ones would be faulted in page by page at every batch.
     pool: Vec<Vec<f32>>,
+    /// The decoder with past takes the cross-attention cache with one row
+    /// per sentence (`cross_attention.rs`), not one per beam.
+    pub(crate) cross_per_sentence: bool,
     encoder: Session,
     decoder: Decoder,
     layers: usize,
@@ -74,6 +79,33 @@ pub(crate) struct Graphs {
     head_dim: usize,
     vocab: usize,
     pub(crate) files: Vec<PathBuf>,
+}
+
+/// The decoder-with-past session, from the graph rewritten to attend to
+/// the encoder once per sentence where it has the export's pattern
+/// (second value true), else from the file as it is.
+fn with_past_session(
+    path: &Path,
+    layers: usize,
+    opts: &LoadOptions,
+) -> Result<(Session, bool), NmtError> {
+    let rewritten = if opts.cross_attention_per_beam {
+        None
+    } else {
+        std::fs::read(path)
+            .ok()
+            .and_then(|bytes| crate::cross_attention::per_sentence(&bytes, layers))
+    };
+    match rewritten {
+        Some(model) => {
+            let s = builder(path, opts)?
+                .commit_from_memory(&model)
+                .map_err(|e| onnx_error(path, e))?;
+            tracing::debug!(path = %path.display(), "cross-attention per sentence");
+            Ok((s, true))
+        }
+        None => Ok((session(path, opts)?, false)),
+    }
 }
 
 impl Graphs {
@@ -118,13 +150,16 @@ impl Graphs {
             file("decoder_model_merged"),
         );
         let mut files = vec![enc_path.clone()];
+        let mut cross_per_sentence = false;
         let split = first_p.is_file() && past_p.is_file() && opts.decoder != DecoderLayout::Merged;
         let merged = merged_p.is_file() && opts.decoder != DecoderLayout::Split;
         let decoder = if split {
             files.extend([first_p.clone(), past_p.clone()]);
+            let (with_past, shared) = with_past_session(&past_p, cfg.decoder_layers, opts)?;
+            cross_per_sentence = shared;
             Decoder::Split {
                 first: session(&first_p, opts)?,
-                with_past: session(&past_p, opts)?,
+                with_past,
             }
         } else if merged {
             files.push(merged_p.clone());
@@ -151,7 +186,7 @@ impl Graphs {
             };
             let gather_path = dir.join("<cache gather graph>");
             let gather = builder(&gather_path, opts)?
-                .commit_from_memory(&crate::gather_graph::gather_model(2 * cfg.decoder_layers))
+                .commit_from_memory(&crate::onnx_graph::gather_model(2 * cfg.decoder_layers))
                 .map_err(|e| onnx_error(&gather_path, e))?;
             Some(DeviceIo {
                 cache_mem: MemoryInfo::new(
@@ -178,6 +213,7 @@ impl Graphs {
             profile: Profile::default(),
             scratch: DecodeScratch::default(),
             pool: Vec::new(),
+            cross_per_sentence,
             encoder,
             decoder,
             layers: cfg.decoder_layers,
@@ -340,6 +376,8 @@ struct Batch {
     cross_kv: Cache,
     /// The sentence of each row of the cross-attention tensors as fed.
     cross_rows: Vec<usize>,
+    /// The sentence of each row of the next decoder call.
+    row_sents: Vec<usize>,
     /// Buffers of the previous reordered cache, reused by the next reorder.
     spare: Vec<Vec<f32>>,
     /// Buffers for the cross-attention cache's expansion to beams.
@@ -395,6 +433,7 @@ impl Graphs {
             self_kv: Cache::Ort(Vec::new()),
             cross_kv: Cache::Ort(Vec::new()),
             cross_rows: Vec::new(),
+            row_sents: Vec::new(),
             spare: self.pool_take(),
             cross_spare: self.pool_take(),
         };
@@ -498,6 +537,7 @@ impl Graphs {
             b.cross_kv = Cache::Ort(cross_kv);
         }
         b.cross_rows = (0..rows).collect();
+        b.row_sents = (0..rows).collect();
         self.profile.decoder_s += t0.elapsed().as_secs_f64();
         self.profile.decoder_calls += 1;
         self.profile.decoder_rows += rows as u64;
@@ -509,7 +549,7 @@ impl Graphs {
         let rows = last.len();
         b.rows = rows;
         let mask: Vec<i64> = b
-            .cross_rows
+            .row_sents
             .iter()
             .flat_map(|&r| b.masks[r].iter().copied())
             .collect();
@@ -583,13 +623,13 @@ impl Graphs {
         };
         let idx: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
         let mut inputs: Vec<(Cow<'static, str>, SessionInputValue<'_>)> = vec![(
-            gather_graph::INDICES.into(),
+            onnx_graph::INDICES.into(),
             Tensor::from_array(([rows.len()], idx))
                 .map_err(|e| NmtError::inference("cache", e))?
                 .into(),
         )];
         for (i, v) in values.iter().enumerate() {
-            inputs.push((gather_graph::data_name(i).into(), v.view().into()));
+            inputs.push((onnx_graph::data_name(i).into(), v.view().into()));
         }
         let DeviceIo {
             gather,
@@ -604,7 +644,7 @@ impl Graphs {
             &|_| true,
         )?;
         let moved = (0..values.len())
-            .map(|i| take_out(&mut out, &gather_graph::out_name(i), "cache"))
+            .map(|i| take_out(&mut out, &onnx_graph::out_name(i), "cache"))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Cache::Device(moved))
     }
@@ -649,8 +689,16 @@ impl StepDecoder for OnnxStep<'_> {
             let spare = std::mem::take(&mut b.spare);
             b.self_kv = g.reorder(&b.self_kv, parents, spare)?;
         }
-        // Cross-attention: one row per beam of each live sentence. It only
-        // changes when a sentence leaves or at the first expansion.
+        b.row_sents.clear();
+        b.row_sents.extend_from_slice(sentences);
+        // Cross-attention: one row per live sentence, or per beam of each
+        // live sentence. It only changes when a sentence leaves or at the
+        // first expansion to beams.
+        let mut wanted = sentences.to_vec();
+        if g.cross_per_sentence {
+            wanted.dedup();
+        }
+        let sentences = &wanted[..];
         if sentences != b.cross_rows {
             let t1 = std::time::Instant::now();
             // Row j of a sentence's block takes row j of its old block

@@ -12,11 +12,12 @@
 
 mod cache;
 mod config;
+mod cross_attention;
 mod decode;
 mod engine;
 mod error;
 mod fastmath;
-mod gather_graph;
+mod onnx_graph;
 mod runtime;
 mod search;
 mod spm;
@@ -231,6 +232,12 @@ impl Translator {
     /// Time spent per decoding stage since the model was loaded.
     pub fn profile(&self) -> Profile {
         self.graphs.profile
+    }
+
+    /// Whether the decoder attends to the source once per sentence (its
+    /// graph was rewritten at load; see `LoadOptions::cross_attention_per_beam`).
+    pub fn cross_attention_per_sentence(&self) -> bool {
+        self.graphs.cross_per_sentence
     }
 
     /// The ONNX files in use, for checksums and provenance.

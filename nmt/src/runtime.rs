@@ -63,6 +63,10 @@ pub struct LoadOptions {
     /// (I/O binding, reorder on the device). Always on for CUDA; on CPU it
     /// exercises the same path (the tests run it there).
     pub io_binding: bool,
+    /// Run the export's decoder-with-past graph as it is, attending to the
+    /// encoder once per beam, instead of rewriting it to attend once per
+    /// sentence (`cross_attention.rs`); for comparison and as a way out.
+    pub cross_attention_per_beam: bool,
 }
 
 pub(crate) fn onnx_error(path: &Path, e: impl std::fmt::Display) -> NmtError {
