@@ -211,11 +211,40 @@ def held_out_sentences(n: int) -> tuple[list[str], int]:
     return cs[::step][:n], step
 
 
-def run_paraforge(binary, model, src, threads, batch, quantized, out, device="cpu"):
+def paraforge_cmd(binary, model, src, threads, batch, quantized, out, device="cpu", extra=()):
     cmd = [binary, "translate", "--model", str(model), "--beam", "12", "--batch-size", str(batch),
-           "--threads", str(threads), "--device", device, "--timing", str(src), "-o", str(out)]
+           "--threads", str(threads), "--device", device, "--timing", str(src), "-o", str(out), *extra]
     if quantized:
         cmd.append("--quantized")
+    return cmd
+
+
+def run_paraforge_split(binary, model, src, procs, batch, quantized, out_dir, extra=()):
+    """`procs` single-threaded paraforge processes at once, line i of the
+    input going to process i mod procs (so each gets the same mix of short
+    and long sentences, as CTranslate2's inter_threads hands out batches):
+    the time is the slowest process's translation time."""
+    lines = src.read_text(encoding="utf-8").splitlines()
+    jobs = []
+    for i in range(procs):
+        part = out_dir / f"split-{i}.in.txt"
+        part.write_text("\n".join(lines[i::procs]) + "\n", encoding="utf-8")
+        out = out_dir / f"split-{i}.out.txt"
+        cmd = paraforge_cmd(binary, model, part, 1, batch, quantized, out, extra=extra)
+        jobs.append((cmd, out, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
+    secs, texts = 0.0, [None] * len(lines)
+    for i, (cmd, out, p) in enumerate(jobs):
+        err = p.communicate()[1]
+        if p.returncode != 0:
+            sys.exit(f"paraforge failed (exit {p.returncode}): {' '.join(map(str, cmd))}\n{err[-4000:]}")
+        timing = [json.loads(l) for l in err.splitlines() if l.startswith("{")][-1]
+        secs = max(secs, timing["seconds"])
+        texts[i::procs] = out.read_text(encoding="utf-8").splitlines()
+    return secs, texts
+
+
+def run_paraforge(binary, model, src, threads, batch, quantized, out, device="cpu", extra=()):
+    cmd = paraforge_cmd(binary, model, src, threads, batch, quantized, out, device, extra)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"paraforge failed (exit {r.returncode}): {' '.join(map(str, cmd))}\n{r.stderr[-4000:]}")
@@ -224,13 +253,16 @@ def run_paraforge(binary, model, src, threads, batch, quantized, out, device="cp
 
 
 class Ct2:
-    def __init__(self, variant, threads, batch, max_length, device="cpu", compute_type="default", device_index=0):
+    def __init__(self, variant, threads, batch, max_length, device="cpu", compute_type="default", device_index=0,
+                 split=False):
         import ctranslate2
         from transformers import MarianTokenizer
 
         self.tok = MarianTokenizer.from_pretrained(DEMO_CACHE / "hf")
+        # split: one single-threaded replica per thread, batches in parallel.
+        inter, intra = (threads, 1) if split else (1, threads)
         self.tr = ctranslate2.Translator(str(DEMO_CACHE / variant), device=device, device_index=device_index,
-                                         inter_threads=1, intra_threads=threads, compute_type=compute_type)
+                                         inter_threads=inter, intra_threads=intra, compute_type=compute_type)
         # transformers' max_length counts the decoder start token.
         self.kw = dict(beam_size=12, max_batch_size=batch, max_decoding_length=max_length - 1,
                        suppress_sequences=[["<pad>"]])
@@ -262,13 +294,19 @@ def main_natural(args) -> None:
     src.write_text("\n".join(sents) + "\n", encoding="utf-8")
     # paraforge engines: (model directory, --quantized)
     pf = {
-        "paraforge": (DEMO, False),
-        "paraforge-fp32": (DEMO_CACHE / "onnx", False),
-        "paraforge-int8": (DEMO_CACHE / "onnx", True),
+        "paraforge": (DEMO, False, ()),
+        "paraforge-fp32": (DEMO_CACHE / "onnx", False, ()),
+        "paraforge-int8": (DEMO_CACHE / "onnx", True, ()),
+        # The export's graph as it is (no per-sentence cross-attention).
+        "paraforge-int8-per-beam": (DEMO_CACHE / "onnx", True, ("--cross-attention-per-beam",)),
     }
     engines = args.engines.split(",") if args.engines_given else \
-        ["paraforge", "paraforge-fp32", "paraforge-int8", "ct2-fp32", "ct2-int8"]
-    ct2 = {e: Ct2(e, args.threads, args.batch_size, max_length) for e in engines if e.startswith("ct2-")}
+        ["paraforge", "paraforge-fp32", "paraforge-int8", "paraforge-int8-per-beam", "ct2-fp32", "ct2-int8",
+         "paraforge-int8-split", "ct2-int8-split"]
+    # "-split": the threads as parallel single-threaded engines instead
+    # (CTranslate2's inter_threads; paraforge processes on input shares).
+    ct2 = {e: Ct2(e.removesuffix("-split"), args.threads, args.batch_size, max_length, split=e.endswith("-split"))
+           for e in engines if e.startswith("ct2-")}
     for e in ct2.values():  # warm-up
         e.run(sents[: args.batch_size])
     times = {e: [] for e in engines}
@@ -276,15 +314,20 @@ def main_natural(args) -> None:
     for rep in range(args.repeats):
         for e in engines:
             if e in pf:
-                model, q = pf[e]
+                model, q, extra = pf[e]
                 timing, out = run_paraforge(args.paraforge, model, src, args.threads, args.batch_size, q,
-                                            out_dir / f"{e}.txt")
+                                            out_dir / f"{e}.txt", extra=extra)
                 secs = timing["seconds"]
                 profiles.setdefault(e, []).append(timing)
+            elif e.endswith("-split") and e.removesuffix("-split") in pf:
+                model, q, extra = pf[e.removesuffix("-split")]
+                secs, out = run_paraforge_split(args.paraforge, model, src, args.threads, args.batch_size, q,
+                                                out_dir, extra)
             elif e in ct2:
                 secs, out = ct2[e].run(sents)
             else:
-                sys.exit(f"unknown engine {e} (natural mode: {', '.join(list(pf) + ['ct2-fp32', 'ct2-int8'])})")
+                known = list(pf) + ["ct2-fp32", "ct2-int8"]
+                sys.exit(f"unknown engine {e} (natural mode: {', '.join(known)}, each also as NAME-split)")
             times[e].append(secs)
             texts[e] = out
             log(f"  repeat {rep + 1}: {e}: {secs:.2f} s, {len(sents) / secs:.2f} sentences/s")
@@ -308,7 +351,11 @@ def main_natural(args) -> None:
         "paraforge-int8": "paraforge, dynamic int8 export of the rebuilt checkpoint (--quantized)",
         "ct2-fp32": f"CTranslate2 {ctranslate2.__version__} fp32",
         "ct2-int8": f"CTranslate2 {ctranslate2.__version__} int8",
+        "paraforge-int8-per-beam": "paraforge, dynamic int8 export, graph as exported (--cross-attention-per-beam)",
     }
+    for e in engines:
+        if e.endswith("-split") and e.removesuffix("-split") in label:
+            label[e] = f"{label[e.removesuffix('-split')]}, {args.threads} x 1 thread in parallel"
     print(f"\n{len(sents)} held-out Czech sentences (every {step}th line of "
           f"{HELD_OUT.relative_to(ROOT)}), demo-cs-en, beam 12, max_length {max_length}, no minimum, "
           f"batch {args.batch_size}, {args.threads} threads, {args.repeats} interleaved repeats (median)\n")

@@ -51,7 +51,8 @@ pub struct Args {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: Device,
-    /// ONNX Runtime intra-op threads (0 = one per core; at most 4 per core).
+    /// Threads: ONNX Runtime's intra-op threads and the search's (0 = one
+    /// per core; at most 4 per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
     /// Use the int8 model (`*_quantized.onnx`).
@@ -104,6 +105,15 @@ pub fn run(a: Args) -> Result<()> {
         batch_size: a.batch_size,
         batch_tokens: a.batch_tokens,
     };
+    // The search and cache copies run on rayon's pool between graph runs:
+    // held to the same count, so that `--threads 1` processes side by side
+    // do not each take every core.
+    if a.threads > 0 {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(a.threads)
+            .build_global()
+            .context("starting the search's thread pool")?;
+    }
     let load = LoadOptions {
         device: a.device,
         threads: a.threads,
