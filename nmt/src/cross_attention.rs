@@ -16,12 +16,13 @@
 //! Per layer it matches the pattern the export writes,
 //! `MatMul(q, Mul(Transpose(past_key_values.L.encoder.key), scale))` ->
 //! `Add(mask)` -> `Softmax` -> `MatMul(_, past_key_values.L.encoder.value)`,
-//! and wraps it: the query `(rows, h, 1, d)` becomes `(n, h, beams, d)`, the
+//! (or, in the bundled batch-invariant graphs, the last product as
+//! `Transpose(MatMul(Transpose(value), Transpose(probabilities)))`), and
+//! wraps it: the query `(rows, h, 1, d)` becomes `(n, h, beams, d)`, the
 //! additive mask `(rows, 1, 1, S)` becomes `(n, 1, 1, S)` (a sentence's
 //! beams share it), and the result goes back to `(rows, h, 1, d)`. Where
-//! any layer does not match (another exporter, the merged decoder, the
-//! bundled batch-invariant graphs) the graph is left as it is and the
-//! engine feeds expanded caches.
+//! any layer does not match (another exporter, the merged decoder) the
+//! graph is left as it is and the engine feeds expanded caches.
 
 use prost::Message;
 
@@ -70,6 +71,14 @@ fn op(n: &NodeProto) -> &str {
     n.op_type.as_deref().unwrap_or("")
 }
 
+/// A Transpose of the last two of four axes.
+fn swaps_last_two(n: &NodeProto) -> bool {
+    op(n) == "Transpose"
+        && n.attribute
+            .iter()
+            .any(|a| a.name.as_deref() == Some("perm") && a.ints == [0, 1, 3, 2])
+}
+
 fn find(g: &GraphProto, l: usize) -> Option<Site> {
     let key = format!("past_key_values.{l}.encoder.key");
     let value = format!("past_key_values.{l}.encoder.value");
@@ -91,13 +100,7 @@ fn find(g: &GraphProto, l: usize) -> Option<Site> {
     let out0 = |i: usize| g.node[i].output.first().map(String::as_str);
     let transposed = users(&key)
         .into_iter()
-        .filter(|&i| {
-            let n = &g.node[i];
-            op(n) == "Transpose"
-                && n.attribute
-                    .iter()
-                    .any(|a| a.name.as_deref() == Some("perm") && a.ints == [0, 1, 3, 2])
-        })
+        .filter(|&i| swaps_last_two(&g.node[i]))
         .collect::<Vec<_>>();
     let [t] = transposed[..] else {
         return None;
@@ -123,13 +126,32 @@ fn find(g: &GraphProto, l: usize) -> Option<Site> {
         .iter()
         .find(|a| a.name.as_deref() == Some("axis"))
         .is_none_or(|a| matches!(a.i, Some(-1) | Some(3)));
-    let out = only(out0(softmax)?, "MatMul")?;
-    let n = &g.node[out];
-    if !last_axis
-        || n.input.first().map(String::as_str) != out0(softmax)
-        || n.input.get(1) != Some(&value)
-        || n.output.len() != 1
-    {
+    // The product with the values: `MatMul(p, v)` as exported, or as the
+    // bundled batch-invariant graphs write it, `Transpose(MatMul(v^T, p^T))`.
+    let probs = out0(softmax)?;
+    let out = match users(probs)[..] {
+        [mm] if op(&g.node[mm]) == "MatMul" => {
+            let n = &g.node[mm];
+            (n.input.first().map(String::as_str) == Some(probs) && n.input.get(1) == Some(&value))
+                .then_some(mm)?
+        }
+        [pt] if swaps_last_two(&g.node[pt]) => {
+            let mm = only(out0(pt)?, "MatMul")?;
+            let n = &g.node[mm];
+            let vt = g
+                .node
+                .iter()
+                .find(|p| p.output.first() == n.input.first())
+                .filter(|p| swaps_last_two(p) && p.input.first() == Some(&value))?;
+            let back = only(out0(mm)?, "Transpose")?;
+            (n.input.get(1).map(String::as_str) == out0(pt)
+                && vt.output.len() == 1
+                && swaps_last_two(&g.node[back]))
+            .then_some(back)?
+        }
+        _ => return None,
+    };
+    if !last_axis || g.node[out].output.len() != 1 {
         return None;
     }
     Some(Site {
@@ -295,6 +317,14 @@ mod tests {
                 .iter()
                 .find(|i| i.name.as_deref() == Some("past_key_values.1.encoder.key"));
             assert!(format!("{key:?}").contains("sentences"), "{file}: {key:?}");
+        }
+    }
+
+    #[test]
+    fn the_bundled_batch_invariant_graphs_are_rewritten() {
+        for dir in ["demo-cs-en", "demo-en-cs"] {
+            let bytes = model(dir, "decoder_with_past_model_quantized.onnx");
+            assert!(per_sentence(&bytes, 3).is_some(), "{dir}");
         }
     }
 
