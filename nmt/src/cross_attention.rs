@@ -9,9 +9,10 @@
 //! sentence and multiplies a sentence's `beams` queries at once,
 //! (beams x d)(d x S). The engine then keeps the cross-attention cache at
 //! one row per sentence: no expansion to beams, 1/beams of the memory and
-//! of the copying when sentences finish. Same arithmetic per element; on
-//! the int8 demo export at beam 12 the decoder step ran 19% faster at one
-//! thread (docs/engine.md, "Cross-attention per sentence").
+//! of the copying when sentences finish. The same products per element, in
+//! a different blocking: fp32 output was identical on 200 held-out
+//! sentences, and the int8 demo export at beam 12 translated them 1.21x
+//! faster (BENCHMARKS.md, "Natural lengths").
 //!
 //! Per layer it matches the pattern the export writes,
 //! `MatMul(q, Mul(Transpose(past_key_values.L.encoder.key), scale))` ->
@@ -30,7 +31,7 @@ use crate::onnx_graph::onnx::{
     tensor_proto::DataLocation, tensor_shape_proto::dimension, type_proto::Value, GraphProto,
     ModelProto, NodeProto,
 };
-use crate::onnx_graph::{int64s, ints_attr, node};
+use crate::onnx_graph::{int64s, ints_attr, node, op, swaps_last_two};
 
 /// Where one layer's cross-attention sits in the graph (node indices).
 struct Site {
@@ -65,18 +66,6 @@ pub(crate) fn per_sentence(model: &[u8], layers: usize) -> Option<Vec<u8>> {
         .collect::<Option<Vec<_>>>()?;
     rewrite(g, &sites);
     Some(m.encode_to_vec())
-}
-
-fn op(n: &NodeProto) -> &str {
-    n.op_type.as_deref().unwrap_or("")
-}
-
-/// A Transpose of the last two of four axes.
-fn swaps_last_two(n: &NodeProto) -> bool {
-    op(n) == "Transpose"
-        && n.attribute
-            .iter()
-            .any(|a| a.name.as_deref() == Some("perm") && a.ints == [0, 1, 3, 2])
 }
 
 fn find(g: &GraphProto, l: usize) -> Option<Site> {

@@ -19,6 +19,18 @@ use onnx::{
     TensorShapeProto, TypeProto, ValueInfoProto,
 };
 
+pub(crate) fn op(n: &NodeProto) -> &str {
+    n.op_type.as_deref().unwrap_or("")
+}
+
+/// A Transpose of the last two of four axes.
+pub(crate) fn swaps_last_two(n: &NodeProto) -> bool {
+    op(n) == "Transpose"
+        && n.attribute
+            .iter()
+            .any(|a| a.name.as_deref() == Some("perm") && a.ints == [0, 1, 3, 2])
+}
+
 /// A node; attributes from [`int_attr`] and [`ints_attr`].
 pub(crate) fn node(
     op_type: &str,
