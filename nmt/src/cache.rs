@@ -90,6 +90,12 @@ impl Cache {
             .zip(bufs.par_iter_mut())
             .for_each(|(data, buf)| {
                 buf.clear();
+                // Grown empty: a Vec growing while filled would copy its
+                // old, already cleared contents along (realloc).
+                let need = rows.len() * row;
+                if buf.capacity() < need {
+                    *buf = Vec::with_capacity(need + need / 2);
+                }
                 for &r in rows {
                     buf.extend_from_slice(&data[r * row..(r + 1) * row]);
                 }
