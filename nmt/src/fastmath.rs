@@ -211,6 +211,35 @@ mod tests {
     }
 
     #[test]
+    fn top_k_equals_a_full_sort_on_rows_full_of_ties() {
+        let mut seed = 12345u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as u32
+        };
+        let mut out = Vec::new();
+        for len in [7usize, 100, 8001] {
+            for k in [1usize, 5, 24] {
+                // Values from a small set: ties everywhere, also at the k-th place.
+                let x: Vec<f32> = (0..len).map(|_| (next() % 40) as f32 / 4.0 - 5.0).collect();
+                let banned = [3u32, 17, (len as u32) - 1];
+                let mut want: Vec<(f32, u32)> = x
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| (v, i as u32))
+                    .filter(|(_, i)| !banned.contains(i))
+                    .collect();
+                want.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                want.truncate(k);
+                log_sum_exp_top_k(&x, k, &banned, &mut out);
+                assert_eq!(out, want, "len {len}, k {k}");
+            }
+        }
+    }
+
+    #[test]
     fn top_k_orders_values_breaks_ties_by_index_and_skips_banned() {
         let x = [1.0, 5.0, 3.0, 5.0, 9.0, -1.0, 3.0, -2.0, 7.0];
         let mut out = Vec::new();
