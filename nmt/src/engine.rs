@@ -548,6 +548,27 @@ impl Graphs {
         let t0 = std::time::Instant::now();
         let rows = last.len();
         b.rows = rows;
+        // The per-sentence graph groups rows by sentence with a reshape:
+        // every live sentence must hold the same number of consecutive rows.
+        if self.cross_per_sentence {
+            let per = rows / b.cross_rows.len().max(1);
+            let grouped = per > 0
+                && rows == per * b.cross_rows.len()
+                && b.row_sents.len() == rows
+                && b.row_sents
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &s)| b.cross_rows[i / per] == s);
+            if !grouped {
+                return Err(NmtError::inference(
+                    "decoder",
+                    format!(
+                        "{rows} rows are not {} sentences' equal, consecutive blocks",
+                        b.cross_rows.len()
+                    ),
+                ));
+            }
+        }
         let mask: Vec<i64> = b
             .row_sents
             .iter()
