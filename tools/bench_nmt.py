@@ -73,6 +73,11 @@ def sentences(n: int) -> list[str]:
     return out[:n]
 
 
+def timing_of(stderr: str) -> dict:
+    """The `--timing` line paraforge prints last on standard error."""
+    return [json.loads(l) for l in stderr.splitlines() if l.startswith("{")][-1]
+
+
 def bench_paraforge(binary: str, src: Path, threads: int, batch: int, quantized: bool) -> float:
     cmd = [binary, "translate", "--model", str(CACHE / "onnx"), "--beam", "12", "--batch-size", str(batch),
            "--min-new-tokens", str(NEW_TOKENS), "--max-new-tokens", str(NEW_TOKENS), "--threads", str(threads),
@@ -80,7 +85,7 @@ def bench_paraforge(binary: str, src: Path, threads: int, batch: int, quantized:
     if quantized:
         cmd.append("--quantized")
     r = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    timing = [json.loads(l) for l in r.stderr.splitlines() if l.startswith("{")][-1]
+    timing = timing_of(r.stderr)
     return timing["sentences"] / timing["seconds"]
 
 
@@ -237,8 +242,7 @@ def run_paraforge_split(binary, model, src, procs, batch, quantized, out_dir, ex
         err = p.communicate()[1]
         if p.returncode != 0:
             sys.exit(f"paraforge failed (exit {p.returncode}): {' '.join(map(str, cmd))}\n{err[-4000:]}")
-        timing = [json.loads(l) for l in err.splitlines() if l.startswith("{")][-1]
-        secs = max(secs, timing["seconds"])
+        secs = max(secs, timing_of(err)["seconds"])
         texts[i::procs] = out.read_text(encoding="utf-8").splitlines()
     return secs, texts
 
@@ -248,7 +252,7 @@ def run_paraforge(binary, model, src, threads, batch, quantized, out, device="cp
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"paraforge failed (exit {r.returncode}): {' '.join(map(str, cmd))}\n{r.stderr[-4000:]}")
-    timing = [json.loads(l) for l in r.stderr.splitlines() if l.startswith("{")][-1]
+    timing = timing_of(r.stderr)
     return timing, out.read_text(encoding="utf-8").splitlines()
 
 
@@ -292,7 +296,7 @@ def main_natural(args) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     src = out_dir / "input.txt"
     src.write_text("\n".join(sents) + "\n", encoding="utf-8")
-    # paraforge engines: (model directory, --quantized)
+    # paraforge engines: (model directory, --quantized, extra arguments)
     pf = {
         "paraforge": (DEMO, False, ()),
         "paraforge-fp32": (DEMO_CACHE / "onnx", False, ()),

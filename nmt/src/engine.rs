@@ -715,11 +715,17 @@ impl StepDecoder for OnnxStep<'_> {
         // Cross-attention: one row per live sentence, or per beam of each
         // live sentence. It only changes when a sentence leaves or at the
         // first expansion to beams.
-        let mut wanted = sentences.to_vec();
-        if g.cross_per_sentence {
-            wanted.dedup();
-        }
-        let sentences = &wanted[..];
+        let per_sentence: Vec<usize>;
+        let sentences = if g.cross_per_sentence {
+            per_sentence = {
+                let mut v = sentences.to_vec();
+                v.dedup();
+                v
+            };
+            &per_sentence[..]
+        } else {
+            sentences
+        };
         if sentences != b.cross_rows {
             let t1 = std::time::Instant::now();
             // Row j of a sentence's block takes row j of its old block
@@ -741,11 +747,7 @@ impl StepDecoder for OnnxStep<'_> {
             if !b.cross_kv.compact(&index) {
                 let spare = std::mem::take(&mut b.cross_spare);
                 let moved = g.reorder(&b.cross_kv, &index, spare)?;
-                let old = std::mem::replace(&mut b.cross_kv, moved);
-                b.cross_spare = match old {
-                    Cache::Own { bufs, .. } => bufs,
-                    _ => Vec::new(),
-                };
+                b.cross_spare = std::mem::replace(&mut b.cross_kv, moved).take_bufs();
             }
             b.cross_rows = sentences.to_vec();
             g.profile.cross_cache_s += t1.elapsed().as_secs_f64();
