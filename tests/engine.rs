@@ -345,6 +345,46 @@ fn results_keep_input_order_whatever_the_batching() {
     }
 }
 
+/// Several streams run the same batches as one, so the output is the same
+/// to the bit, in input order, and every batch is decoded exactly once.
+#[test]
+fn streams_give_one_streams_output() {
+    let sentences: Vec<String> = std::fs::read_to_string(data("parity-cs.txt"))
+        .unwrap()
+        .lines()
+        .step_by(3)
+        .map(String::from)
+        .collect();
+    let o = GenerateOptions {
+        num_beams: 4,
+        max_new_tokens: Some(32),
+        batch_size: 3,
+        ..GenerateOptions::default()
+    };
+    let key = |r: &[paraforge_nmt::Translation]| -> Vec<(Vec<u32>, u32)> {
+        r.iter()
+            .map(|t| (t.tokens.clone(), t.score.to_bits()))
+            .collect()
+    };
+    let mut one = load(&LoadOptions {
+        threads: 1,
+        ..LoadOptions::default()
+    });
+    let mut three = load(&LoadOptions {
+        threads: 1,
+        streams: 3,
+        ..LoadOptions::default()
+    });
+    let mut progressed = 0;
+    let by3 = three
+        .translate_with_progress(&sentences, &o, |n| progressed += n)
+        .unwrap();
+    assert_eq!(key(&one.translate(&sentences, &o).unwrap()), key(&by3));
+    assert_eq!(progressed, sentences.len());
+    assert_eq!(one.profile().decoder_rows, three.profile().decoder_rows);
+    assert_eq!(one.profile().decoder_calls, three.profile().decoder_calls);
+}
+
 #[test]
 fn nbest_returns_the_best_hypotheses_in_order() {
     let mut t = load(&LoadOptions::default());

@@ -219,6 +219,18 @@ fn translate_bounds_beam_threads_batch_size_and_nbest() {
             &["--beam", "2", "--nbest", "5"][..],
             ["--nbest", "5", "--beam (2)"],
         ),
+        (
+            &["--streams", "0"][..],
+            ["--streams", "0", "between 1 and 64"],
+        ),
+        (
+            &["--streams", "65"][..],
+            ["--streams", "65", "between 1 and 64"],
+        ),
+        (
+            &["--early-stopping", "soon"][..],
+            ["--early-stopping", "soon", "true, false or never"],
+        ),
     ] {
         let mut a = args.to_vec();
         a.push(i);
@@ -229,6 +241,15 @@ fn translate_bounds_beam_threads_batch_size_and_nbest() {
             assert!(e.contains(n), "{args:?}: {n:?} not in {e}");
         }
     }
+    // Threads are bounded in all: per stream x streams.
+    let t = paraforge_job::config::max_threads().to_string();
+    let o = translate(&["--threads", &t, "--streams", "2", i], 20);
+    let e = stderr(&o);
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains(&format!("--threads {t} x --streams 2")) && e.contains("cores"),
+        "{e}"
+    );
     // The largest allowed values still work.
     let o = translate(
         &["--beam", "256", "--nbest", "256", "--batch-size", "1024", i],
@@ -236,6 +257,47 @@ fn translate_bounds_beam_threads_batch_size_and_nbest() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 256);
+}
+
+/// `--early-stopping` reaches the search: `true` stops a sentence as soon
+/// as --beam hypotheses are finished, `never` keeps going longest. The
+/// hidden `--timing` line counts the decoder rows run.
+#[test]
+fn translate_early_stopping_changes_how_long_the_search_runs() {
+    let input = paraforge_tests::data("parity-cs.txt");
+    let text = std::fs::read_to_string(&input).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("in.txt");
+    std::fs::write(&first, text.lines().take(20).collect::<Vec<_>>().join("\n")).unwrap();
+    let m = model("tiny-cs-en");
+    let rows = |rule: &str| -> u64 {
+        let o = paraforge(
+            &[
+                "translate",
+                "--model",
+                m.to_str().unwrap(),
+                "--threads",
+                "1",
+                "--max-new-tokens",
+                "32",
+                "--early-stopping",
+                rule,
+                "--timing",
+                first.to_str().unwrap(),
+            ],
+            60,
+        );
+        let e = stderr(&o);
+        assert!(o.status.success(), "--early-stopping {rule}: {e}");
+        let line = e.lines().last().unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|_| panic!("{e}"));
+        v["decoder_rows"].as_u64().unwrap()
+    };
+    let (t, f, n) = (rows("true"), rows("false"), rows("never"));
+    assert!(
+        t < f && f < n,
+        "decoder rows: true {t}, false {f}, never {n}"
+    );
 }
 
 #[test]

@@ -18,7 +18,11 @@ sentences with natural output lengths (beam 12, no minimum, the model's
 max_length), paraforge against CTranslate2 converted from the same
 checkpoint (rebuilt from the shipped graphs by `tools/marian_model.py
 from-onnx`), fp32 and int8, repeats interleaved; also counts how many
-translations each engine shares with paraforge on the shipped model. Writes
+translations each engine shares with paraforge on the shipped model and
+with paraforge's fp32 export. paraforge runs with CTranslate2's stopping
+rule (--early-stopping true) so that both do the same search, and the
+"-split" rows run the threads as single-threaded decoders on different
+batches (paraforge --streams, CTranslate2 inter_threads). Writes
 bench-out/nmt-natural.json.
 
 usage: tools/bench_nmt.py --natural --paraforge target/release/paraforge [--sentences 200] [--repeats 3]
@@ -224,29 +228,6 @@ def paraforge_cmd(binary, model, src, threads, batch, quantized, out, device="cp
     return cmd
 
 
-def run_paraforge_split(binary, model, src, procs, batch, quantized, out_dir, extra=()):
-    """`procs` single-threaded paraforge processes at once, line i of the
-    input going to process i mod procs (so each gets the same mix of short
-    and long sentences, as CTranslate2's inter_threads hands out batches):
-    the time is the slowest process's translation time."""
-    lines = src.read_text(encoding="utf-8").splitlines()
-    jobs = []
-    for i in range(procs):
-        part = out_dir / f"split-{i}.in.txt"
-        part.write_text("\n".join(lines[i::procs]) + "\n", encoding="utf-8")
-        out = out_dir / f"split-{i}.out.txt"
-        cmd = paraforge_cmd(binary, model, part, 1, batch, quantized, out, extra=extra)
-        jobs.append((cmd, out, subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
-    secs, texts = 0.0, [None] * len(lines)
-    for i, (cmd, out, p) in enumerate(jobs):
-        err = p.communicate()[1]
-        if p.returncode != 0:
-            sys.exit(f"paraforge failed (exit {p.returncode}): {' '.join(map(str, cmd))}\n{err[-4000:]}")
-        secs = max(secs, timing_of(err)["seconds"])
-        texts[i::procs] = out.read_text(encoding="utf-8").splitlines()
-    return secs, texts
-
-
 def run_paraforge(binary, model, src, threads, batch, quantized, out, device="cpu", extra=()):
     cmd = paraforge_cmd(binary, model, src, threads, batch, quantized, out, device, extra)
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -296,19 +277,27 @@ def main_natural(args) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     src = out_dir / "input.txt"
     src.write_text("\n".join(sents) + "\n", encoding="utf-8")
-    # paraforge engines: (model directory, --quantized, extra arguments)
+    # paraforge engines: (model directory, --quantized, extra arguments).
+    # All but one stop a sentence's search by CTranslate2's rule (as soon
+    # as beam-size hypotheses are finished, transformers' early_stopping =
+    # true), so both engines do the same search; "-transformers-rule" keeps
+    # the model's own setting (transformers' default heuristic, which runs
+    # a few more steps).
+    same = ("--early-stopping", "true")
     pf = {
-        "paraforge": (DEMO, False, ()),
-        "paraforge-fp32": (DEMO_CACHE / "onnx", False, ()),
-        "paraforge-int8": (DEMO_CACHE / "onnx", True, ()),
+        "paraforge": (DEMO, False, same),
+        "paraforge-fp32": (DEMO_CACHE / "onnx", False, same),
+        "paraforge-int8": (DEMO_CACHE / "onnx", True, same),
         # The export's graph as it is (no per-sentence cross-attention).
-        "paraforge-int8-per-beam": (DEMO_CACHE / "onnx", True, ("--cross-attention-per-beam",)),
+        "paraforge-int8-per-beam": (DEMO_CACHE / "onnx", True, same + ("--cross-attention-per-beam",)),
+        "paraforge-int8-transformers-rule": (DEMO_CACHE / "onnx", True, ()),
     }
     engines = args.engines.split(",") if args.engines_given else \
-        ["paraforge", "paraforge-fp32", "paraforge-int8", "paraforge-int8-per-beam", "ct2-fp32", "ct2-int8",
-         "paraforge-int8-split", "ct2-int8-split"]
-    # "-split": the threads as parallel single-threaded engines instead
-    # (CTranslate2's inter_threads; paraforge processes on input shares).
+        ["paraforge", "paraforge-fp32", "paraforge-int8", "paraforge-int8-per-beam",
+         "paraforge-int8-transformers-rule", "ct2-fp32", "ct2-int8", "paraforge-int8-split", "ct2-int8-split"]
+    # "-split": the threads as parallel single-threaded decoders on
+    # different batches instead (CTranslate2's inter_threads, paraforge's
+    # --streams).
     ct2 = {e: Ct2(e.removesuffix("-split"), args.threads, args.batch_size, max_length, split=e.endswith("-split"))
            for e in engines if e.startswith("ct2-")}
     for e in ct2.values():  # warm-up
@@ -325,8 +314,10 @@ def main_natural(args) -> None:
                 profiles.setdefault(e, []).append(timing)
             elif e.endswith("-split") and e.removesuffix("-split") in pf:
                 model, q, extra = pf[e.removesuffix("-split")]
-                secs, out = run_paraforge_split(args.paraforge, model, src, args.threads, args.batch_size, q,
-                                                out_dir, extra)
+                timing, out = run_paraforge(args.paraforge, model, src, 1, args.batch_size, q,
+                                            out_dir / f"{e}.txt", extra=extra + ("--streams", str(args.threads)))
+                secs = timing["seconds"]
+                profiles.setdefault(e, []).append(timing)
             elif e in ct2:
                 secs, out = ct2[e].run(sents)
             else:
@@ -356,13 +347,17 @@ def main_natural(args) -> None:
         "ct2-fp32": f"CTranslate2 {ctranslate2.__version__} fp32",
         "ct2-int8": f"CTranslate2 {ctranslate2.__version__} int8",
         "paraforge-int8-per-beam": "paraforge, dynamic int8 export, graph as exported (--cross-attention-per-beam)",
+        "paraforge-int8-transformers-rule": "paraforge, dynamic int8 export, transformers' stopping rule",
     }
     for e in engines:
         if e.endswith("-split") and e.removesuffix("-split") in label:
-            label[e] = f"{label[e.removesuffix('-split')]}, {args.threads} x 1 thread in parallel"
+            how = f"--streams {args.threads} --threads 1" if e.startswith("paraforge") else \
+                f"inter_threads={args.threads}, intra_threads=1"
+            label[e] = f"{label[e.removesuffix('-split')]}, {how}"
     print(f"\n{len(sents)} held-out Czech sentences (every {step}th line of "
           f"{HELD_OUT.relative_to(ROOT)}), demo-cs-en, beam 12, max_length {max_length}, no minimum, "
-          f"batch {args.batch_size}, {args.threads} threads, {args.repeats} interleaved repeats (median)\n")
+          f"batch {args.batch_size}, {args.threads} threads, {args.repeats} interleaved repeats (median); "
+          f"paraforge with --early-stopping true (CTranslate2's stopping rule) except where named\n")
     print("| engine | sentences/s | paraforge / engine | paraforge-fp32 / engine | identical to paraforge | identical to paraforge-fp32 |")
     print("|---|---:|---:|---:|---:|---:|")
     for e in engines:

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use paraforge_job::bitext::{looks_legacy_8bit, open_text, LEGACY_HINT};
-use paraforge_job::config::{MAX_BATCH_SIZE, MAX_BATCH_TOKENS, MAX_BEAM};
+use paraforge_job::config::{MAX_BATCH_SIZE, MAX_BATCH_TOKENS, MAX_BEAM, MAX_STREAMS};
 use paraforge_nmt::{Device, Flag, GenerateOptions, LoadOptions, Translator};
 
 #[derive(clap::Args)]
@@ -48,13 +48,27 @@ pub struct Args {
     min_new_tokens: Option<usize>,
     #[arg(long)]
     length_penalty: Option<f32>,
+    /// When a sentence's search ends (transformers' `early_stopping`):
+    /// `true` as soon as --beam hypotheses are finished (CTranslate2's rule
+    /// too), `false` when no running beam can still win (transformers'
+    /// default), `never` the same judged at the best reachable length.
+    /// Default: the model's generation config.
+    #[arg(long)]
+    early_stopping: Option<paraforge_nmt::EarlyStopping>,
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: Device,
-    /// Threads: ONNX Runtime's intra-op threads and the search's (0 = one
-    /// per core; at most 4 per core).
+    /// Threads per stream: ONNX Runtime's intra-op threads and the
+    /// search's (0 = the cores shared out over the streams; at most 4 per
+    /// core in all).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Decoders translating different batches at once, each with its own
+    /// copy of the model and --threads threads (CTranslate2's
+    /// inter_threads). On CPU, one single-threaded stream per core is
+    /// usually fastest for small models: --streams 2 --threads 1 on two cores.
+    #[arg(long, default_value_t = 1)]
+    streams: usize,
     /// Use the int8 model (`*_quantized.onnx`).
     #[arg(long)]
     quantized: bool,
@@ -100,23 +114,30 @@ pub fn run(a: Args) -> Result<()> {
         min_length: a.min_length,
         min_new_tokens: a.min_new_tokens,
         length_penalty: a.length_penalty,
-        early_stopping: None,
+        early_stopping: a.early_stopping,
         nbest: a.nbest.unwrap_or(1),
         batch_size: a.batch_size,
         batch_tokens: a.batch_tokens,
     };
+    let streams = a.streams;
+    let per_stream = if a.threads == 0 && streams > 1 {
+        (paraforge_job::config::cores() / streams).max(1)
+    } else {
+        a.threads
+    };
     // The search and cache copies run on rayon's pool between graph runs:
     // held to the same count, so that `--threads 1` processes side by side
-    // do not each take every core.
-    if a.threads > 0 {
+    // do not each take every core. The streams share it.
+    if per_stream > 0 {
         rayon::ThreadPoolBuilder::new()
-            .num_threads(a.threads)
+            .num_threads(per_stream * streams)
             .build_global()
             .context("starting the search's thread pool")?;
     }
     let load = LoadOptions {
         device: a.device,
-        threads: a.threads,
+        threads: per_stream,
+        streams,
         quantized: a.quantized,
         decoder: Default::default(),
         io_binding: a.io_binding,
@@ -286,7 +307,25 @@ fn check_options(a: &Args) -> Result<()> {
             bail!("--nbest {k}: must be between 1 and --beam ({})", a.beam);
         }
     }
-    crate::check_threads(a.threads)
+    if a.streams == 0 || a.streams > MAX_STREAMS {
+        bail!(
+            "--streams {}: must be between 1 and {MAX_STREAMS}",
+            a.streams
+        );
+    }
+    crate::check_threads(a.threads)?;
+    let total = a.threads.max(1) * a.streams;
+    let max = paraforge_job::config::max_threads();
+    if total > max {
+        bail!(
+            "--threads {} x --streams {}: {total} threads, more than the limit of {max} ({} x the {} cores of this machine)",
+            a.threads,
+            a.streams,
+            paraforge_job::config::THREADS_PER_CORE,
+            paraforge_job::config::cores()
+        );
+    }
+    Ok(())
 }
 
 /// Whether `a` and `b` are one file, also through a symbolic or hard link.

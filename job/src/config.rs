@@ -125,9 +125,15 @@ pub struct Model {
     /// `cpu`, `cuda` or `cuda:N`.
     #[serde(default = "default_device")]
     pub device: String,
-    /// ONNX Runtime threads per worker on CPU (0 = one per core).
+    /// ONNX Runtime threads per worker on CPU (0 = one per core); per
+    /// stream when `streams` > 1.
     #[serde(default)]
     pub threads: usize,
+    /// Decoders per worker translating different batches at once, each
+    /// with its own copy of the model (CTranslate2's `inter_threads`). The
+    /// output does not depend on it: batches are cut the same way.
+    #[serde(default = "default_streams")]
+    pub streams: usize,
     /// Use `*_quantized.onnx`.
     #[serde(default)]
     pub quantized: bool,
@@ -310,6 +316,13 @@ pub const THREADS_PER_CORE: usize = 4;
 /// The cores of this machine (1 when they cannot be told).
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// Most decoder streams per worker (each holds a copy of the model).
+pub const MAX_STREAMS: usize = 64;
+
+fn default_streams() -> usize {
+    1
 }
 
 /// Most threads accepted on this machine: [`THREADS_PER_CORE`] x [`cores`].
@@ -527,6 +540,25 @@ impl JobConfig {
                 format!(
                     "{} is more than the limit of {} ({THREADS_PER_CORE} x the {} cores of this machine; 0 = one per core)",
                     self.model.threads,
+                    max_threads(),
+                    cores()
+                ),
+            );
+        }
+        if self.model.streams == 0 || self.model.streams > MAX_STREAMS {
+            return bad(
+                "model.streams",
+                format!("{} must be between 1 and {MAX_STREAMS}", self.model.streams),
+            );
+        }
+        let total = self.model.threads.max(1) * self.model.streams;
+        if self.model.streams > 1 && total > max_threads() {
+            return bad(
+                "model.streams",
+                format!(
+                    "{} streams x {} threads is more than the limit of {} threads ({THREADS_PER_CORE} x the {} cores of this machine)",
+                    self.model.streams,
+                    self.model.threads.max(1),
                     max_threads(),
                     cores()
                 ),
@@ -839,6 +871,9 @@ mod bounds {
             ),
             ("threads = 100000".to_string(), "model.threads", t),
             (format!("threads = {}", t + 1), "model.threads", t),
+            ("streams = 0".to_string(), "model.streams", MAX_STREAMS),
+            ("streams = 65".to_string(), "model.streams", MAX_STREAMS),
+            (format!("threads = {t}\nstreams = 2"), "model.streams", t),
         ] {
             let e = model_with(&line).expect_err(&line).to_string();
             assert!(

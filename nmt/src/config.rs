@@ -116,6 +116,20 @@ pub enum EarlyStopping {
     Never,
 }
 
+/// The command-line spelling, as in a generation config: `true`,
+/// `false` or `never`.
+impl std::str::FromStr for EarlyStopping {
+    type Err = String;
+    fn from_str(s: &str) -> Result<EarlyStopping, String> {
+        match s {
+            "true" => Ok(EarlyStopping::True),
+            "false" => Ok(EarlyStopping::False),
+            "never" => Ok(EarlyStopping::Never),
+            _ => Err(format!("must be true, false or never, not {s:?}")),
+        }
+    }
+}
+
 impl EarlyStopping {
     fn from_json(v: &serde_json::Value) -> Option<EarlyStopping> {
         match v {

@@ -50,6 +50,18 @@ pub struct Profile {
     pub decoder_rows: u64,
 }
 
+impl std::ops::AddAssign for Profile {
+    fn add_assign(&mut self, o: Profile) {
+        self.encoder_s += o.encoder_s;
+        self.decoder_s += o.decoder_s;
+        self.search_s += o.search_s;
+        self.cache_s += o.cache_s;
+        self.cross_cache_s += o.cross_cache_s;
+        self.decoder_calls += o.decoder_calls;
+        self.decoder_rows += o.decoder_rows;
+    }
+}
+
 /// The device-resident path: where caches live, and the graph that
 /// reorders them there.
 struct DeviceIo {

@@ -67,6 +67,13 @@ pub struct LoadOptions {
     /// encoder once per beam, instead of rewriting it to attend once per
     /// sentence (`cross_attention.rs`); for comparison and as a way out.
     pub cross_attention_per_beam: bool,
+    /// Decoders working on different batches at once (CTranslate2's
+    /// `inter_threads`), each with its own sessions and `threads` intra-op
+    /// threads; 0 or 1 = one. A small model's decoder call does too little
+    /// work to keep two cores busy, so one single-threaded stream per core
+    /// is the faster way to use them (BENCHMARKS.md); each stream holds its
+    /// own copy of the model.
+    pub streams: usize,
 }
 
 pub(crate) fn onnx_error(path: &Path, e: impl std::fmt::Display) -> NmtError {

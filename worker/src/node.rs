@@ -196,6 +196,7 @@ impl Job {
         let load = LoadOptions {
             device,
             threads: cfg.model.threads,
+            streams: cfg.model.streams,
             quantized: cfg.model.quantized,
             ..LoadOptions::default()
         };
