@@ -148,9 +148,11 @@ async fn a_resumed_job_refuses_a_changed_input_or_config() {
         matches!(&e, RunError::ConfigChanged { key, .. } if key == "model.beam"),
         "{e}"
     );
-    // Threads and batch size do not change the output: a resume may change them.
+    // Threads, streams and batch size do not change the output: a resume
+    // may change them.
     let mut faster = cfg.clone();
     faster.model.threads = 2;
+    faster.model.streams = 2;
     faster.model.batch_size = 32;
     coordinator(&faster).await.unwrap().stop().await;
 }
