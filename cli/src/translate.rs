@@ -119,25 +119,20 @@ pub fn run(a: Args) -> Result<()> {
         batch_size: a.batch_size,
         batch_tokens: a.batch_tokens,
     };
-    let streams = a.streams;
-    let per_stream = if a.threads == 0 && streams > 1 {
-        (paraforge_job::config::cores() / streams).max(1)
-    } else {
-        a.threads
-    };
     // The search and cache copies run on rayon's pool between graph runs:
     // held to the same count, so that `--threads 1` processes side by side
-    // do not each take every core. The streams share it.
-    if per_stream > 0 {
+    // do not each take every core. (Several streams each get a pool of
+    // their own, sized in the engine.)
+    if a.threads > 0 {
         rayon::ThreadPoolBuilder::new()
-            .num_threads(per_stream * streams)
+            .num_threads(a.threads)
             .build_global()
             .context("starting the search's thread pool")?;
     }
     let load = LoadOptions {
         device: a.device,
-        threads: per_stream,
-        streams,
+        threads: a.threads,
+        streams: a.streams,
         quantized: a.quantized,
         decoder: Default::default(),
         io_binding: a.io_binding,

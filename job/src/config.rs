@@ -126,7 +126,7 @@ pub struct Model {
     #[serde(default = "default_device")]
     pub device: String,
     /// ONNX Runtime threads per worker on CPU (0 = one per core); per
-    /// stream when `streams` > 1.
+    /// stream when `streams` > 1 (0 then shares the cores out over them).
     #[serde(default)]
     pub threads: usize,
     /// Decoders per worker translating different batches at once, each

@@ -211,14 +211,20 @@ impl Translator {
                 ),
             });
         }
-        let graphs = (0..options.streams.max(1))
-            .map(|_| Graphs::load(dir, &config, options))
+        let streams = options.streams.max(1);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per_stream = LoadOptions {
+            threads: runtime::threads_per_stream(options.threads, streams, cores),
+            ..options.clone()
+        };
+        let graphs = (0..streams)
+            .map(|_| Graphs::load(dir, &config, &per_stream))
             .collect::<Result<Vec<_>, _>>()?;
         let pools = if graphs.len() > 1 {
             (0..graphs.len())
                 .map(|i| {
                     rayon::ThreadPoolBuilder::new()
-                        .num_threads(options.threads.max(1))
+                        .num_threads(per_stream.threads.max(1))
                         .thread_name(move |t| format!("paraforge-stream-{i}.{t}"))
                         .build()
                         .map_err(|e| {
@@ -256,7 +262,6 @@ impl Translator {
         &self.dir
     }
 
-    /// Time spent per decoding stage since the model was loaded.
     /// Time spent per decoding stage since the model was loaded (summed
     /// over streams, so with several it exceeds the wall time).
     pub fn profile(&self) -> Profile {

@@ -54,7 +54,8 @@ pub enum DecoderLayout {
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     pub device: Device,
-    /// Intra-op threads for ONNX Runtime on CPU (0 = one per core).
+    /// Intra-op threads for ONNX Runtime on CPU, per stream (0 = one per
+    /// core, shared out over the streams when there are several).
     pub threads: usize,
     /// Load `*_quantized.onnx` (ONNX Runtime dynamic int8) instead of fp32.
     pub quantized: bool,
@@ -74,6 +75,18 @@ pub struct LoadOptions {
     /// is the faster way to use them (BENCHMARKS.md); each stream holds its
     /// own copy of the model.
     pub streams: usize,
+}
+
+/// Intra-op threads for each of `streams` streams: `threads` as given, or
+/// for 0 ("one per core") with several streams, the cores shared out over
+/// them, so that streams x threads stays at the core count instead of each
+/// stream's sessions taking every core.
+pub(crate) fn threads_per_stream(threads: usize, streams: usize, cores: usize) -> usize {
+    if threads == 0 && streams > 1 {
+        (cores / streams).max(1)
+    } else {
+        threads
+    }
 }
 
 pub(crate) fn onnx_error(path: &Path, e: impl std::fmt::Display) -> NmtError {
@@ -288,4 +301,21 @@ pub(crate) fn verify_checksums(dir: &Path) -> Result<(), NmtError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::threads_per_stream;
+
+    #[test]
+    fn zero_threads_are_shared_out_over_the_streams() {
+        // One stream: 0 stays "one per core" for ONNX Runtime to decide.
+        assert_eq!(threads_per_stream(0, 1, 16), 0);
+        assert_eq!(threads_per_stream(0, 4, 16), 4);
+        assert_eq!(threads_per_stream(0, 3, 16), 5);
+        // More streams than cores: one each, never zero.
+        assert_eq!(threads_per_stream(0, 64, 16), 1);
+        // Given threads are kept.
+        assert_eq!(threads_per_stream(2, 4, 16), 2);
+    }
 }

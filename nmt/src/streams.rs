@@ -29,6 +29,10 @@ pub(crate) fn run<W: Send, T: Send, E: Send>(
             let tx = tx.clone();
             let (next, stop, run) = (&next, &stop, &run);
             scope.spawn(move || {
+                // A panicking stream stops the others too (the scope then
+                // passes the panic on), instead of their decoding every
+                // remaining batch first.
+                let _stop_on_panic = StopOnPanic(stop);
                 while !stop.load(Ordering::Relaxed) {
                     let taken = next.fetch_add(1, Ordering::Relaxed);
                     let Some(k) = batches.len().checked_sub(taken + 1) else {
@@ -63,6 +67,16 @@ pub(crate) fn run<W: Send, T: Send, E: Send>(
     })
 }
 
+struct StopOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::run;
@@ -94,10 +108,16 @@ mod tests {
         let batches = ranges(40);
         let mut workers = vec![0usize; 3];
         let mut seen = vec![0usize; 40];
+        // Each worker's first batch waits for the other two to have taken
+        // theirs, so that a thread starting late still gets one.
+        let start = std::sync::Barrier::new(3);
         run(
             &mut workers,
             &batches,
             |w, b| {
+                if *w == 0 {
+                    start.wait();
+                }
                 *w += 1;
                 // Uneven work, so that the workers interleave.
                 std::thread::sleep(std::time::Duration::from_micros((b.start % 7) as u64 * 200));
@@ -112,6 +132,37 @@ mod tests {
         assert!(seen.iter().all(|&n| n == 1), "{seen:?}");
         assert_eq!(workers.iter().sum::<usize>(), 40);
         assert!(workers.iter().all(|&n| n > 0), "{workers:?}");
+    }
+
+    #[test]
+    fn a_panicking_stream_stops_the_others() {
+        let batches = ranges(200);
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let mut workers = vec![(); 2];
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run(
+                &mut workers,
+                &batches,
+                |_, b| {
+                    if b.start / 3 == 199 {
+                        panic!("stream failure");
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok::<_, ()>(())
+                },
+                |_, _| {},
+            )
+        }));
+        assert!(r.is_err(), "the panic is passed on");
+        // The others stop once the panic unwinds; the panic hook (a
+        // backtrace with RUST_BACKTRACE set) runs before that, so allow
+        // for some batches meanwhile, far fewer than the 199 left.
+        assert!(
+            done.load(std::sync::atomic::Ordering::Relaxed) < 150,
+            "{} batches ran after the panic",
+            done.load(std::sync::atomic::Ordering::Relaxed)
+        );
     }
 
     #[test]
