@@ -323,6 +323,8 @@ def main_natural(args) -> None:
             else:
                 known = list(pf) + ["ct2-fp32", "ct2-int8"]
                 sys.exit(f"unknown engine {e} (natural mode: {', '.join(known)}, each also as NAME-split)")
+            if len(out) != len(sents):
+                sys.exit(f"{e} returned {len(out)} translations for {len(sents)} sentences")
             times[e].append(secs)
             texts[e] = out
             log(f"  repeat {rep + 1}: {e}: {secs:.2f} s, {len(sents) / secs:.2f} sentences/s")
