@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use paraforge_job::bitext::{looks_legacy_8bit, open_text, LEGACY_HINT};
-use paraforge_job::config::{MAX_BATCH_SIZE, MAX_BATCH_TOKENS, MAX_BEAM, MAX_STREAMS};
+use paraforge_job::config::{MAX_BATCH_SIZE, MAX_BATCH_TOKENS, MAX_BEAM};
 use paraforge_nmt::{Device, Flag, GenerateOptions, LoadOptions, Translator};
 
 #[derive(clap::Args)]
@@ -302,25 +302,14 @@ fn check_options(a: &Args) -> Result<()> {
             bail!("--nbest {k}: must be between 1 and --beam ({})", a.beam);
         }
     }
-    if a.streams == 0 || a.streams > MAX_STREAMS {
-        bail!(
-            "--streams {}: must be between 1 and {MAX_STREAMS}",
-            a.streams
-        );
-    }
     crate::check_threads(a.threads)?;
-    let total = a.threads.max(1) * a.streams;
-    let max = paraforge_job::config::max_threads();
-    if total > max {
-        bail!(
-            "--threads {} x --streams {}: {total} threads, more than the limit of {max} ({} x the {} cores of this machine)",
+    paraforge_job::config::check_streams(a.threads, a.streams).map_err(|reason| {
+        anyhow::anyhow!(
+            "--threads {} x --streams {}: {reason}",
             a.threads,
-            a.streams,
-            paraforge_job::config::THREADS_PER_CORE,
-            paraforge_job::config::cores()
-        );
-    }
-    Ok(())
+            a.streams
+        )
+    })
 }
 
 /// Whether `a` and `b` are one file, also through a symbolic or hard link.

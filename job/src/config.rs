@@ -321,6 +321,27 @@ pub fn cores() -> usize {
 /// Most decoder streams per worker (each holds a copy of the model).
 pub const MAX_STREAMS: usize = 64;
 
+/// Whether `streams` decoders of `threads` threads each (0 counting as
+/// one) fit this machine: 1 to [`MAX_STREAMS`] streams, and threads in all
+/// within [`max_threads`]. Shared by the job config and `translate`.
+pub fn check_streams(threads: usize, streams: usize) -> Result<(), String> {
+    if streams == 0 || streams > MAX_STREAMS {
+        return Err(format!(
+            "{streams} streams: must be between 1 and {MAX_STREAMS}"
+        ));
+    }
+    let total = threads.max(1) * streams;
+    if total > max_threads() {
+        return Err(format!(
+            "{streams} streams x {} threads is {total} threads, more than the limit of {} ({THREADS_PER_CORE} x the {} cores of this machine)",
+            threads.max(1),
+            max_threads(),
+            cores()
+        ));
+    }
+    Ok(())
+}
+
 fn default_streams() -> usize {
     1
 }
@@ -545,24 +566,8 @@ impl JobConfig {
                 ),
             );
         }
-        if self.model.streams == 0 || self.model.streams > MAX_STREAMS {
-            return bad(
-                "model.streams",
-                format!("{} must be between 1 and {MAX_STREAMS}", self.model.streams),
-            );
-        }
-        let total = self.model.threads.max(1) * self.model.streams;
-        if self.model.streams > 1 && total > max_threads() {
-            return bad(
-                "model.streams",
-                format!(
-                    "{} streams x {} threads is more than the limit of {} threads ({THREADS_PER_CORE} x the {} cores of this machine)",
-                    self.model.streams,
-                    self.model.threads.max(1),
-                    max_threads(),
-                    cores()
-                ),
-            );
+        if let Err(reason) = check_streams(self.model.threads, self.model.streams) {
+            return bad("model.streams", reason);
         }
         if self.model.max_new_tokens == Some(0) {
             return bad("model.max_new_tokens", "must be at least 1".into());

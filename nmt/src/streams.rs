@@ -7,9 +7,9 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-/// Runs `run(worker, batch)` for every batch, one thread per worker, and
-/// hands each result to `emit` on the calling thread as it arrives (in any
-/// order). Batches are taken last first: they come cut from length-sorted
+/// Runs `run(worker, batch)` for every batch, one thread per worker (a
+/// single worker runs on the calling thread), and hands each result to
+/// `emit` on the calling thread as it arrives (in any order). Batches are taken last first: they come cut from length-sorted
 /// sentences, so the longest go first and the short ones fill in at the
 /// end, instead of one stream finishing the longest batch alone. The first
 /// failure stops further batches from starting. Every batch taken before a
@@ -21,6 +21,12 @@ pub(crate) fn run<W: Send, T: Send, E: Send>(
     run: impl Fn(&mut W, &Range<usize>) -> Result<T, E> + Sync,
     mut emit: impl FnMut(&Range<usize>, T),
 ) -> Result<(), E> {
+    if let [w] = workers {
+        for batch in batches.iter().rev() {
+            emit(batch, run(w, batch)?);
+        }
+        return Ok(());
+    }
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel();
