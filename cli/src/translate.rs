@@ -81,6 +81,12 @@ pub struct Args {
     /// sentence, which is faster and computes the same)
     #[arg(long)]
     cross_attention_per_beam: bool,
+    /// Reorder the self-attention cache by beam parent in a copy of its own
+    /// after each decoder call (by default the decoder graph is rewritten at
+    /// load to do it while it appends the new step: one copy instead of
+    /// two, the same values)
+    #[arg(long)]
+    reorder_in_engine: bool,
     /// Print `{"sentences":N,"seconds":S}` on stderr at the end, timing
     /// translation only (not model loading); used by `make bench-nmt`.
     #[arg(long, hide = true)]
@@ -137,6 +143,7 @@ pub fn run(a: Args) -> Result<()> {
         decoder: Default::default(),
         io_binding: a.io_binding,
         cross_attention_per_beam: a.cross_attention_per_beam,
+        reorder_in_engine: a.reorder_in_engine,
     };
     // The same reader as `run`'s, so .gz and .zst inputs are decompressed.
     let (mut reader, total): (Box<dyn BufRead>, Option<u64>) = match &a.input {

@@ -25,10 +25,8 @@
 //! any layer does not match (another exporter, the merged decoder) the
 //! graph is left as it is and the engine feeds expanded caches.
 
-use prost::Message;
-
 use crate::onnx_graph::onnx::{
-    tensor_proto::DataLocation, tensor_shape_proto::dimension, type_proto::Value, GraphProto,
+    tensor_shape_proto::dimension, type_proto::Value, GraphProto,
     ModelProto, NodeProto,
 };
 use crate::onnx_graph::{int64s, ints_attr, node, op, swaps_last_two};
@@ -42,30 +40,26 @@ struct Site {
     out: usize,
 }
 
-/// The rewritten model, or None when the graph is not an export this
-/// rewrite knows (every layer must match).
-pub(crate) fn per_sentence(model: &[u8], layers: usize) -> Option<Vec<u8>> {
-    let mut m = ModelProto::decode(model).ok()?;
+/// Rewrites `m` in place; false, changing nothing, when the graph is not
+/// an export this rewrite knows (every layer must match).
+pub(crate) fn per_sentence(m: &mut ModelProto, layers: usize) -> bool {
+    // Slice and Unsqueeze take their axes as inputs from opset 13.
     let opset = m
         .opset_import
         .iter()
         .find(|o| o.domain.as_deref().unwrap_or("").is_empty())
-        .and_then(|o| o.version)?;
-    let g = m.graph.as_mut()?;
-    // Weights in side files cannot be found from memory; Slice and
-    // Unsqueeze take their axes as inputs from opset 13.
-    let external = g
-        .initializer
-        .iter()
-        .any(|t| t.data_location == Some(DataLocation::External as i32));
-    if opset < 13 || external || layers == 0 {
-        return None;
+        .and_then(|o| o.version);
+    let Some(g) = m.graph.as_mut() else {
+        return false;
+    };
+    if opset.is_none_or(|v| v < 13) || layers == 0 {
+        return false;
     }
-    let sites = (0..layers)
-        .map(|l| find(g, l))
-        .collect::<Option<Vec<_>>>()?;
+    let Some(sites) = (0..layers).map(|l| find(g, l)).collect::<Option<Vec<_>>>() else {
+        return false;
+    };
     rewrite(g, &sites);
-    Some(m.encode_to_vec())
+    true
 }
 
 fn find(g: &GraphProto, l: usize) -> Option<Site> {
@@ -272,12 +266,13 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    fn model(dir: &str, file: &str) -> Vec<u8> {
+    fn model(dir: &str, file: &str) -> ModelProto {
         let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../models")
             .join(dir)
             .join(file);
-        std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        crate::onnx_graph::in_memory(&bytes).unwrap()
     }
 
     #[test]
@@ -286,9 +281,9 @@ mod tests {
             "decoder_with_past_model.onnx",
             "decoder_with_past_model_quantized.onnx",
         ] {
-            let bytes = model("tiny-cs-en", file);
-            let out = per_sentence(&bytes, 2).unwrap_or_else(|| panic!("{file}: not rewritten"));
-            let g = ModelProto::decode(&out[..]).unwrap().graph.unwrap();
+            let mut m = model("tiny-cs-en", file);
+            assert!(per_sentence(&mut m, 2), "{file}: not rewritten");
+            let g = m.graph.unwrap();
             let added = g
                 .node
                 .iter()
@@ -312,17 +307,16 @@ mod tests {
     #[test]
     fn the_bundled_batch_invariant_graphs_are_rewritten() {
         for dir in ["demo-cs-en", "demo-en-cs"] {
-            let bytes = model(dir, "decoder_with_past_model_quantized.onnx");
-            assert!(per_sentence(&bytes, 3).is_some(), "{dir}");
+            let mut m = model(dir, "decoder_with_past_model_quantized.onnx");
+            assert!(per_sentence(&mut m, 3), "{dir}");
         }
     }
 
     #[test]
     fn graphs_without_the_pattern_are_left_alone() {
         // The merged decoder keeps its layers inside If branches; a layer
-        // count beyond the graph's; bytes that are no model.
-        assert!(per_sentence(&model("tiny-cs-en", "decoder_model_merged.onnx"), 2).is_none());
-        assert!(per_sentence(&model("tiny-cs-en", "decoder_with_past_model.onnx"), 3).is_none());
-        assert!(per_sentence(b"not an onnx model", 2).is_none());
+        // count beyond the graph's.
+        assert!(!per_sentence(&mut model("tiny-cs-en", "decoder_model_merged.onnx"), 2));
+        assert!(!per_sentence(&mut model("tiny-cs-en", "decoder_with_past_model.onnx"), 3));
     }
 }

@@ -23,6 +23,7 @@ use crate::error::NmtError;
 use crate::onnx_graph;
 use crate::runtime::{builder, onnx_error, session, DecoderLayout, Device, LoadOptions};
 use crate::search::{Finished, Settings};
+use prost::Message;
 use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor};
@@ -84,6 +85,9 @@ pub(crate) struct Graphs {
     /// The decoder with past takes the cross-attention cache with one row
     /// per sentence (`cross_attention.rs`), not one per beam.
     pub(crate) cross_per_sentence: bool,
+    /// The decoder with past reorders the self-attention cache itself,
+    /// given each row's parent (`beam_gather.rs`).
+    pub(crate) beam_gather: bool,
     encoder: Session,
     decoder: Decoder,
     layers: usize,
@@ -93,31 +97,50 @@ pub(crate) struct Graphs {
     pub(crate) files: Vec<PathBuf>,
 }
 
-/// The decoder-with-past session, from the graph rewritten to attend to
-/// the encoder once per sentence where it has the export's pattern
-/// (second value true), else from the file as it is.
+/// What the decoder-with-past graph was rewritten to do at load.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rewrites {
+    /// Attend to the encoder once per sentence (`cross_attention.rs`).
+    cross_per_sentence: bool,
+    /// Reorder the self-attention cache inside the call (`beam_gather.rs`).
+    beam_gather: bool,
+}
+
+/// The decoder-with-past session, from its graph rewritten where it has
+/// the export's patterns (each rewrite on its own), else from the file as
+/// it is.
 fn with_past_session(
     path: &Path,
     layers: usize,
     opts: &LoadOptions,
-) -> Result<(Session, bool), NmtError> {
-    let rewritten = if opts.cross_attention_per_beam {
-        None
-    } else {
-        std::fs::read(path)
-            .ok()
-            .and_then(|bytes| crate::cross_attention::per_sentence(&bytes, layers))
+) -> Result<(Session, Rewrites), NmtError> {
+    let want_cross = !opts.cross_attention_per_beam;
+    // Caches kept on the device are reordered there (`DeviceIo`).
+    let want_gather = !opts.reorder_in_engine && opts.device == Device::Cpu && !opts.io_binding;
+    let mut model = (want_cross || want_gather)
+        .then(|| std::fs::read(path).ok())
+        .flatten()
+        .and_then(|bytes| onnx_graph::in_memory(&bytes));
+    let done = match model.as_mut() {
+        Some(m) => Rewrites {
+            cross_per_sentence: want_cross && crate::cross_attention::per_sentence(m, layers),
+            beam_gather: want_gather && crate::beam_gather::in_graph(m, layers),
+        },
+        None => Rewrites::default(),
     };
-    match rewritten {
-        Some(model) => {
-            let s = builder(path, opts)?
-                .commit_from_memory(&model)
-                .map_err(|e| onnx_error(path, e))?;
-            tracing::debug!(path = %path.display(), "cross-attention per sentence");
-            Ok((s, true))
-        }
-        None => Ok((session(path, opts)?, false)),
+    let Some(m) = model.filter(|_| done.cross_per_sentence || done.beam_gather) else {
+        return Ok((session(path, opts)?, done));
+    };
+    let mut b = builder(path, opts)?;
+    if done.beam_gather {
+        let ops = crate::beam_gather::operators().map_err(|e| onnx_error(path, e))?;
+        b = b.with_operators(ops).map_err(|e| onnx_error(path, e))?;
     }
+    let s = b
+        .commit_from_memory(&m.encode_to_vec())
+        .map_err(|e| onnx_error(path, e))?;
+    tracing::debug!(path = %path.display(), ?done, "decoder graph rewritten");
+    Ok((s, done))
 }
 
 impl Graphs {
@@ -162,13 +185,13 @@ impl Graphs {
             file("decoder_model_merged"),
         );
         let mut files = vec![enc_path.clone()];
-        let mut cross_per_sentence = false;
+        let mut rewrites = Rewrites::default();
         let split = first_p.is_file() && past_p.is_file() && opts.decoder != DecoderLayout::Merged;
         let merged = merged_p.is_file() && opts.decoder != DecoderLayout::Split;
         let decoder = if split {
             files.extend([first_p.clone(), past_p.clone()]);
-            let (with_past, shared) = with_past_session(&past_p, cfg.decoder_layers, opts)?;
-            cross_per_sentence = shared;
+            let (with_past, done) = with_past_session(&past_p, cfg.decoder_layers, opts)?;
+            rewrites = done;
             Decoder::Split {
                 first: session(&first_p, opts)?,
                 with_past,
@@ -225,7 +248,8 @@ impl Graphs {
             profile: Profile::default(),
             scratch: DecodeScratch::default(),
             pool: Vec::new(),
-            cross_per_sentence,
+            cross_per_sentence: rewrites.cross_per_sentence,
+            beam_gather: rewrites.beam_gather,
             encoder,
             decoder,
             layers: cfg.decoder_layers,
@@ -390,6 +414,9 @@ struct Batch {
     cross_rows: Vec<usize>,
     /// The sentence of each row of the next decoder call.
     row_sents: Vec<usize>,
+    /// Each row's parent among the last call's rows, for a decoder that
+    /// reorders the self-attention cache itself (`Graphs::beam_gather`).
+    parents: Vec<i64>,
     /// Buffers of the previous reordered cache, reused by the next reorder.
     spare: Vec<Vec<f32>>,
     /// Buffers for the cross-attention cache's expansion to beams.
@@ -446,6 +473,7 @@ impl Graphs {
             cross_kv: Cache::Ort(Vec::new()),
             cross_rows: Vec::new(),
             row_sents: Vec::new(),
+            parents: Vec::new(),
             spare: self.pool_take(),
             cross_spare: self.pool_take(),
         };
@@ -596,6 +624,17 @@ impl Graphs {
                 tensor_i64([rows, b.src_len], mask)?.into(),
             ),
         ];
+        if self.beam_gather {
+            if b.parents.len() != rows {
+                return Err(NmtError::inference(
+                    "decoder",
+                    format!("{} beam parents for {rows} rows", b.parents.len()),
+                ));
+            }
+            let parents = Tensor::from_array(([rows], b.parents.clone()))
+                .map_err(|e| NmtError::inference("input", e))?;
+            inputs.push((crate::beam_gather::PARENTS.into(), parents.into()));
+        }
         for l in 0..self.layers {
             for (j, part) in ["key", "value"].iter().enumerate() {
                 inputs.push((
@@ -716,9 +755,13 @@ impl StepDecoder for OnnxStep<'_> {
     fn reorder(&mut self, parents: &[usize], sentences: &[usize]) -> Result<(), NmtError> {
         let t0 = std::time::Instant::now();
         let (g, b) = (&mut *self.graphs, &mut self.batch);
-        // Self-attention cache: reorder only when rows moved.
+        // Self-attention cache: the next call gathers it itself, or it is
+        // reordered here when rows moved.
         let identity = parents.len() == b.rows && parents.iter().enumerate().all(|(i, &p)| i == p);
-        if !identity {
+        if g.beam_gather {
+            b.parents.clear();
+            b.parents.extend(parents.iter().map(|&p| p as i64));
+        } else if !identity {
             let spare = std::mem::take(&mut b.spare);
             b.self_kv = g.reorder(&b.self_kv, parents, spare)?;
         }

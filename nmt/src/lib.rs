@@ -10,6 +10,7 @@
 //! # Ok::<(), paraforge_nmt::NmtError>(())
 //! ```
 
+mod beam_gather;
 mod cache;
 mod config;
 mod cross_attention;

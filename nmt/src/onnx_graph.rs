@@ -19,6 +19,17 @@ use onnx::{
     TensorShapeProto, TypeProto, ValueInfoProto,
 };
 
+/// A model to rewrite and load from memory: None for bytes that are no
+/// ONNX model, and for a model whose weights live in side files (those
+/// load only by path).
+pub(crate) fn in_memory(bytes: &[u8]) -> Option<ModelProto> {
+    let m = ModelProto::decode(bytes).ok()?;
+    let external = m.graph.as_ref()?.initializer.iter().any(|t| {
+        t.data_location == Some(onnx::tensor_proto::DataLocation::External as i32)
+    });
+    (!external).then_some(m)
+}
+
 pub(crate) fn op(n: &NodeProto) -> &str {
     n.op_type.as_deref().unwrap_or("")
 }
@@ -78,7 +89,7 @@ pub(crate) fn int64s(name: &str, values: &[i64]) -> TensorProto {
     }
 }
 
-fn tensor_info(name: &str, elem: DataType, dims: &[&str]) -> ValueInfoProto {
+pub(crate) fn tensor_info(name: &str, elem: DataType, dims: &[&str]) -> ValueInfoProto {
     ValueInfoProto {
         name: Some(name.into()),
         r#type: Some(TypeProto {
@@ -149,4 +160,12 @@ pub(crate) fn gather_model(n: usize) -> Vec<u8> {
         ..Default::default()
     }
     .encode_to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bytes_that_are_no_model_are_not_loaded_from_memory() {
+        assert!(super::in_memory(b"not an onnx model").is_none());
+    }
 }

@@ -68,6 +68,10 @@ pub struct LoadOptions {
     /// encoder once per beam, instead of rewriting it to attend once per
     /// sentence (`cross_attention.rs`); for comparison and as a way out.
     pub cross_attention_per_beam: bool,
+    /// Reorder the self-attention cache by beam parent in the engine, a
+    /// copy of its own, instead of inside the decoder call
+    /// (`beam_gather.rs`; host caches only); for comparison and as a way out.
+    pub reorder_in_engine: bool,
     /// Decoders working on different batches at once (CTranslate2's
     /// `inter_threads`), each with its own sessions and `threads` intra-op
     /// threads; 0 or 1 = one. A small model's decoder call does too little

@@ -1,0 +1,410 @@
+//! The beam reorder of the self-attention cache, moved into the decoder
+//! call: a rewrite of an Optimum export's `decoder_with_past` graph, applied
+//! at load, and the one custom operator it needs.
+//!
+//! Each decoding step copies the whole self-attention cache twice as
+//! exported: the graph appends the new key and value with
+//! `present = Concat(past, new)`, and the engine then gathers `present`'s
+//! rows by beam parent for the next call. CTranslate2 does the same two
+//! copies. Here the graph takes the previous call's `present` as it came
+//! out, with the parents as one more input, and builds the new cache in one
+//! pass: `present[r] = concat(past[parents[r]], new[r])` along the time
+//! axis (`GatherConcat`, domain `ai.paraforge`). The values are the same
+//! bits, copied once instead of twice; rows of finished sentences are
+//! simply not gathered.
+//!
+//! Per layer it needs the export's `Concat(past_key_values.L.decoder.X,
+//! new, axis=-2)` producing `present.L.decoder.X`, and every other reader
+//! of the past to be a `Shape` whose only use is the time length (dimension
+//! 2), which the gather keeps; the past's first dimension is now the last
+//! call's row count. Where any of that does not hold the graph is left
+//! alone and the engine reorders as before.
+
+use std::collections::HashMap;
+
+use ort::operator::{
+    BoxedKernel, ComputeContext, KernelContext, Operator, OperatorDomain, OperatorInput,
+    OperatorOutput,
+};
+use ort::value::TensorElementType;
+
+use crate::onnx_graph::onnx::{
+    tensor_proto::DataType, tensor_shape_proto::dimension, type_proto::Value, GraphProto,
+    ModelProto, OperatorSetIdProto, TensorProto,
+};
+use crate::onnx_graph::{node, op, tensor_info};
+
+/// The graph input carrying each row's parent (int64, one per row).
+pub(crate) const PARENTS: &str = "paraforge_beam_parents";
+pub(crate) const DOMAIN: &str = "ai.paraforge";
+const OP: &str = "GatherConcat";
+
+/// Rewrites `m` in place so that its decoder call reorders the
+/// self-attention cache itself; false, changing nothing, when a layer does
+/// not have the pattern above.
+pub(crate) fn in_graph(m: &mut ModelProto, layers: usize) -> bool {
+    let Some(g) = m.graph.as_mut() else {
+        return false;
+    };
+    if layers == 0 || g.input.iter().any(|i| i.name.as_deref() == Some(PARENTS)) {
+        return false;
+    }
+    let mut concats = Vec::with_capacity(2 * layers);
+    for l in 0..layers {
+        for part in ["key", "value"] {
+            let past = format!("past_key_values.{l}.decoder.{part}");
+            let present = format!("present.{l}.decoder.{part}");
+            let Some(i) = appends(g, &past, &present) else {
+                return false;
+            };
+            if !only_time_length_read(g, &past, i) {
+                return false;
+            }
+            concats.push(i);
+        }
+    }
+    for i in concats {
+        let n = &g.node[i];
+        let (past, new, present) = (n.input[0].clone(), n.input[1].clone(), n.output[0].clone());
+        let mut gc = node(
+            OP,
+            &format!("/paraforge/beam_gather/{present}"),
+            &[&past, &new, PARENTS],
+            &[&present],
+            vec![],
+        );
+        gc.domain = Some(DOMAIN.into());
+        g.node[i] = gc;
+    }
+    g.input.push(tensor_info(PARENTS, DataType::Int64, &["rows"]));
+    // The past now has the last call's rows, not this call's; shapes the
+    // exporter recorded in between no longer hold (ONNX Runtime infers them).
+    for i in &mut g.input {
+        let name = i.name.as_deref().unwrap_or("");
+        if !(name.starts_with("past_key_values.") && name.contains(".decoder.")) {
+            continue;
+        }
+        if let Some(Value::TensorType(t)) = i.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+            if let Some(dim) = t.shape.as_mut().and_then(|s| s.dim.first_mut()) {
+                dim.value = Some(dimension::Value::DimParam("previous_rows".into()));
+            }
+        }
+    }
+    g.value_info.clear();
+    m.opset_import.push(OperatorSetIdProto {
+        domain: Some(DOMAIN.into()),
+        version: Some(1),
+    });
+    true
+}
+
+/// The node appending the new step to `past` as `present`, when it is the
+/// export's two-input Concat on the time axis.
+fn appends(g: &GraphProto, past: &str, present: &str) -> Option<usize> {
+    let i = g
+        .node
+        .iter()
+        .position(|n| n.output.iter().any(|o| o == present))?;
+    let n = &g.node[i];
+    let axis = n
+        .attribute
+        .iter()
+        .find(|a| a.name.as_deref() == Some("axis"))
+        .and_then(|a| a.i);
+    (op(n) == "Concat"
+        && n.domain.as_deref().unwrap_or("").is_empty()
+        && matches!(axis, Some(-2) | Some(2))
+        && n.input.len() == 2
+        && n.input[0] == past
+        && n.output.len() == 1)
+        .then_some(i)
+}
+
+/// Whether every reader of `past` other than node `concat` is a `Shape`
+/// (whole) whose result only feeds `Gather`s of index 2 or -2.
+fn only_time_length_read(g: &GraphProto, past: &str, concat: usize) -> bool {
+    let consts = constants(g);
+    g.node.iter().enumerate().all(|(i, n)| {
+        if i == concat || !n.input.iter().any(|x| x == past) {
+            return true;
+        }
+        if op(n) != "Shape" || !n.attribute.is_empty() || n.output.len() != 1 {
+            return false;
+        }
+        let shape = &n.output[0];
+        g.node
+            .iter()
+            .filter(|u| u.input.iter().any(|x| x == shape))
+            .all(|u| {
+                op(u) == "Gather"
+                    && u.input.first() == Some(shape)
+                    && u.input
+                        .get(1)
+                        .and_then(|x| consts.get(x.as_str()))
+                        .is_some_and(|&v| v == 2 || v == -2)
+            })
+            && !g.output.iter().any(|o| o.name.as_ref() == Some(shape))
+    })
+}
+
+/// Scalar (or one-element) int64 constants by name: initializers and
+/// `Constant` nodes.
+fn constants(g: &GraphProto) -> HashMap<&str, i64> {
+    let mut out = HashMap::new();
+    let value = |t: &TensorProto| -> Option<i64> {
+        if t.data_type != Some(DataType::Int64 as i32) || t.dims.iter().product::<i64>() != 1 {
+            return None;
+        }
+        match (&t.int64_data[..], t.raw_data.as_deref()) {
+            ([v], _) => Some(*v),
+            ([], Some(raw)) if raw.len() == 8 => Some(i64::from_le_bytes(raw.try_into().ok()?)),
+            _ => None,
+        }
+    };
+    for t in &g.initializer {
+        if let (Some(name), Some(v)) = (t.name.as_deref(), value(t)) {
+            out.insert(name, v);
+        }
+    }
+    for n in g.node.iter().filter(|n| op(n) == "Constant") {
+        let v = n
+            .attribute
+            .iter()
+            .find(|a| a.name.as_deref() == Some("value"))
+            .and_then(|a| a.t.as_ref())
+            .and_then(value);
+        if let (Some(name), Some(v)) = (n.output.first(), v) {
+            out.insert(name.as_str(), v);
+        }
+    }
+    out
+}
+
+/// The custom-operator domain the rewritten graph needs.
+pub(crate) fn operators() -> ort::Result<OperatorDomain> {
+    OperatorDomain::new(DOMAIN)?.add(GatherConcat)
+}
+
+struct GatherConcat;
+
+impl Operator for GatherConcat {
+    type Kernel<'attr> = BoxedKernel<'attr>;
+
+    fn name(&self) -> &str {
+        OP
+    }
+
+    fn inputs(&self) -> impl IntoIterator<Item = OperatorInput> {
+        [
+            OperatorInput::required(TensorElementType::Float32),
+            OperatorInput::required(TensorElementType::Float32),
+            OperatorInput::required(TensorElementType::Int64),
+        ]
+    }
+
+    fn outputs(&self) -> impl IntoIterator<Item = OperatorOutput> {
+        [OperatorOutput::required(TensorElementType::Float32)]
+    }
+
+    fn create_kernel<'attr>(&self, _: &KernelContext<'attr>) -> ort::Result<Self::Kernel<'attr>> {
+        Ok(Box::new(|ctx: &ComputeContext| {
+            let missing = || ort::Error::new("GatherConcat: an input is missing");
+            let past = ctx.input(0)?.ok_or_else(missing)?;
+            let new = ctx.input(1)?.ok_or_else(missing)?;
+            let parents = ctx.input(2)?.ok_or_else(missing)?;
+            let (ps, past) = past.try_extract_tensor::<f32>()?;
+            let (ns, new) = new.try_extract_tensor::<f32>()?;
+            let (_, parents) = parents.try_extract_tensor::<i64>()?;
+            let dims = |s: &[i64]| -> Option<[usize; 4]> {
+                let v: Vec<usize> = s.iter().map(|&d| usize::try_from(d).ok()).collect::<Option<_>>()?;
+                v.try_into().ok()
+            };
+            let (Some(ps), Some(ns)) = (dims(ps), dims(ns)) else {
+                return Err(ort::Error::new(format!(
+                    "GatherConcat: past {ps:?} and new {ns:?} must be 4-d"
+                )));
+            };
+            let shape = out_shape(ps, ns, parents).map_err(ort::Error::new)?;
+            let mut out = ctx
+                .output(0, shape.iter().map(|&d| d as i64).collect::<Vec<_>>())?
+                .ok_or_else(|| ort::Error::new("GatherConcat: no output"))?;
+            let (_, out) = out.try_extract_tensor_mut::<f32>()?;
+            // Rows over ONNX Runtime's intra-op threads (inline with one):
+            // each writes only its own part of the output.
+            let row_len = shape[1] * shape[2] * shape[3];
+            let base = RowsOut(out.as_mut_ptr());
+            ctx.par_for(parents.len(), ROW_BATCHES, |r| {
+                // SAFETY: `out` holds parents.len() rows of row_len values
+                // (ONNX Runtime allocated it to `shape` above); row r is
+                // written by this call only, and par_for returns after all.
+                let row = unsafe {
+                    std::slice::from_raw_parts_mut(base.row(r * row_len), row_len)
+                };
+                gather_concat_row(past, ps, new, parents[r] as usize, r, row);
+            })?;
+            Ok(())
+        }))
+    }
+}
+
+/// Chunks of rows handed to ONNX Runtime's pool: a few per thread, as a
+/// row is a few tens of kilobytes.
+const ROW_BATCHES: usize = 8;
+
+/// The output's base pointer, shared with the pool's threads.
+struct RowsOut(*mut f32);
+
+impl RowsOut {
+    /// A method rather than the field, so that closures capture the whole
+    /// (Sync) wrapper.
+    fn row(&self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
+    }
+}
+
+// SAFETY: the threads write disjoint rows (see the kernel).
+unsafe impl Sync for RowsOut {}
+unsafe impl Send for RowsOut {}
+
+/// The output's shape, or why the inputs do not fit together.
+fn out_shape(past: [usize; 4], new: [usize; 4], parents: &[i64]) -> Result<[usize; 4], String> {
+    let [rows_before, h, t, d] = past;
+    let [rows, nh, one, nd] = new;
+    if (nh, one, nd) != (h, 1, d) || parents.len() != rows {
+        return Err(format!(
+            "GatherConcat: past {past:?}, new {new:?} and {} parents do not fit together",
+            parents.len()
+        ));
+    }
+    if let Some(p) = parents
+        .iter()
+        .find(|&&p| usize::try_from(p).map_or(true, |p| p >= rows_before))
+    {
+        return Err(format!(
+            "GatherConcat: parent {p} is not one of the {rows_before} past rows"
+        ));
+    }
+    Ok([rows, h, t + 1, d])
+}
+
+/// Row `r` of the output, `concat(past[p], new[r])` along the time axis;
+/// shapes checked by [`out_shape`].
+fn gather_concat_row(past: &[f32], ps: [usize; 4], new: &[f32], p: usize, r: usize, out: &mut [f32]) {
+    let [_, h, t, d] = ps;
+    let (past_head, out_head) = (t * d, (t + 1) * d);
+    for j in 0..h {
+        let o = &mut out[j * out_head..(j + 1) * out_head];
+        let src = (p * h + j) * past_head;
+        o[..past_head].copy_from_slice(&past[src..src + past_head]);
+        o[past_head..].copy_from_slice(&new[(r * h + j) * d..(r * h + j + 1) * d]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+    use std::path::PathBuf;
+
+    fn model(dir: &str, file: &str) -> ModelProto {
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../models")
+            .join(dir)
+            .join(file);
+        let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        ModelProto::decode(&bytes[..]).unwrap()
+    }
+
+    #[test]
+    fn a_gather_then_append_in_one_pass() {
+        // Past: 3 rows, 2 heads, 2 steps, dim 1; value = 10 * row + 2 * head + step.
+        let past: Vec<f32> = (0..3)
+            .flat_map(|r| (0..2).flat_map(move |h| (0..2).map(move |s| (10 * r + 2 * h + s) as f32)))
+            .collect();
+        let new: Vec<f32> = (0..4 * 2).map(|i| 100.0 + i as f32).collect();
+        let parents = [2, 0, 0, 1];
+        let shape = out_shape([3, 2, 2, 1], [4, 2, 1, 1], &parents).unwrap();
+        assert_eq!(shape, [4, 2, 3, 1]);
+        let mut out = vec![0.0; 4 * 2 * 3];
+        for (r, row) in out.chunks_mut(2 * 3).enumerate() {
+            gather_concat_row(&past, [3, 2, 2, 1], &new, parents[r] as usize, r, row);
+        }
+        #[rustfmt::skip]
+        let want = [
+            20.0, 21.0, 100.0, 22.0, 23.0, 101.0,
+            0.0, 1.0, 102.0, 2.0, 3.0, 103.0,
+            0.0, 1.0, 104.0, 2.0, 3.0, 105.0,
+            10.0, 11.0, 106.0, 12.0, 13.0, 107.0,
+        ];
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn parents_and_shapes_that_do_not_fit_are_errors() {
+        let e = out_shape([3, 2, 2, 1], [2, 2, 1, 1], &[0, 3]).unwrap_err();
+        assert!(e.contains("parent 3 is not one of the 3 past rows"), "{e}");
+        assert!(out_shape([3, 2, 2, 1], [2, 2, 1, 1], &[0, -1]).is_err());
+        assert!(out_shape([3, 2, 2, 1], [2, 2, 1, 1], &[0]).is_err());
+        assert!(out_shape([3, 2, 2, 1], [2, 3, 1, 1], &[0, 1]).is_err());
+        assert!(out_shape([3, 2, 2, 1], [2, 2, 2, 1], &[0, 1]).is_err());
+    }
+
+    #[test]
+    fn exports_and_bundled_graphs_are_rewritten() {
+        for (dir, file, layers) in [
+            ("tiny-cs-en", "decoder_with_past_model.onnx", 2),
+            ("tiny-cs-en", "decoder_with_past_model_quantized.onnx", 2),
+            ("demo-cs-en", "decoder_with_past_model_quantized.onnx", 3),
+        ] {
+            let mut m = model(dir, file);
+            assert!(in_graph(&mut m, layers), "{dir}/{file}");
+            let g = m.graph.as_ref().unwrap();
+            let ops = g.node.iter().filter(|n| op(n) == OP).count();
+            assert_eq!(ops, 2 * layers, "{dir}/{file}");
+            assert!(g.input.iter().any(|i| i.name.as_deref() == Some(PARENTS)));
+            // Rewriting twice is refused, not stacked.
+            assert!(!in_graph(&mut m, layers));
+        }
+    }
+
+    #[test]
+    fn graphs_without_the_pattern_are_left_alone() {
+        for (dir, file, layers) in [
+            // The merged decoder keeps its layers inside If branches.
+            ("tiny-cs-en", "decoder_model_merged.onnx", 2),
+            // A layer count beyond the graph's.
+            ("tiny-cs-en", "decoder_with_past_model.onnx", 3),
+        ] {
+            let mut m = model(dir, file);
+            let before = m.encode_to_vec();
+            assert!(!in_graph(&mut m, layers), "{dir}/{file}");
+            assert_eq!(m.encode_to_vec(), before, "{dir}/{file} changed");
+        }
+        // A past read for its rows (dimension 0) cannot take the last call's rows.
+        let mut m = model("tiny-cs-en", "decoder_with_past_model.onnx");
+        let g = m.graph.as_mut().unwrap();
+        let shape = g
+            .node
+            .iter()
+            .find(|n| op(n) == "Shape" && n.input[0].contains(".decoder."))
+            .map(|n| n.output[0].clone())
+            .unwrap();
+        g.initializer.push(crate::onnx_graph::int64s("/test/zero", &[0]));
+        g.initializer.last_mut().unwrap().dims.clear();
+        g.node
+            .push(node("Gather", "/test/rows", &[&shape, "/test/zero"], &["/test/rows"], vec![]));
+        assert!(!in_graph(&mut m, 2));
+    }
+
+    /// For the first check to mean something, a graph that reads the past
+    /// only for its time length must exist among the fixtures.
+    #[test]
+    fn the_fixtures_read_the_past_for_its_time_length() {
+        let m = model("tiny-cs-en", "decoder_with_past_model.onnx");
+        let g = m.graph.as_ref().unwrap();
+        assert!(g
+            .node
+            .iter()
+            .any(|n| op(n) == "Shape" && n.input[0] == "past_key_values.0.decoder.key"));
+    }
+}
