@@ -769,3 +769,54 @@ fn attending_to_the_source_once_per_sentence_computes_what_the_export_does() {
         );
     }
 }
+
+#[test]
+fn reordering_inside_the_decoder_call_gives_the_engines_reorder_to_the_bit() {
+    let sentences: Vec<String> = std::fs::read_to_string(data("parity-cs.txt"))
+        .unwrap()
+        .lines()
+        .take(40)
+        .map(String::from)
+        .collect();
+    for (num_beams, quantized) in [(12, false), (4, true), (1, false)] {
+        // Batches of 16 that shrink as sentences finish, so parents also
+        // drop rows, not only permute them.
+        let o = GenerateOptions {
+            num_beams,
+            max_new_tokens: Some(24),
+            batch_size: 16,
+            ..GenerateOptions::default()
+        };
+        let run = |in_engine| {
+            let mut t = load(&LoadOptions {
+                reorder_in_engine: in_engine,
+                quantized,
+                ..LoadOptions::default()
+            });
+            assert_eq!(t.reorders_in_graph(), !in_engine);
+            let out = t.translate(&sentences, &o).unwrap();
+            let p = t.profile();
+            (out, p.decoder_rows, p.decoder_calls)
+        };
+        let (graph, engine) = (run(false), run(true));
+        let what = format!("beam {num_beams}, int8 {quantized}");
+        assert_eq!(
+            (graph.1, graph.2),
+            (engine.1, engine.2),
+            "{what}: rows and calls"
+        );
+        for (i, (a, b)) in graph.0.iter().zip(&engine.0).enumerate() {
+            assert_eq!(a.tokens, b.tokens, "{what}, sentence {i}");
+            assert_eq!(a.score.to_bits(), b.score.to_bits(), "{what}, sentence {i}");
+        }
+    }
+}
+
+#[test]
+fn caches_on_the_device_path_are_reordered_there_not_in_the_graph() {
+    let t = load(&LoadOptions {
+        io_binding: true,
+        ..LoadOptions::default()
+    });
+    assert!(!t.reorders_in_graph());
+}

@@ -291,10 +291,14 @@ def main_natural(args) -> None:
         # The export's graph as it is (no per-sentence cross-attention).
         "paraforge-int8-per-beam": (DEMO_CACHE / "onnx", True, same + ("--cross-attention-per-beam",)),
         "paraforge-int8-transformers-rule": (DEMO_CACHE / "onnx", True, ()),
+        # The self-attention cache reordered by the engine after each call
+        # (before 2026-11-26) instead of inside it (nmt/src/beam_gather.rs).
+        "paraforge-int8-reorder-in-engine": (DEMO_CACHE / "onnx", True, same + ("--reorder-in-engine",)),
     }
     engines = args.engines.split(",") if args.engines_given else \
         ["paraforge", "paraforge-fp32", "paraforge-int8", "paraforge-int8-per-beam",
-         "paraforge-int8-transformers-rule", "ct2-fp32", "ct2-int8", "paraforge-int8-split", "ct2-int8-split"]
+         "paraforge-int8-transformers-rule", "paraforge-int8-reorder-in-engine", "ct2-fp32", "ct2-int8",
+         "paraforge-int8-split", "ct2-int8-split"]
     # "-split": the threads as parallel single-threaded decoders on
     # different batches instead (CTranslate2's inter_threads, paraforge's
     # --streams).
@@ -350,6 +354,8 @@ def main_natural(args) -> None:
         "ct2-int8": f"CTranslate2 {ctranslate2.__version__} int8",
         "paraforge-int8-per-beam": "paraforge, dynamic int8 export, graph as exported (--cross-attention-per-beam)",
         "paraforge-int8-transformers-rule": "paraforge, dynamic int8 export, transformers' stopping rule",
+        "paraforge-int8-reorder-in-engine": "paraforge, dynamic int8 export, cache reordered by the engine "
+                                            "(--reorder-in-engine)",
     }
     for e in engines:
         if e.endswith("-split") and e.removesuffix("-split") in label:
@@ -368,7 +374,18 @@ def main_natural(args) -> None:
         r2 = f"{rows['paraforge-fp32']['sentences_per_second'] / v:.2f}" if "paraforge-fp32" in rows else "-"
         print(f"| {label.get(e, e)} | {v:.2f} | {r1} | {r2} | {rows[e]['identical_to_paraforge']}/{len(sents)} | "
               f"{rows[e]['identical_to_paraforge_fp32']}/{len(sents)} |")
+    # The comparisons the goal is about, per repeat (the engines ran
+    # interleaved, so a repeat's ratio compares like with like).
+    ratios = {}
+    for a, b in [("paraforge-int8", "ct2-int8"), ("paraforge-int8-split", "ct2-int8-split"),
+                 ("paraforge-fp32", "ct2-fp32"), ("paraforge-int8", "paraforge-int8-reorder-in-engine")]:
+        if a in rows and b in rows:
+            per = [tb / ta for ta, tb in zip(times[a], times[b])]
+            med = rows[a]["sentences_per_second"] / rows[b]["sentences_per_second"]
+            ratios[f"{a} / {b}"] = {"median": med, "repeats": per}
+            print(f"{a} / {b}: {med:.2f}x (repeats {min(per):.2f}-{max(per):.2f}x)")
     out = {"mode": "natural", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "ratios": ratios,
            "sentences": len(sents), "threads": args.threads, "batch_size": args.batch_size, "beam": 12,
            "max_length": max_length, "repeats": args.repeats, "ctranslate2": ctranslate2.__version__,
            "engines": rows}

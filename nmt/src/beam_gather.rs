@@ -76,7 +76,8 @@ pub(crate) fn in_graph(m: &mut ModelProto, layers: usize) -> bool {
         gc.domain = Some(DOMAIN.into());
         g.node[i] = gc;
     }
-    g.input.push(tensor_info(PARENTS, DataType::Int64, &["rows"]));
+    g.input
+        .push(tensor_info(PARENTS, DataType::Int64, &["rows"]));
     // The past now has the last call's rows, not this call's; shapes the
     // exporter recorded in between no longer hold (ONNX Runtime infers them).
     for i in &mut g.input {
@@ -216,7 +217,10 @@ impl Operator for GatherConcat {
             let (ns, new) = new.try_extract_tensor::<f32>()?;
             let (_, parents) = parents.try_extract_tensor::<i64>()?;
             let dims = |s: &[i64]| -> Option<[usize; 4]> {
-                let v: Vec<usize> = s.iter().map(|&d| usize::try_from(d).ok()).collect::<Option<_>>()?;
+                let v: Vec<usize> = s
+                    .iter()
+                    .map(|&d| usize::try_from(d).ok())
+                    .collect::<Option<_>>()?;
                 v.try_into().ok()
             };
             let (Some(ps), Some(ns)) = (dims(ps), dims(ns)) else {
@@ -237,9 +241,7 @@ impl Operator for GatherConcat {
                 // SAFETY: `out` holds parents.len() rows of row_len values
                 // (ONNX Runtime allocated it to `shape` above); row r is
                 // written by this call only, and par_for returns after all.
-                let row = unsafe {
-                    std::slice::from_raw_parts_mut(base.row(r * row_len), row_len)
-                };
+                let row = unsafe { std::slice::from_raw_parts_mut(base.row(r * row_len), row_len) };
                 gather_concat_row(past, ps, new, parents[r] as usize, r, row);
             })?;
             Ok(())
@@ -278,7 +280,7 @@ fn out_shape(past: [usize; 4], new: [usize; 4], parents: &[i64]) -> Result<[usiz
     }
     if let Some(p) = parents
         .iter()
-        .find(|&&p| usize::try_from(p).map_or(true, |p| p >= rows_before))
+        .find(|&&p| !usize::try_from(p).is_ok_and(|p| p < rows_before))
     {
         return Err(format!(
             "GatherConcat: parent {p} is not one of the {rows_before} past rows"
@@ -289,7 +291,14 @@ fn out_shape(past: [usize; 4], new: [usize; 4], parents: &[i64]) -> Result<[usiz
 
 /// Row `r` of the output, `concat(past[p], new[r])` along the time axis;
 /// shapes checked by [`out_shape`].
-fn gather_concat_row(past: &[f32], ps: [usize; 4], new: &[f32], p: usize, r: usize, out: &mut [f32]) {
+fn gather_concat_row(
+    past: &[f32],
+    ps: [usize; 4],
+    new: &[f32],
+    p: usize,
+    r: usize,
+    out: &mut [f32],
+) {
     let [_, h, t, d] = ps;
     let (past_head, out_head) = (t * d, (t + 1) * d);
     for j in 0..h {
@@ -319,7 +328,9 @@ mod tests {
     fn a_gather_then_append_in_one_pass() {
         // Past: 3 rows, 2 heads, 2 steps, dim 1; value = 10 * row + 2 * head + step.
         let past: Vec<f32> = (0..3)
-            .flat_map(|r| (0..2).flat_map(move |h| (0..2).map(move |s| (10 * r + 2 * h + s) as f32)))
+            .flat_map(|r| {
+                (0..2).flat_map(move |h| (0..2).map(move |s| (10 * r + 2 * h + s) as f32))
+            })
             .collect();
         let new: Vec<f32> = (0..4 * 2).map(|i| 100.0 + i as f32).collect();
         let parents = [2, 0, 0, 1];
@@ -389,10 +400,16 @@ mod tests {
             .find(|n| op(n) == "Shape" && n.input[0].contains(".decoder."))
             .map(|n| n.output[0].clone())
             .unwrap();
-        g.initializer.push(crate::onnx_graph::int64s("/test/zero", &[0]));
+        g.initializer
+            .push(crate::onnx_graph::int64s("/test/zero", &[0]));
         g.initializer.last_mut().unwrap().dims.clear();
-        g.node
-            .push(node("Gather", "/test/rows", &[&shape, "/test/zero"], &["/test/rows"], vec![]));
+        g.node.push(node(
+            "Gather",
+            "/test/rows",
+            &[&shape, "/test/zero"],
+            &["/test/rows"],
+            vec![],
+        ));
         assert!(!in_graph(&mut m, 2));
     }
 

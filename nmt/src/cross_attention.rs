@@ -26,8 +26,7 @@
 //! graph is left as it is and the engine feeds expanded caches.
 
 use crate::onnx_graph::onnx::{
-    tensor_shape_proto::dimension, type_proto::Value, GraphProto,
-    ModelProto, NodeProto,
+    tensor_shape_proto::dimension, type_proto::Value, GraphProto, ModelProto, NodeProto,
 };
 use crate::onnx_graph::{int64s, ints_attr, node, op, swaps_last_two};
 
@@ -316,7 +315,13 @@ mod tests {
     fn graphs_without_the_pattern_are_left_alone() {
         // The merged decoder keeps its layers inside If branches; a layer
         // count beyond the graph's.
-        assert!(!per_sentence(&mut model("tiny-cs-en", "decoder_model_merged.onnx"), 2));
-        assert!(!per_sentence(&mut model("tiny-cs-en", "decoder_with_past_model.onnx"), 3));
+        assert!(!per_sentence(
+            &mut model("tiny-cs-en", "decoder_model_merged.onnx"),
+            2
+        ));
+        assert!(!per_sentence(
+            &mut model("tiny-cs-en", "decoder_with_past_model.onnx"),
+            3
+        ));
     }
 }

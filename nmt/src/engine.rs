@@ -23,10 +23,10 @@ use crate::error::NmtError;
 use crate::onnx_graph;
 use crate::runtime::{builder, onnx_error, session, DecoderLayout, Device, LoadOptions};
 use crate::search::{Finished, Settings};
-use prost::Message;
 use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor};
+use prost::Message;
 
 enum Decoder {
     /// `decoder_model.onnx` for the first step, `decoder_with_past_model.onnx` after.

@@ -280,6 +280,13 @@ impl Translator {
         self.graphs[0].cross_per_sentence
     }
 
+    /// Whether the decoder call reorders the self-attention cache by beam
+    /// parent itself (its graph was rewritten at load; see
+    /// `LoadOptions::reorder_in_engine`).
+    pub fn reorders_in_graph(&self) -> bool {
+        self.graphs[0].beam_gather
+    }
+
     /// The ONNX files in use, for checksums and provenance.
     pub fn model_files(&self) -> &[PathBuf] {
         &self.graphs[0].files

@@ -24,9 +24,12 @@ use onnx::{
 /// load only by path).
 pub(crate) fn in_memory(bytes: &[u8]) -> Option<ModelProto> {
     let m = ModelProto::decode(bytes).ok()?;
-    let external = m.graph.as_ref()?.initializer.iter().any(|t| {
-        t.data_location == Some(onnx::tensor_proto::DataLocation::External as i32)
-    });
+    let external = m
+        .graph
+        .as_ref()?
+        .initializer
+        .iter()
+        .any(|t| t.data_location == Some(onnx::tensor_proto::DataLocation::External as i32));
     (!external).then_some(m)
 }
 
