@@ -288,7 +288,7 @@ def main_natural(args) -> None:
         "paraforge": (DEMO, False, same),
         "paraforge-fp32": (DEMO_CACHE / "onnx", False, same),
         "paraforge-int8": (DEMO_CACHE / "onnx", True, same),
-        # The export's graph as it is (no per-sentence cross-attention).
+        # Cross-attention once per beam, as the export does it.
         "paraforge-int8-per-beam": (DEMO_CACHE / "onnx", True, same + ("--cross-attention-per-beam",)),
         "paraforge-int8-transformers-rule": (DEMO_CACHE / "onnx", True, ()),
         # The self-attention cache reordered by the engine after each call
@@ -352,7 +352,7 @@ def main_natural(args) -> None:
         "paraforge-int8": "paraforge, dynamic int8 export of the rebuilt checkpoint (--quantized)",
         "ct2-fp32": f"CTranslate2 {ctranslate2.__version__} fp32",
         "ct2-int8": f"CTranslate2 {ctranslate2.__version__} int8",
-        "paraforge-int8-per-beam": "paraforge, dynamic int8 export, graph as exported (--cross-attention-per-beam)",
+        "paraforge-int8-per-beam": "paraforge, dynamic int8 export, cross-attention once per beam as exported (--cross-attention-per-beam)",
         "paraforge-int8-transformers-rule": "paraforge, dynamic int8 export, transformers' stopping rule",
         "paraforge-int8-reorder-in-engine": "paraforge, dynamic int8 export, cache reordered by the engine "
                                             "(--reorder-in-engine)",

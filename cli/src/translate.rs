@@ -76,9 +76,9 @@ pub struct Args {
     /// (always on with --device cuda).
     #[arg(long)]
     io_binding: bool,
-    /// Run the model's decoder graph as exported, attending to the source
-    /// once per beam (by default it is rewritten at load to attend once per
-    /// sentence, which is faster and computes the same)
+    /// Attend to the source once per beam, as the export does (by default
+    /// the decoder graph is rewritten at load to attend once per sentence,
+    /// which is faster and computes the same)
     #[arg(long)]
     cross_attention_per_beam: bool,
     /// Reorder the self-attention cache by beam parent in a copy of its own

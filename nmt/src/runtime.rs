@@ -64,9 +64,9 @@ pub struct LoadOptions {
     /// (I/O binding, reorder on the device). Always on for CUDA; on CPU it
     /// exercises the same path (the tests run it there).
     pub io_binding: bool,
-    /// Run the export's decoder-with-past graph as it is, attending to the
-    /// encoder once per beam, instead of rewriting it to attend once per
-    /// sentence (`cross_attention.rs`); for comparison and as a way out.
+    /// Attend to the encoder once per beam, as the export does, instead of
+    /// rewriting the decoder-with-past graph to attend once per sentence
+    /// (`cross_attention.rs`); for comparison and as a way out.
     pub cross_attention_per_beam: bool,
     /// Reorder the self-attention cache by beam parent in the engine, a
     /// copy of its own, instead of inside the decoder call
