@@ -778,7 +778,8 @@ fn reordering_inside_the_decoder_call_gives_the_engines_reorder_to_the_bit() {
         .take(40)
         .map(String::from)
         .collect();
-    for (num_beams, quantized) in [(12, false), (4, true), (1, false)] {
+    // (beams, int8, intra-op threads: 2 runs the op's rows on the pool).
+    for (num_beams, quantized, threads) in [(12, false, 2), (4, true, 1), (1, false, 1)] {
         // Batches of 16 that shrink as sentences finish, so parents also
         // drop rows, not only permute them.
         let o = GenerateOptions {
@@ -791,6 +792,7 @@ fn reordering_inside_the_decoder_call_gives_the_engines_reorder_to_the_bit() {
             let mut t = load(&LoadOptions {
                 reorder_in_engine: in_engine,
                 quantized,
+                threads,
                 ..LoadOptions::default()
             });
             assert_eq!(t.reorders_in_graph(), !in_engine);
@@ -804,6 +806,13 @@ fn reordering_inside_the_decoder_call_gives_the_engines_reorder_to_the_bit() {
             (graph.1, graph.2),
             (engine.1, engine.2),
             "{what}: rows and calls"
+        );
+        // Sentences of a batch ended at different steps, so rows left.
+        let lengths: std::collections::HashSet<usize> =
+            graph.0.iter().map(|t| t.tokens.len()).collect();
+        assert!(
+            lengths.len() > 1,
+            "{what}: every sentence ran to the same length"
         );
         for (i, (a, b)) in graph.0.iter().zip(&engine.0).enumerate() {
             assert_eq!(a.tokens, b.tokens, "{what}, sentence {i}");

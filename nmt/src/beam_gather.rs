@@ -46,7 +46,14 @@ pub(crate) fn in_graph(m: &mut ModelProto, layers: usize) -> bool {
     let Some(g) = m.graph.as_mut() else {
         return false;
     };
-    if layers == 0 || g.input.iter().any(|i| i.name.as_deref() == Some(PARENTS)) {
+    // A subgraph (If, Loop, Scan) could read the past by its outer name,
+    // unseen by the checks below.
+    let subgraphs = g.node.iter().any(|n| {
+        n.attribute
+            .iter()
+            .any(|a| a.g.is_some() || !a.graphs.is_empty())
+    });
+    if layers == 0 || subgraphs || g.input.iter().any(|i| i.name.as_deref() == Some(PARENTS)) {
         return false;
     }
     let mut concats = Vec::with_capacity(2 * layers);
@@ -54,6 +61,10 @@ pub(crate) fn in_graph(m: &mut ModelProto, layers: usize) -> bool {
         for part in ["key", "value"] {
             let past = format!("past_key_values.{l}.decoder.{part}");
             let present = format!("present.{l}.decoder.{part}");
+            // The kernel takes float32 caches of rank 4.
+            if !float_rank4(g, &past) {
+                return false;
+            }
             let Some(i) = appends(g, &past, &present) else {
                 return false;
             };
@@ -79,7 +90,8 @@ pub(crate) fn in_graph(m: &mut ModelProto, layers: usize) -> bool {
     g.input
         .push(tensor_info(PARENTS, DataType::Int64, &["rows"]));
     // The past now has the last call's rows, not this call's; shapes the
-    // exporter recorded in between no longer hold (ONNX Runtime infers them).
+    // exporter recorded in between no longer hold. (The op infers no shapes:
+    // ONNX Runtime takes those below it from the tensors at run time.)
     for i in &mut g.input {
         let name = i.name.as_deref().unwrap_or("");
         if !(name.starts_with("past_key_values.") && name.contains(".decoder.")) {
@@ -97,6 +109,21 @@ pub(crate) fn in_graph(m: &mut ModelProto, layers: usize) -> bool {
         version: Some(1),
     });
     true
+}
+
+/// Whether graph input `name` is declared a float32 tensor of rank 4.
+fn float_rank4(g: &GraphProto, name: &str) -> bool {
+    g.input
+        .iter()
+        .find(|i| i.name.as_deref() == Some(name))
+        .and_then(|i| i.r#type.as_ref()?.value.as_ref())
+        .is_some_and(|v| match v {
+            Value::TensorType(t) => {
+                t.elem_type == Some(DataType::Float as i32)
+                    && t.shape.as_ref().is_some_and(|s| s.dim.len() == 4)
+            }
+            _ => false,
+        })
 }
 
 /// The node appending the new step to `past` as `present`, when it is the
@@ -236,6 +263,12 @@ impl Operator for GatherConcat {
             // Rows over ONNX Runtime's intra-op threads (inline with one):
             // each writes only its own part of the output.
             let row_len = shape[1] * shape[2] * shape[3];
+            if out.len() != parents.len() * row_len {
+                return Err(ort::Error::new(format!(
+                    "GatherConcat: an output of {} values for shape {shape:?}",
+                    out.len()
+                )));
+            }
             let base = RowsOut(out.as_mut_ptr());
             ctx.par_for(parents.len(), ROW_BATCHES, |r| {
                 // SAFETY: `out` holds parents.len() rows of row_len values
@@ -249,8 +282,9 @@ impl Operator for GatherConcat {
     }
 }
 
-/// Chunks of rows handed to ONNX Runtime's pool: a few per thread, as a
-/// row is a few tens of kilobytes.
+/// The rows are cut into this many chunks for ONNX Runtime's pool (its
+/// `num_batch`: at most this many run at once, whatever the thread count);
+/// a row is a few tens of kilobytes.
 const ROW_BATCHES: usize = 8;
 
 /// The output's base pointer, shared with the pool's threads.
@@ -266,7 +300,6 @@ impl RowsOut {
 
 // SAFETY: the threads write disjoint rows (see the kernel).
 unsafe impl Sync for RowsOut {}
-unsafe impl Send for RowsOut {}
 
 /// The output's shape, or why the inputs do not fit together.
 fn out_shape(past: [usize; 4], new: [usize; 4], parents: &[i64]) -> Result<[usize; 4], String> {
@@ -411,6 +444,67 @@ mod tests {
             vec![],
         ));
         assert!(!in_graph(&mut m, 2));
+    }
+
+    /// Each precondition, broken on its own in a graph that otherwise
+    /// passes, makes the rewrite refuse and leave the graph as it was.
+    #[test]
+    fn each_broken_precondition_is_refused() {
+        type Break = fn(&mut GraphProto);
+        let breaks: [(&str, Break); 5] = [
+            ("a Concat on another axis", |g| {
+                let n = g
+                    .node
+                    .iter_mut()
+                    .find(|n| n.output.iter().any(|o| o == "present.0.decoder.key"))
+                    .unwrap();
+                n.attribute[0].i = Some(1);
+            }),
+            ("a Shape of part of the past", |g| {
+                let n = g
+                    .node
+                    .iter_mut()
+                    .find(|n| op(n) == "Shape" && n.input[0] == "past_key_values.0.decoder.key")
+                    .unwrap();
+                n.attribute.push(crate::onnx_graph::int_attr("start", 1));
+            }),
+            ("another reader of the past", |g| {
+                g.node.push(node(
+                    "Identity",
+                    "/test/id",
+                    &["past_key_values.0.decoder.key"],
+                    &["/test/id"],
+                    vec![],
+                ));
+            }),
+            ("a half-precision past", |g| {
+                let i = g
+                    .input
+                    .iter_mut()
+                    .find(|i| i.name.as_deref() == Some("past_key_values.1.decoder.value"))
+                    .unwrap();
+                if let Some(Value::TensorType(t)) = i.r#type.as_mut().and_then(|t| t.value.as_mut())
+                {
+                    t.elem_type = Some(DataType::Float16 as i32);
+                }
+            }),
+            ("a subgraph, which could read the past unseen", |g| {
+                let mut a = crate::onnx_graph::int_attr("then_branch", 0);
+                a.g = Some(GraphProto::default());
+                g.node[0].attribute.push(a);
+            }),
+        ];
+        assert!(in_graph(
+            &mut model("tiny-cs-en", "decoder_with_past_model.onnx"),
+            2
+        ));
+        for (what, f) in breaks {
+            let mut m = model("tiny-cs-en", "decoder_with_past_model.onnx");
+            f(m.graph.as_mut().unwrap());
+            let before = m.encode_to_vec();
+            assert!(!in_graph(&mut m, 2), "{what}: rewritten");
+            assert_eq!(m.encode_to_vec(), before, "{what}: changed");
+        }
     }
 
     /// For the first check to mean something, a graph that reads the past

@@ -8,9 +8,10 @@ use rayon::prelude::*;
 use crate::error::NmtError;
 
 /// The self-attention cache fed to the next step: either the graph's
-/// own `present` outputs (when beams kept their order) or copies
-/// reordered by beam parent into buffers that are reused across steps, so
-/// that the reorder does not allocate (and fault in) fresh memory.
+/// own `present` outputs (when beams kept their order, or when the graph
+/// reorders them itself, `beam_gather.rs`) or copies reordered by beam
+/// parent into buffers that are reused across steps, so that the reorder
+/// does not allocate (and fault in) fresh memory.
 pub(crate) enum Cache {
     Ort(Vec<DynValue>),
     Own {

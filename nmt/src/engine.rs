@@ -8,8 +8,11 @@
 //! sentence where the decoder-with-past graph was rewritten to attend once
 //! per sentence (`cross_attention.rs`), else expanded once to `num_beams`
 //! rows. Later steps feed only the last token and the self-attention cache
-//! (never the whole prefix); the cache is reordered by beam parent, a copy
-//! that is skipped when the order did not change. A sentence that is done
+//! (never the whole prefix). The cache is reordered by beam parent inside
+//! the next call where the graph was rewritten for it (`beam_gather.rs`: the
+//! last call's `present` goes back in as it is, with each row's parent),
+//! else here, a copy that is skipped when the order did not change. A
+//! sentence that is done
 //! leaves the batch (the last live sentence takes its place), shrinking
 //! every later call.
 
@@ -21,6 +24,7 @@ use crate::config::ModelConfig;
 use crate::decode::{decode, DecodeScratch, Logits, StepDecoder};
 use crate::error::NmtError;
 use crate::onnx_graph;
+use crate::onnx_graph::onnx::ModelProto;
 use crate::runtime::{builder, onnx_error, session, DecoderLayout, Device, LoadOptions};
 use crate::search::{Finished, Settings};
 use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
@@ -42,7 +46,9 @@ pub struct Profile {
     pub decoder_s: f64,
     /// log-softmax, top-k and beam bookkeeping.
     pub search_s: f64,
-    /// Reordering and shrinking the KV caches (both kinds).
+    /// Reordering and shrinking the KV caches (both kinds) outside the
+    /// decoder call; a self-attention reorder inside it (`beam_gather.rs`)
+    /// counts in `decoder_s`.
     pub cache_s: f64,
     /// The part of `cache_s` spent on the cross-attention cache (expanding
     /// it to beams, dropping the rows of finished sentences).
@@ -108,7 +114,8 @@ struct Rewrites {
 
 /// The decoder-with-past session, from its graph rewritten where it has
 /// the export's patterns (each rewrite on its own), else from the file as
-/// it is.
+/// it is. Should ONNX Runtime refuse the graph with the custom op, it is
+/// loaded again without that rewrite: slower, not wrong.
 fn with_past_session(
     path: &Path,
     layers: usize,
@@ -117,30 +124,44 @@ fn with_past_session(
     let want_cross = !opts.cross_attention_per_beam;
     // Caches kept on the device are reordered there (`DeviceIo`).
     let want_gather = !opts.reorder_in_engine && opts.device == Device::Cpu && !opts.io_binding;
-    let mut model = (want_cross || want_gather)
+    let bytes = (want_cross || want_gather)
         .then(|| std::fs::read(path).ok())
-        .flatten()
-        .and_then(|bytes| onnx_graph::in_memory(&bytes));
-    let done = match model.as_mut() {
-        Some(m) => Rewrites {
-            cross_per_sentence: want_cross && crate::cross_attention::per_sentence(m, layers),
-            beam_gather: want_gather && crate::beam_gather::in_graph(m, layers),
-        },
-        None => Rewrites::default(),
+        .flatten();
+    let rewrite = |gather: bool| -> Option<(ModelProto, Rewrites)> {
+        let mut m = onnx_graph::in_memory(bytes.as_deref()?)?;
+        let done = Rewrites {
+            cross_per_sentence: want_cross && crate::cross_attention::per_sentence(&mut m, layers),
+            beam_gather: gather && crate::beam_gather::in_graph(&mut m, layers),
+        };
+        (done.cross_per_sentence || done.beam_gather).then_some((m, done))
     };
-    let Some(m) = model.filter(|_| done.cross_per_sentence || done.beam_gather) else {
-        return Ok((session(path, opts)?, done));
+    let commit = |m: &ModelProto, done: Rewrites| -> Result<Session, NmtError> {
+        let mut b = builder(path, opts)?;
+        if done.beam_gather {
+            let ops = crate::beam_gather::operators().map_err(|e| onnx_error(path, e))?;
+            b = b.with_operators(ops).map_err(|e| onnx_error(path, e))?;
+        }
+        b.commit_from_memory(&m.encode_to_vec())
+            .map_err(|e| onnx_error(path, e))
     };
-    let mut b = builder(path, opts)?;
-    if done.beam_gather {
-        let ops = crate::beam_gather::operators().map_err(|e| onnx_error(path, e))?;
-        b = b.with_operators(ops).map_err(|e| onnx_error(path, e))?;
+    let Some((m, done)) = rewrite(want_gather) else {
+        return Ok((session(path, opts)?, Rewrites::default()));
+    };
+    match commit(&m, done) {
+        Ok(s) => {
+            tracing::debug!(path = %path.display(), ?done, "decoder graph rewritten");
+            Ok((s, done))
+        }
+        Err(e) if done.beam_gather => {
+            tracing::warn!(path = %path.display(), error = %e,
+                "the graph that reorders its own cache did not load; reordering in the engine");
+            match rewrite(false) {
+                Some((m, done)) => Ok((commit(&m, done)?, done)),
+                None => Ok((session(path, opts)?, Rewrites::default())),
+            }
+        }
+        Err(e) => Err(e),
     }
-    let s = b
-        .commit_from_memory(&m.encode_to_vec())
-        .map_err(|e| onnx_error(path, e))?;
-    tracing::debug!(path = %path.display(), ?done, "decoder graph rewritten");
-    Ok((s, done))
 }
 
 impl Graphs {
@@ -670,7 +691,12 @@ impl Graphs {
             }
         }
         drop(out);
-        b.spare = b.self_kv.take_bufs();
+        // Buffers of the last engine reorder, for the next one; a cache the
+        // graph reordered itself holds none, and the pooled ones are kept.
+        let bufs = b.self_kv.take_bufs();
+        if !bufs.is_empty() {
+            b.spare = bufs;
+        }
         b.self_kv = if io.is_some() {
             Cache::Device(kv)
         } else {
