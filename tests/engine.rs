@@ -17,6 +17,15 @@ fn reference_dir() -> PathBuf {
     std::env::var_os("PARAFORGE_TEST_REFERENCE").map_or_else(|| data("reference"), PathBuf::from)
 }
 
+/// The real Czech sentences the parity references were made from.
+fn parity_sentences() -> Vec<String> {
+    std::fs::read_to_string(data("parity-cs.txt"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
 fn load(opts: &LoadOptions) -> Translator {
     Translator::load(&model_dir(), opts).unwrap_or_else(|e| panic!("loading the test model: {e}"))
 }
@@ -164,12 +173,7 @@ fn beam12_matches_transformers() {
 
 #[test]
 fn token_batches_equal_count_batches() {
-    let sentences: Vec<String> = std::fs::read_to_string(data("parity-cs.txt"))
-        .unwrap()
-        .lines()
-        .take(96)
-        .map(String::from)
-        .collect();
+    let sentences: Vec<String> = parity_sentences().into_iter().take(96).collect();
     let mut t = load(&LoadOptions::default());
     let run = |t: &mut paraforge_nmt::Translator, batch_size, batch_tokens| {
         let o = GenerateOptions {
@@ -194,12 +198,7 @@ fn token_batches_equal_count_batches() {
 #[test]
 fn merged_decoder_gives_the_split_decoders_output() {
     use paraforge_nmt::DecoderLayout;
-    let sentences: Vec<String> = std::fs::read_to_string(data("parity-cs.txt"))
-        .unwrap()
-        .lines()
-        .take(64)
-        .map(String::from)
-        .collect();
+    let sentences: Vec<String> = parity_sentences().into_iter().take(64).collect();
     let o = GenerateOptions {
         num_beams: 4,
         max_new_tokens: Some(32),
@@ -222,11 +221,7 @@ fn merged_decoder_gives_the_split_decoders_output() {
 
 #[test]
 fn int8_model_translates_close_to_fp32() {
-    let sentences: Vec<String> = std::fs::read_to_string(data("parity-cs.txt"))
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect();
+    let sentences: Vec<String> = parity_sentences();
     let o = GenerateOptions {
         num_beams: 4,
         max_new_tokens: Some(32),
@@ -302,12 +297,7 @@ fn int8_model_translates_close_to_fp32() {
 
 #[test]
 fn results_keep_input_order_whatever_the_batching() {
-    let sentences: Vec<String> = std::fs::read_to_string(data("parity-cs.txt"))
-        .unwrap()
-        .lines()
-        .step_by(5)
-        .map(String::from)
-        .collect();
+    let sentences: Vec<String> = parity_sentences().into_iter().step_by(5).collect();
     let mut t = load(&LoadOptions::default());
     let run = |t: &mut Translator, batch_size| {
         let o = GenerateOptions {
@@ -349,12 +339,7 @@ fn results_keep_input_order_whatever_the_batching() {
 /// to the bit, in input order, and every batch is decoded exactly once.
 #[test]
 fn streams_give_one_streams_output() {
-    let sentences: Vec<String> = std::fs::read_to_string(data("parity-cs.txt"))
-        .unwrap()
-        .lines()
-        .step_by(3)
-        .map(String::from)
-        .collect();
+    let sentences: Vec<String> = parity_sentences().into_iter().step_by(3).collect();
     let o = GenerateOptions {
         num_beams: 4,
         max_new_tokens: Some(32),
@@ -738,12 +723,7 @@ fn bundled_demo_models_match_their_checksums() {
 
 #[test]
 fn attending_to_the_source_once_per_sentence_computes_what_the_export_does() {
-    let sentences: Vec<String> = std::fs::read_to_string(data("parity-cs.txt"))
-        .unwrap()
-        .lines()
-        .take(48)
-        .map(String::from)
-        .collect();
+    let sentences: Vec<String> = parity_sentences().into_iter().take(48).collect();
     let o = GenerateOptions {
         num_beams: 12,
         max_new_tokens: Some(32),
@@ -772,12 +752,7 @@ fn attending_to_the_source_once_per_sentence_computes_what_the_export_does() {
 
 #[test]
 fn reordering_inside_the_decoder_call_gives_the_engines_reorder_to_the_bit() {
-    let sentences: Vec<String> = std::fs::read_to_string(data("parity-cs.txt"))
-        .unwrap()
-        .lines()
-        .take(40)
-        .map(String::from)
-        .collect();
+    let sentences: Vec<String> = parity_sentences().into_iter().take(40).collect();
     // (beams, int8, intra-op threads: 2 runs the op's rows on the pool).
     for (num_beams, quantized, threads) in [(12, false, 2), (4, true, 1), (1, false, 1)] {
         // Batches of 16 that shrink as sentences finish, so parents also

@@ -56,6 +56,7 @@ pub(crate) fn in_graph(m: &mut ModelProto, layers: usize) -> bool {
     if layers == 0 || subgraphs || g.input.iter().any(|i| i.name.as_deref() == Some(PARENTS)) {
         return false;
     }
+    let consts = constants(g);
     let mut concats = Vec::with_capacity(2 * layers);
     for l in 0..layers {
         for part in ["key", "value"] {
@@ -68,7 +69,7 @@ pub(crate) fn in_graph(m: &mut ModelProto, layers: usize) -> bool {
             let Some(i) = appends(g, &past, &present) else {
                 return false;
             };
-            if !only_time_length_read(g, &past, i) {
+            if !only_time_length_read(g, &consts, &past, i) {
                 return false;
             }
             concats.push(i);
@@ -150,8 +151,12 @@ fn appends(g: &GraphProto, past: &str, present: &str) -> Option<usize> {
 
 /// Whether every reader of `past` other than node `concat` is a `Shape`
 /// (whole) whose result only feeds `Gather`s of index 2 or -2.
-fn only_time_length_read(g: &GraphProto, past: &str, concat: usize) -> bool {
-    let consts = constants(g);
+fn only_time_length_read(
+    g: &GraphProto,
+    consts: &HashMap<&str, i64>,
+    past: &str,
+    concat: usize,
+) -> bool {
     g.node.iter().enumerate().all(|(i, n)| {
         if i == concat || !n.input.iter().any(|x| x == past) {
             return true;
@@ -346,16 +351,8 @@ fn gather_concat_row(
 mod tests {
     use super::*;
     use prost::Message;
-    use std::path::PathBuf;
 
-    fn model(dir: &str, file: &str) -> ModelProto {
-        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../models")
-            .join(dir)
-            .join(file);
-        let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        ModelProto::decode(&bytes[..]).unwrap()
-    }
+    use crate::onnx_graph::bundled_model as model;
 
     #[test]
     fn a_gather_then_append_in_one_pass() {

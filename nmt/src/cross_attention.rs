@@ -263,16 +263,8 @@ fn int_axis(v: i64) -> crate::onnx_graph::onnx::AttributeProto {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
-    fn model(dir: &str, file: &str) -> ModelProto {
-        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../models")
-            .join(dir)
-            .join(file);
-        let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        crate::onnx_graph::in_memory(&bytes).unwrap()
-    }
+    use crate::onnx_graph::bundled_model as model;
 
     #[test]
     fn the_exports_decoder_with_past_is_rewritten_fp32_and_int8() {

@@ -88,12 +88,10 @@ pub(crate) struct Graphs {
     /// Cache buffers of finished batches, reused by the next one: fresh
     /// ones would be faulted in page by page at every batch.
     pool: Vec<Vec<f32>>,
-    /// The decoder with past takes the cross-attention cache with one row
-    /// per sentence (`cross_attention.rs`), not one per beam.
-    pub(crate) cross_per_sentence: bool,
-    /// The decoder with past reorders the self-attention cache itself,
-    /// given each row's parent (`beam_gather.rs`).
-    pub(crate) beam_gather: bool,
+    /// What the decoder-with-past graph was rewritten to do: take the
+    /// cross-attention cache with one row per sentence, reorder the
+    /// self-attention cache itself given each row's parent.
+    pub(crate) rewrites: Rewrites,
     encoder: Session,
     decoder: Decoder,
     layers: usize,
@@ -105,11 +103,12 @@ pub(crate) struct Graphs {
 
 /// What the decoder-with-past graph was rewritten to do at load.
 #[derive(Debug, Clone, Copy, Default)]
-struct Rewrites {
-    /// Attend to the encoder once per sentence (`cross_attention.rs`).
-    cross_per_sentence: bool,
+pub(crate) struct Rewrites {
+    /// Attend to the encoder once per sentence (`cross_attention.rs`): the
+    /// cross-attention cache has one row per sentence, not one per beam.
+    pub(crate) cross_per_sentence: bool,
     /// Reorder the self-attention cache inside the call (`beam_gather.rs`).
-    beam_gather: bool,
+    pub(crate) beam_gather: bool,
 }
 
 /// The decoder-with-past session, from its graph rewritten where it has
@@ -269,8 +268,7 @@ impl Graphs {
             profile: Profile::default(),
             scratch: DecodeScratch::default(),
             pool: Vec::new(),
-            cross_per_sentence: rewrites.cross_per_sentence,
-            beam_gather: rewrites.beam_gather,
+            rewrites,
             encoder,
             decoder,
             layers: cfg.decoder_layers,
@@ -436,7 +434,7 @@ struct Batch {
     /// The sentence of each row of the next decoder call.
     row_sents: Vec<usize>,
     /// Each row's parent among the last call's rows, for a decoder that
-    /// reorders the self-attention cache itself (`Graphs::beam_gather`).
+    /// reorders the self-attention cache itself (`Rewrites::beam_gather`).
     parents: Vec<i64>,
     /// Buffers of the previous reordered cache, reused by the next reorder.
     spare: Vec<Vec<f32>>,
@@ -611,7 +609,7 @@ impl Graphs {
         b.rows = rows;
         // The per-sentence graph groups rows by sentence with a reshape:
         // every live sentence must hold the same number of consecutive rows.
-        if self.cross_per_sentence {
+        if self.rewrites.cross_per_sentence {
             let per = rows / b.cross_rows.len().max(1);
             let grouped = per > 0
                 && rows == per * b.cross_rows.len()
@@ -645,7 +643,7 @@ impl Graphs {
                 tensor_i64([rows, b.src_len], mask)?.into(),
             ),
         ];
-        if self.beam_gather {
+        if self.rewrites.beam_gather {
             if b.parents.len() != rows {
                 return Err(NmtError::inference(
                     "decoder",
@@ -783,11 +781,10 @@ impl StepDecoder for OnnxStep<'_> {
         let (g, b) = (&mut *self.graphs, &mut self.batch);
         // Self-attention cache: the next call gathers it itself, or it is
         // reordered here when rows moved.
-        let identity = parents.len() == b.rows && parents.iter().enumerate().all(|(i, &p)| i == p);
-        if g.beam_gather {
+        if g.rewrites.beam_gather {
             b.parents.clear();
             b.parents.extend(parents.iter().map(|&p| p as i64));
-        } else if !identity {
+        } else if parents.len() != b.rows || parents.iter().enumerate().any(|(i, &p)| i != p) {
             let spare = std::mem::take(&mut b.spare);
             b.self_kv = g.reorder(&b.self_kv, parents, spare)?;
         }
@@ -797,7 +794,7 @@ impl StepDecoder for OnnxStep<'_> {
         // live sentence. It only changes when a sentence leaves or at the
         // first expansion to beams.
         let per_sentence: Vec<usize>;
-        let sentences = if g.cross_per_sentence {
+        let sentences = if g.rewrites.cross_per_sentence {
             per_sentence = {
                 let mut v = sentences.to_vec();
                 v.dedup();

@@ -277,14 +277,14 @@ impl Translator {
     /// Whether the decoder attends to the source once per sentence (its
     /// graph was rewritten at load; see `LoadOptions::cross_attention_per_beam`).
     pub fn cross_attention_per_sentence(&self) -> bool {
-        self.graphs[0].cross_per_sentence
+        self.graphs[0].rewrites.cross_per_sentence
     }
 
     /// Whether the decoder call reorders the self-attention cache by beam
     /// parent itself (its graph was rewritten at load; see
     /// `LoadOptions::reorder_in_engine`).
     pub fn reorders_in_graph(&self) -> bool {
-        self.graphs[0].beam_gather
+        self.graphs[0].rewrites.beam_gather
     }
 
     /// The ONNX files in use, for checksums and provenance.

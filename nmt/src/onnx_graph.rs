@@ -165,6 +165,18 @@ pub(crate) fn gather_model(n: usize) -> Vec<u8> {
     .encode_to_vec()
 }
 
+/// A graph of a model bundled in the repository's `models/`, for the
+/// rewrites' tests.
+#[cfg(test)]
+pub(crate) fn bundled_model(dir: &str, file: &str) -> ModelProto {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../models")
+        .join(dir)
+        .join(file);
+    let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    in_memory(&bytes).unwrap_or_else(|| panic!("{}: not a model to rewrite", p.display()))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
