@@ -5,7 +5,9 @@
 
 use std::path::PathBuf;
 
-use paraforge_nmt::{Flag, GenerateOptions, LoadOptions, NmtError, Translator};
+use paraforge_nmt::{
+    DecoderLayout, Flag, GenerateOptions, LoadOptions, NmtError, TopKOn, Translator,
+};
 use paraforge_tests::{data, model, read_jsonl, sample_pairs};
 use serde::Deserialize;
 
@@ -197,7 +199,6 @@ fn token_batches_equal_count_batches() {
 
 #[test]
 fn merged_decoder_gives_the_split_decoders_output() {
-    use paraforge_nmt::DecoderLayout;
     let sentences: Vec<String> = parity_sentences().into_iter().take(64).collect();
     let o = GenerateOptions {
         num_beams: 4,
@@ -803,4 +804,46 @@ fn caches_on_the_device_path_are_reordered_there_not_in_the_graph() {
         ..LoadOptions::default()
     });
     assert!(!t.reorders_in_graph());
+}
+
+#[test]
+fn candidates_from_the_decoder_graph_give_the_hosts_search() {
+    let sentences: Vec<String> = parity_sentences().into_iter().take(40).collect();
+    // (beams, int8, I/O binding (the CUDA path's, on the CPU), layout).
+    for (num_beams, quantized, io_binding, decoder) in [
+        (12, false, false, DecoderLayout::Split),
+        (4, true, true, DecoderLayout::Split),
+        (1, false, false, DecoderLayout::Merged),
+    ] {
+        let o = GenerateOptions {
+            num_beams,
+            max_new_tokens: Some(24),
+            batch_size: 16,
+            ..GenerateOptions::default()
+        };
+        let run = |top_k_on| {
+            let mut t = load(&LoadOptions {
+                top_k_on,
+                quantized,
+                io_binding,
+                decoder,
+                ..LoadOptions::default()
+            });
+            assert_eq!(t.top_k_in_graph(), top_k_on == TopKOn::Graph);
+            t.translate(&sentences, &o).unwrap()
+        };
+        let (graph, host) = (run(TopKOn::Graph), run(TopKOn::Host));
+        let what = format!("beam {num_beams}, int8 {quantized}, {decoder:?}");
+        for (i, (a, b)) in graph.iter().zip(&host).enumerate() {
+            assert_eq!(a.tokens, b.tokens, "{what}, sentence {i}");
+            assert!(
+                (a.score - b.score).abs() < 1e-4,
+                "{what}, sentence {i}: {} vs {}",
+                a.score,
+                b.score
+            );
+        }
+    }
+    // The CPU computes them on the host unless asked.
+    assert!(!load(&LoadOptions::default()).top_k_in_graph());
 }

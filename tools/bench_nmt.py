@@ -499,7 +499,17 @@ def main_gpu(args) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     src = out_dir / "input.txt"
     src.write_text("\n".join(sents) + "\n", encoding="utf-8")
-    pf = {"paraforge-fp16": fp16, "paraforge-fp32": DEMO_CACHE / "onnx"}
+    # paraforge on a GPU: each row's top-k in the decoder graph (the CUDA
+    # default); the same with the logits copied back and searched on the
+    # host (how it ran before 2026-11-26), and two streams that overlap one
+    # batch's host work with another's GPU work.
+    fp32 = DEMO_CACHE / "onnx"
+    pf = {"paraforge-fp16": (fp16, ()), "paraforge-fp32": (fp32, ()),
+          "paraforge-fp32-top-k-on-host": (fp32, ("--top-k-on", "host")),
+          "paraforge-fp32-streams2": (fp32, ("--streams", "2"))}
+    # The search runs on the host's cores: all of them unless --threads is
+    # given (the CPU modes' default of 2 would starve it on a GPU host).
+    pf_threads = args.threads if args.threads_given else 0
     peers, not_run = {}, {}
     for name, dtype in (("transformers-fp16", "float16"), ("transformers-fp32", "float32")):
         if ct2_dev == "cpu" and dtype == "float16":
@@ -529,8 +539,9 @@ def main_gpu(args) -> None:
     for rep in range(args.repeats):
         for e in engines:
             if e in pf:
-                timing, out = run_paraforge(args.paraforge, pf[e], src, args.threads, args.batch_size, False,
-                                            out_dir / f"{e}.txt", device=dev)
+                model, extra = pf[e]
+                timing, out = run_paraforge(args.paraforge, model, src, pf_threads, args.batch_size, False,
+                                            out_dir / f"{e}.txt", device=dev, extra=extra)
                 secs = timing["seconds"]
                 timings[e] = timing
             else:
@@ -573,7 +584,8 @@ def main_gpu(args) -> None:
             versions[mod] = None
     out = {"mode": "gpu", "device": dev, "gpu": gpu, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "sentences": len(sents), "batch_size": args.batch_size, "beam": 12, "max_length": max_length,
-           "repeats": args.repeats, **versions, "engines": rows, "not_run": not_run}
+           "repeats": args.repeats, "paraforge_threads": pf_threads, **versions, "engines": rows,
+           "not_run": not_run}
     (ROOT / "bench-out" / "nmt-gpu.json").write_text(json.dumps(out, indent=1))
     for e, t in texts.items():
         (out_dir / f"{e}.out.txt").write_text("\n".join(t) + "\n", encoding="utf-8")
@@ -595,6 +607,7 @@ def main() -> None:
                     help="gpu mode: models already in .cache/bench/demo-cs-en; build nothing")
     args = ap.parse_args()
     args.engines_given = any(a.startswith("--engines") for a in sys.argv[1:])
+    args.threads_given = any(a.startswith("--threads") for a in sys.argv[1:])
     if args.gpu:
         if not any(a.startswith("--sentences") for a in sys.argv[1:]):
             args.sentences = 500

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use paraforge_job::bitext::{looks_legacy_8bit, open_text, LEGACY_HINT};
 use paraforge_job::config::{MAX_BATCH_SIZE, MAX_BATCH_TOKENS, MAX_BEAM};
-use paraforge_nmt::{Device, Flag, GenerateOptions, LoadOptions, Translator};
+use paraforge_nmt::{Device, Flag, GenerateOptions, LoadOptions, TopKOn, Translator};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -87,6 +87,13 @@ pub struct Args {
     /// two, the same values)
     #[arg(long)]
     reorder_in_engine: bool,
+    /// Where each row's log-softmax and best candidates are computed:
+    /// `auto` = on the host for the CPU (from the logits, exact with
+    /// transformers), inside the decoder graph for CUDA (only the
+    /// candidates are copied back, not rows x vocab logits); `host` or
+    /// `graph` to choose
+    #[arg(long, value_enum, default_value = "auto")]
+    top_k_on: TopKArg,
     /// Print `{"sentences":N,"seconds":S}` on stderr at the end, timing
     /// translation only (not model loading); used by `make bench-nmt`.
     #[arg(long, hide = true)]
@@ -144,6 +151,11 @@ pub fn run(a: Args) -> Result<()> {
         io_binding: a.io_binding,
         cross_attention_per_beam: a.cross_attention_per_beam,
         reorder_in_engine: a.reorder_in_engine,
+        top_k_on: match a.top_k_on {
+            TopKArg::Auto => TopKOn::Auto,
+            TopKArg::Host => TopKOn::Host,
+            TopKArg::Graph => TopKOn::Graph,
+        },
     };
     // The same reader as `run`'s, so .gz and .zst inputs are decompressed.
     let (mut reader, total): (Box<dyn BufRead>, Option<u64>) = match &a.input {
@@ -451,4 +463,11 @@ fn count_lines(p: &Path) -> Result<u64> {
         last = buf[n - 1];
     }
     Ok(lines + u64::from(last != b'\n'))
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum TopKArg {
+    Auto,
+    Host,
+    Graph,
 }

@@ -9,11 +9,26 @@
 use rayon::prelude::*;
 
 use crate::error::NmtError;
-use crate::search::{row_candidates, Beams, Finished, Greedy, Settings, StepScratch};
+use crate::search::{
+    row_candidates, top_candidates, Beams, Finished, Greedy, Settings, StepScratch,
+};
 
-/// The logits of one call: `rows x vocab` values, row-major.
+/// What one call gives the search for each of its rows.
+pub(crate) enum Rows<'a> {
+    /// `rows x width` logits, row-major.
+    Logits { data: &'a [f32], width: usize },
+    /// Each row's `width` best log-probabilities, best first, and their
+    /// token ids (a graph ending in TopK, `top_k.rs`).
+    Top {
+        logprobs: &'a [f32],
+        ids: &'a [i64],
+        width: usize,
+    },
+}
+
+/// The output of one decoder call.
 pub(crate) trait Logits {
-    fn values(&self) -> Result<(&[f32], usize), NmtError>;
+    fn rows(&self) -> Result<Rows<'_>, NmtError>;
 }
 
 /// What the loop needs from a model.
@@ -66,26 +81,57 @@ pub(crate) fn decode<D: StepDecoder>(
     while !live.is_empty() {
         let logits = dec.step(&last)?;
         let t0 = std::time::Instant::now();
-        let (data, v) = logits.values()?;
-        if v != vocab {
-            return Err(NmtError::inference(
-                "decoder",
-                format!("logits have {v} columns but config.json has a vocabulary of {vocab}"),
-            ));
-        }
-        // Every row's best candidates, in parallel: this pass reads
-        // rows x vocab logits and dominates the search time.
-        let nrows = data.len() / v;
-        let k = match state {
-            SearchState::Beam(_) => 2 * s.num_beams,
-            SearchState::Greedy(_) => 1,
-        };
+        let k = s.candidates_per_row();
         let mask = s.step_mask(cur_len);
+        let view = logits.rows()?;
+        let nrows = match view {
+            Rows::Logits { data, width } => {
+                if width != vocab {
+                    return Err(NmtError::inference(
+                        "decoder",
+                        format!("logits have {width} columns but config.json has a vocabulary of {vocab}"),
+                    ));
+                }
+                data.len() / width
+            }
+            Rows::Top {
+                logprobs,
+                ids,
+                width,
+            } => {
+                if ids.len() != logprobs.len() || width < (k + mask.banned_len()).min(vocab) {
+                    return Err(NmtError::inference(
+                        "decoder",
+                        format!(
+                            "{} candidate log-probabilities and {} ids, {width} per row, for {k} candidates and {} banned tokens",
+                            logprobs.len(),
+                            ids.len(),
+                            mask.banned_len()
+                        ),
+                    ));
+                }
+                logprobs.len() / width.max(1)
+            }
+        };
+        // Every row's best candidates, in parallel: from logits, this pass
+        // reads rows x vocab values and dominates the search time.
         scratch.row_cands.resize_with(nrows, Vec::new);
         scratch.row_cands[..nrows]
             .par_iter_mut()
             .enumerate()
-            .for_each(|(r, out)| row_candidates(&data[r * v..(r + 1) * v], k, &mask, out));
+            .for_each(|(r, out)| match view {
+                Rows::Logits { data, width } => {
+                    row_candidates(&data[r * width..(r + 1) * width], k, &mask, out)
+                }
+                Rows::Top {
+                    logprobs,
+                    ids,
+                    width,
+                } => {
+                    let at = r * width..(r + 1) * width;
+                    top_candidates(&logprobs[at.clone()], &ids[at], k, &mask, out)
+                }
+            });
         let cands = &scratch.row_cands;
 
         // Each live sentence's rows of the next call: (row of this call it
@@ -184,14 +230,24 @@ mod tests {
 
     const EOS: u32 = 0;
 
-    struct Synthetic {
-        data: Vec<f32>,
-        vocab: usize,
+    enum Synthetic {
+        Logits(Vec<f32>, usize),
+        Top(Vec<f32>, Vec<i64>, usize),
     }
 
     impl Logits for Synthetic {
-        fn values(&self) -> Result<(&[f32], usize), NmtError> {
-            Ok((&self.data, self.vocab))
+        fn rows(&self) -> Result<Rows<'_>, NmtError> {
+            Ok(match self {
+                Synthetic::Logits(data, width) => Rows::Logits {
+                    data,
+                    width: *width,
+                },
+                Synthetic::Top(logprobs, ids, width) => Rows::Top {
+                    logprobs,
+                    ids,
+                    width: *width,
+                },
+            })
         }
     }
 
@@ -204,6 +260,9 @@ mod tests {
         /// (sentence, tokens so far) per row of the next call.
         rows: Vec<(usize, Vec<u32>)>,
         calls: Vec<usize>,
+        /// Return each row's best this many log-probabilities and ids, as
+        /// a graph ending in TopK does, instead of the logits.
+        top: Option<usize>,
     }
 
     fn logit(sent: usize, hist: &[u32], tok: usize) -> f32 {
@@ -235,10 +294,21 @@ mod tests {
             for (sent, hist) in &self.rows {
                 data.extend((0..self.vocab).map(|t| logit(*sent, hist, t)));
             }
-            Ok(Synthetic {
-                data,
-                vocab: self.vocab,
-            })
+            let Some(width) = self.top else {
+                return Ok(Synthetic::Logits(data, self.vocab));
+            };
+            let (mut logprobs, mut ids) = (Vec::new(), Vec::new());
+            for row in data.chunks(self.vocab) {
+                let m = row.iter().cloned().fold(f32::MIN, f32::max);
+                let lse = m + row.iter().map(|x| (x - m).exp()).sum::<f32>().ln();
+                let mut order: Vec<usize> = (0..self.vocab).collect();
+                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+                for &t in &order[..width] {
+                    logprobs.push(row[t] - lse);
+                    ids.push(t as i64);
+                }
+            }
+            Ok(Synthetic::Top(logprobs, ids, width))
         }
 
         fn reorder(&mut self, parents: &[usize], sentences: &[usize]) -> Result<(), NmtError> {
@@ -269,20 +339,17 @@ mod tests {
     }
 
     fn run(n: usize, beams: usize) -> (Vec<Vec<Finished>>, Vec<usize>) {
+        run_with(n, &settings(beams), None)
+    }
+
+    fn run_with(n: usize, s: &Settings, top: Option<usize>) -> (Vec<Vec<Finished>>, Vec<usize>) {
         let mut m = HistoryModel {
             vocab: 6,
             rows: (0..n).map(|s| (s, Vec::new())).collect(),
             calls: Vec::new(),
+            top,
         };
-        let (out, _) = decode(
-            &mut m,
-            n,
-            START,
-            &settings(beams),
-            6,
-            &mut DecodeScratch::default(),
-        )
-        .unwrap();
+        let (out, _) = decode(&mut m, n, START, s, 6, &mut DecodeScratch::default()).unwrap();
         (out, m.calls)
     }
 
@@ -368,11 +435,53 @@ mod tests {
     }
 
     #[test]
+    fn each_rows_best_candidates_give_the_search_over_all_logits() {
+        for beams in [1, 2, 4] {
+            let mut s = settings(beams);
+            // A banned id, and eos banned for the first steps: the rows
+            // must carry enough candidates to leave k once those are out.
+            s.banned_ids = vec![3];
+            s.min_length = 3;
+            let width = (s.candidates_per_row() + s.most_banned()).min(6);
+            let (want, want_calls) = run_with(3, &s, None);
+            let (got, calls) = run_with(3, &s, Some(width));
+            assert_eq!(calls, want_calls, "beams {beams}");
+            for (g, w) in got.iter().zip(&want) {
+                let tokens =
+                    |h: &[Finished]| h.iter().map(|f| f.tokens.clone()).collect::<Vec<_>>();
+                assert_eq!(tokens(g), tokens(w), "beams {beams}");
+                assert!(g
+                    .iter()
+                    .zip(w)
+                    .all(|(a, b)| (a.score - b.score).abs() < 1e-5));
+                assert!(
+                    g.iter().all(|h| !h.tokens.contains(&3)),
+                    "a banned id was chosen"
+                );
+            }
+            // Too few candidates per row for k plus the banned ids is refused.
+            if width > 1 {
+                let mut m = HistoryModel {
+                    vocab: 6,
+                    rows: (0..3).map(|s| (s, Vec::new())).collect(),
+                    calls: Vec::new(),
+                    top: Some(width - 1),
+                };
+                let e = decode(&mut m, 3, START, &s, 6, &mut DecodeScratch::default())
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains(&format!("{} per row", width - 1)), "{e}");
+            }
+        }
+    }
+
+    #[test]
     fn logits_of_the_wrong_width_are_an_error_naming_both() {
         let mut m = HistoryModel {
             vocab: 6,
             rows: vec![(0, Vec::new())],
             calls: Vec::new(),
+            top: None,
         };
         let e = decode(
             &mut m,

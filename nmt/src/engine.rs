@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use crate::cache::Cache;
 use crate::config::ModelConfig;
-use crate::decode::{decode, DecodeScratch, Logits, StepDecoder};
+use crate::decode::{decode, DecodeScratch, Logits, Rows, StepDecoder};
 use crate::error::NmtError;
 use crate::onnx_graph;
 use crate::onnx_graph::onnx::ModelProto;
@@ -109,6 +109,11 @@ pub(crate) struct Rewrites {
     pub(crate) cross_per_sentence: bool,
     /// Reorder the self-attention cache inside the call (`beam_gather.rs`).
     pub(crate) beam_gather: bool,
+    /// Return each row's best candidates instead of its logits
+    /// (`top_k.rs`), the decoder with past and the first-step decoder
+    /// each (one graph where the decoder is merged).
+    pub(crate) top_k: bool,
+    pub(crate) top_k_first: bool,
 }
 
 /// The decoder-with-past session, from its graph rewritten where it has
@@ -123,7 +128,8 @@ fn with_past_session(
     let want_cross = !opts.cross_attention_per_beam;
     // Caches kept on the device are reordered there (`DeviceIo`).
     let want_gather = !opts.reorder_in_engine && opts.device == Device::Cpu && !opts.io_binding;
-    let bytes = (want_cross || want_gather)
+    let want_top_k = opts.top_k_in_graph();
+    let bytes = (want_cross || want_gather || want_top_k)
         .then(|| std::fs::read(path).ok())
         .flatten();
     let rewrite = |gather: bool| -> Option<(ModelProto, Rewrites)> {
@@ -131,8 +137,10 @@ fn with_past_session(
         let done = Rewrites {
             cross_per_sentence: want_cross && crate::cross_attention::per_sentence(&mut m, layers),
             beam_gather: gather && crate::beam_gather::in_graph(&mut m, layers),
+            top_k: want_top_k && crate::top_k::in_graph(&mut m),
+            top_k_first: false,
         };
-        (done.cross_per_sentence || done.beam_gather).then_some((m, done))
+        (done.cross_per_sentence || done.beam_gather || done.top_k).then_some((m, done))
     };
     let commit = |m: &ModelProto, done: Rewrites| -> Result<Session, NmtError> {
         let mut b = builder(path, opts)?;
@@ -161,6 +169,25 @@ fn with_past_session(
         }
         Err(e) => Err(e),
     }
+}
+
+/// A decoder session that returns each row's best candidates where asked
+/// and the graph takes the rewrite (`top_k.rs`), else the file as it is;
+/// and whether it does.
+fn top_k_session(path: &Path, opts: &LoadOptions) -> Result<(Session, bool), NmtError> {
+    let rewritten = opts
+        .top_k_in_graph()
+        .then(|| std::fs::read(path).ok())
+        .flatten()
+        .and_then(|b| onnx_graph::in_memory(&b))
+        .and_then(|mut m| crate::top_k::in_graph(&mut m).then_some(m));
+    let Some(m) = rewritten else {
+        return Ok((session(path, opts)?, false));
+    };
+    let s = builder(path, opts)?
+        .commit_from_memory(&m.encode_to_vec())
+        .map_err(|e| onnx_error(path, e))?;
+    Ok((s, true))
 }
 
 impl Graphs {
@@ -211,14 +238,18 @@ impl Graphs {
         let decoder = if split {
             files.extend([first_p.clone(), past_p.clone()]);
             let (with_past, done) = with_past_session(&past_p, cfg.decoder_layers, opts)?;
-            rewrites = done;
-            Decoder::Split {
-                first: session(&first_p, opts)?,
-                with_past,
-            }
+            let (first, top_k_first) = top_k_session(&first_p, opts)?;
+            rewrites = Rewrites {
+                top_k_first,
+                ..done
+            };
+            Decoder::Split { first, with_past }
         } else if merged {
             files.push(merged_p.clone());
-            Decoder::Merged(session(&merged_p, opts)?)
+            let (m, top_k) = top_k_session(&merged_p, opts)?;
+            rewrites.top_k = top_k;
+            rewrites.top_k_first = top_k;
+            Decoder::Merged(m)
         } else {
             let what = match opts.decoder {
                 DecoderLayout::Auto => format!(
@@ -316,7 +347,12 @@ impl Graphs {
                 }
             }
         }
-        if !has_out(past, "logits") {
+        let logits = if self.rewrites.top_k {
+            crate::top_k::TOP_LOGPROBS
+        } else {
+            "logits"
+        };
+        if !has_out(past, logits) {
             return Err(mismatch("decoder has no output \"logits\"".into()));
         }
         Ok(())
@@ -440,6 +476,9 @@ struct Batch {
     spare: Vec<Vec<f32>>,
     /// Buffers for the cross-attention cache's expansion to beams.
     cross_spare: Vec<Vec<f32>>,
+    /// Candidates per row a graph ending in TopK returns: enough for the
+    /// search's own plus every token a step may ban.
+    top_k: i64,
 }
 
 impl Graphs {
@@ -495,6 +534,7 @@ impl Graphs {
             parents: Vec::new(),
             spare: self.pool_take(),
             cross_spare: self.pool_take(),
+            top_k: (s.candidates_per_row() + s.most_banned()).min(self.vocab) as i64,
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         let vocab = self.vocab;
@@ -531,7 +571,7 @@ impl Graphs {
         last: &[i64],
         hidden: &DynValue,
         mask: Vec<i64>,
-    ) -> Result<DynValue, NmtError> {
+    ) -> Result<StepOut, NmtError> {
         let t0 = std::time::Instant::now();
         let rows = last.len();
         b.rows = rows;
@@ -546,6 +586,9 @@ impl Graphs {
             ),
             ("encoder_hidden_states".into(), hidden.view().into()),
         ];
+        if self.rewrites.top_k_first {
+            inputs.push(top_k_input(b.top_k)?);
+        }
         let session = match &mut self.decoder {
             Decoder::Split { first, .. } => first,
             Decoder::Merged(m) => {
@@ -572,7 +615,7 @@ impl Graphs {
         };
         let io = self.device_io.as_ref().map(|d| (&d.cache_mem, &d.host_mem));
         let mut out = run_step(session, io, "decoder", inputs, &is_present)?;
-        let logits = take_out(&mut out, "logits", "decoder")?;
+        let logits = StepOut::take(&mut out, self.rewrites.top_k_first)?;
         let (mut self_kv, mut cross_kv) = (Vec::new(), Vec::new());
         for l in 0..self.layers {
             for part in ["key", "value"] {
@@ -603,7 +646,7 @@ impl Graphs {
         Ok(logits)
     }
 
-    fn next_step(&mut self, b: &mut Batch, last: &[i64]) -> Result<DynValue, NmtError> {
+    fn next_step(&mut self, b: &mut Batch, last: &[i64]) -> Result<StepOut, NmtError> {
         let t0 = std::time::Instant::now();
         let rows = last.len();
         b.rows = rows;
@@ -654,6 +697,9 @@ impl Graphs {
                 .map_err(|e| NmtError::inference("input", e))?;
             inputs.push((crate::beam_gather::PARENTS.into(), parents.into()));
         }
+        if self.rewrites.top_k {
+            inputs.push(top_k_input(b.top_k)?);
+        }
         for l in 0..self.layers {
             for (j, part) in ["key", "value"].iter().enumerate() {
                 inputs.push((
@@ -677,7 +723,7 @@ impl Graphs {
         };
         let io = self.device_io.as_ref().map(|d| (&d.cache_mem, &d.host_mem));
         let mut out = run_step(session, io, "decoder", inputs, &is_present)?;
-        let logits = take_out(&mut out, "logits", "decoder")?;
+        let logits = StepOut::take(&mut out, self.rewrites.top_k)?;
         let mut kv = Vec::with_capacity(2 * self.layers);
         for l in 0..self.layers {
             for part in ["key", "value"] {
@@ -746,13 +792,58 @@ impl Graphs {
     }
 }
 
-/// The logits of an ONNX decoder call.
-impl Logits for DynValue {
-    fn values(&self) -> Result<(&[f32], usize), NmtError> {
-        let (shape, data) = self
-            .try_extract_tensor::<f32>()
-            .map_err(|e| NmtError::inference("decoder", e))?;
-        Ok((data, *shape.last().unwrap_or(&0) as usize))
+fn top_k_input(k: i64) -> Result<(Cow<'static, str>, SessionInputValue<'static>), NmtError> {
+    let t = Tensor::from_array(([1usize], vec![k])).map_err(|e| NmtError::inference("input", e))?;
+    Ok((crate::top_k::TOP_K.into(), t.into()))
+}
+
+/// What an ONNX decoder call returns for the search.
+enum StepOut {
+    Logits(DynValue),
+    /// Each row's best log-probabilities and their ids (`top_k.rs`).
+    Top {
+        logprobs: DynValue,
+        ids: DynValue,
+    },
+}
+
+impl StepOut {
+    fn take(
+        out: &mut std::collections::HashMap<String, DynValue>,
+        top_k: bool,
+    ) -> Result<StepOut, NmtError> {
+        Ok(if top_k {
+            StepOut::Top {
+                logprobs: take_out(out, crate::top_k::TOP_LOGPROBS, "decoder")?,
+                ids: take_out(out, crate::top_k::TOP_IDS, "decoder")?,
+            }
+        } else {
+            StepOut::Logits(take_out(out, "logits", "decoder")?)
+        })
+    }
+}
+
+impl Logits for StepOut {
+    fn rows(&self) -> Result<Rows<'_>, NmtError> {
+        let err = |e: ort::Error| NmtError::inference("decoder", e);
+        Ok(match self {
+            StepOut::Logits(v) => {
+                let (shape, data) = v.try_extract_tensor::<f32>().map_err(err)?;
+                Rows::Logits {
+                    data,
+                    width: *shape.last().unwrap_or(&0) as usize,
+                }
+            }
+            StepOut::Top { logprobs, ids } => {
+                let (shape, logprobs) = logprobs.try_extract_tensor::<f32>().map_err(err)?;
+                let (_, ids) = ids.try_extract_tensor::<i64>().map_err(err)?;
+                Rows::Top {
+                    logprobs,
+                    ids,
+                    width: *shape.last().unwrap_or(&0) as usize,
+                }
+            }
+        })
     }
 }
 
@@ -767,9 +858,9 @@ struct OnnxStep<'g> {
 }
 
 impl StepDecoder for OnnxStep<'_> {
-    type Logits = DynValue;
+    type Logits = StepOut;
 
-    fn step(&mut self, last: &[i64]) -> Result<DynValue, NmtError> {
+    fn step(&mut self, last: &[i64]) -> Result<StepOut, NmtError> {
         match self.first.take() {
             Some((hidden, mask)) => self.graphs.first_step(&mut self.batch, last, &hidden, mask),
             None => self.graphs.next_step(&mut self.batch, last),

@@ -24,6 +24,7 @@ mod search;
 mod spm;
 mod streams;
 mod tokenizer;
+mod top_k;
 
 use std::path::{Path, PathBuf};
 
@@ -31,7 +32,8 @@ pub use config::{EarlyStopping, GenerationDefaults, ModelConfig};
 pub use engine::Profile;
 pub use error::NmtError;
 pub use runtime::{
-    check_device, session as onnx_session, DecoderLayout, Device, LoadOptions, CHECKSUM_FILE,
+    check_device, session as onnx_session, DecoderLayout, Device, LoadOptions, TopKOn,
+    CHECKSUM_FILE,
 };
 pub use spm::SentencePiece;
 pub use tokenizer::MarianTokenizer;
@@ -285,6 +287,14 @@ impl Translator {
     /// `LoadOptions::reorder_in_engine`).
     pub fn reorders_in_graph(&self) -> bool {
         self.graphs[0].rewrites.beam_gather
+    }
+
+    /// Whether the decoder graphs return each row's best candidates
+    /// instead of its logits (see `LoadOptions::top_k_on`): true only where
+    /// every decoder graph in use took the rewrite.
+    pub fn top_k_in_graph(&self) -> bool {
+        let r = self.graphs[0].rewrites;
+        r.top_k_first && r.top_k
     }
 
     /// The ONNX files in use, for checksums and provenance.

@@ -50,6 +50,19 @@ pub enum DecoderLayout {
     Merged,
 }
 
+/// Where each row's log-softmax and best candidates are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TopKOn {
+    /// On the host for the CPU, in the decoder graph for CUDA.
+    #[default]
+    Auto,
+    /// On the host from the full logits (the CPU's way, exact with
+    /// transformers; on a GPU every step copies rows x vocab floats back).
+    Host,
+    /// In the decoder graph (`top_k.rs`): only the candidates come back.
+    Graph,
+}
+
 /// How to load a model.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
@@ -79,6 +92,18 @@ pub struct LoadOptions {
     /// is the faster way to use them (BENCHMARKS.md); each stream holds its
     /// own copy of the model.
     pub streams: usize,
+    pub top_k_on: TopKOn,
+}
+
+impl LoadOptions {
+    /// Whether the decoder graphs are to end in LogSoftmax and TopK.
+    pub(crate) fn top_k_in_graph(&self) -> bool {
+        match self.top_k_on {
+            TopKOn::Auto => matches!(self.device, Device::Cuda(_)),
+            TopKOn::Host => false,
+            TopKOn::Graph => true,
+        }
+    }
 }
 
 /// Intra-op threads for each of `streams` streams: `threads` as given, or

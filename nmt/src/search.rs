@@ -53,6 +53,13 @@ pub struct StepMask {
     banned: Vec<u32>,
 }
 
+impl StepMask {
+    /// How many tokens this step leaves out.
+    pub fn banned_len(&self) -> usize {
+        self.banned.len()
+    }
+}
+
 impl Settings {
     /// The masks of the step at decoder length `cur_len`.
     pub fn step_mask(&self, cur_len: usize) -> StepMask {
@@ -68,6 +75,22 @@ impl Settings {
             banned.push(self.eos_id);
         }
         StepMask { forced, banned }
+    }
+
+    /// The most tokens any step leaves out (the banned ids, and eos
+    /// before the minimum length).
+    pub fn most_banned(&self) -> usize {
+        self.banned_ids.len() + 1
+    }
+
+    /// Candidates the search takes from each row: twice the beams (one
+    /// for greedy search).
+    pub fn candidates_per_row(&self) -> usize {
+        if self.num_beams == 1 {
+            1
+        } else {
+            2 * self.num_beams
+        }
     }
 
     fn penalised(&self, score: f32, generated: usize) -> f32 {
@@ -92,6 +115,35 @@ pub fn row_candidates(logits: &[f32], k: usize, mask: &StepMask, out: &mut Vec<(
             }
         }
     }
+}
+
+/// [`row_candidates`] for a row that arrives as its best log-probabilities
+/// (best first) and their token ids, as a decoder graph ending in TopK
+/// returns them (`top_k.rs`). The row must hold at least `k` plus
+/// [`StepMask::banned_len`] of them, so that `k` remain once the banned are
+/// left out. Ties go to the lower token id, as on the host.
+pub fn top_candidates(
+    logprobs: &[f32],
+    ids: &[i64],
+    k: usize,
+    mask: &StepMask,
+    out: &mut Vec<(f32, u32)>,
+) {
+    out.clear();
+    if let Some(id) = mask.forced {
+        out.push((0.0, id));
+        return;
+    }
+    for (&lp, &id) in logprobs.iter().zip(ids) {
+        let id = id as u32;
+        if !mask.banned.contains(&id) {
+            out.push((lp, id));
+            if out.len() == k {
+                break;
+            }
+        }
+    }
+    out.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
 }
 
 /// The state of one sentence under beam search.
