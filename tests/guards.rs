@@ -300,6 +300,50 @@ fn translate_early_stopping_changes_how_long_the_search_runs() {
     );
 }
 
+/// The benchmark's hidden `--warmup N` translates the first N lines once
+/// before the timed run: the output and the timed counts are those of a
+/// run without it.
+#[test]
+fn translate_warmup_leaves_the_output_and_the_timed_counts_alone() {
+    let text = std::fs::read_to_string(paraforge_tests::data("parity-cs.txt")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, text.lines().take(12).collect::<Vec<_>>().join("\n")).unwrap();
+    let m = model("tiny-cs-en");
+    let run = |warmup: &str| -> (String, serde_json::Value) {
+        let out = dir.path().join(format!("out-{warmup}.txt"));
+        let o = paraforge(
+            &[
+                "translate",
+                "--model",
+                m.to_str().unwrap(),
+                "--threads",
+                "1",
+                "--max-new-tokens",
+                "16",
+                "--timing",
+                "--warmup",
+                warmup,
+                input.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            60,
+        );
+        let e = stderr(&o);
+        assert!(o.status.success(), "--warmup {warmup}: {e}");
+        let line = e.lines().last().unwrap_or_default();
+        let v = serde_json::from_str(line).unwrap_or_else(|_| panic!("{e}"));
+        (std::fs::read_to_string(out).unwrap(), v)
+    };
+    let (cold, warm) = (run("0"), run("5"));
+    assert_eq!(cold.0, warm.0, "output");
+    assert_eq!(warm.1["sentences"], 12);
+    for k in ["decoder_calls", "decoder_rows"] {
+        assert_eq!(cold.1[k], warm.1[k], "{k}: the warm-up was counted");
+    }
+}
+
 #[test]
 fn the_engine_refuses_a_beam_wider_than_the_vocabulary() {
     let mut t = Translator::load(

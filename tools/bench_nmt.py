@@ -85,7 +85,7 @@ def timing_of(stderr: str) -> dict:
 def bench_paraforge(binary: str, src: Path, threads: int, batch: int, quantized: bool) -> float:
     cmd = [binary, "translate", "--model", str(CACHE / "onnx"), "--beam", "12", "--batch-size", str(batch),
            "--min-new-tokens", str(NEW_TOKENS), "--max-new-tokens", str(NEW_TOKENS), "--threads", str(threads),
-           "--timing", str(src), "-o", os.devnull]
+           "--timing", "--warmup", str(batch), str(src), "-o", os.devnull]
     if quantized:
         cmd.append("--quantized")
     r = subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -220,16 +220,19 @@ def held_out_sentences(n: int) -> tuple[list[str], int]:
     return cs[::step][:n], step
 
 
-def paraforge_cmd(binary, model, src, threads, batch, quantized, out, device="cpu", extra=()):
+def paraforge_cmd(binary, model, src, threads, batch, quantized, out, device="cpu", extra=(), warmup=0):
     cmd = [binary, "translate", "--model", str(model), "--beam", "12", "--batch-size", str(batch),
            "--threads", str(threads), "--device", device, "--timing", str(src), "-o", str(out), *extra]
+    if warmup:
+        # The first `warmup` lines once, untimed, as the peers get one warm-up batch.
+        cmd += ["--warmup", str(warmup)]
     if quantized:
         cmd.append("--quantized")
     return cmd
 
 
-def run_paraforge(binary, model, src, threads, batch, quantized, out, device="cpu", extra=()):
-    cmd = paraforge_cmd(binary, model, src, threads, batch, quantized, out, device, extra)
+def run_paraforge(binary, model, src, threads, batch, quantized, out, device="cpu", extra=(), warmup=0):
+    cmd = paraforge_cmd(binary, model, src, threads, batch, quantized, out, device, extra, warmup)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"paraforge failed (exit {r.returncode}): {' '.join(map(str, cmd))}\n{r.stderr[-4000:]}")
@@ -313,13 +316,14 @@ def main_natural(args) -> None:
             if e in pf:
                 model, q, extra = pf[e]
                 timing, out = run_paraforge(args.paraforge, model, src, args.threads, args.batch_size, q,
-                                            out_dir / f"{e}.txt", extra=extra)
+                                            out_dir / f"{e}.txt", extra=extra, warmup=args.batch_size)
                 secs = timing["seconds"]
                 profiles.setdefault(e, []).append(timing)
             elif e.endswith("-split") and e.removesuffix("-split") in pf:
                 model, q, extra = pf[e.removesuffix("-split")]
                 timing, out = run_paraforge(args.paraforge, model, src, 1, args.batch_size, q,
-                                            out_dir / f"{e}.txt", extra=extra + ("--streams", str(args.threads)))
+                                            out_dir / f"{e}.txt", extra=extra + ("--streams", str(args.threads)),
+                                            warmup=args.batch_size)
                 secs = timing["seconds"]
                 profiles.setdefault(e, []).append(timing)
             elif e in ct2:
@@ -501,12 +505,13 @@ def main_gpu(args) -> None:
     src.write_text("\n".join(sents) + "\n", encoding="utf-8")
     # paraforge on a GPU: each row's top-k in the decoder graph (the CUDA
     # default); the same with the logits copied back and searched on the
-    # host (how it ran before 2026-11-26), and two streams that overlap one
-    # batch's host work with another's GPU work.
+    # host (how it ran before 2026-11-26), and two and four streams that
+    # overlap one batch's host work with another's GPU work.
     fp32 = DEMO_CACHE / "onnx"
     pf = {"paraforge-fp16": (fp16, ()), "paraforge-fp32": (fp32, ()),
           "paraforge-fp32-top-k-on-host": (fp32, ("--top-k-on", "host")),
-          "paraforge-fp32-streams2": (fp32, ("--streams", "2"))}
+          "paraforge-fp32-streams2": (fp32, ("--streams", "2")),
+          "paraforge-fp32-streams4": (fp32, ("--streams", "4"))}
     # The search runs on the host's cores: all of them unless --threads is
     # given (the CPU modes' default of 2 would starve it on a GPU host).
     pf_threads = args.threads if args.threads_given else 0
@@ -541,7 +546,7 @@ def main_gpu(args) -> None:
             if e in pf:
                 model, extra = pf[e]
                 timing, out = run_paraforge(args.paraforge, model, src, pf_threads, args.batch_size, False,
-                                            out_dir / f"{e}.txt", device=dev, extra=extra)
+                                            out_dir / f"{e}.txt", device=dev, extra=extra, warmup=args.batch_size)
                 secs = timing["seconds"]
                 timings[e] = timing
             else:

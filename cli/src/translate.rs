@@ -98,6 +98,10 @@ pub struct Args {
     /// translation only (not model loading); used by `make bench-nmt`.
     #[arg(long, hide = true)]
     timing: bool,
+    /// Translate the input's first N lines once before the timed run and
+    /// discard them, as the benchmark warms its peers up (with --timing).
+    #[arg(long, hide = true, default_value_t = 0)]
+    warmup: usize,
 }
 
 /// Lines are read and translated in blocks of this many, so memory stays
@@ -168,6 +172,19 @@ pub fn run(a: Args) -> Result<()> {
         .input
         .as_ref()
         .map_or("<stdin>".to_string(), |p| p.display().to_string());
+    if a.warmup > 0 {
+        let Some(p) = &a.input else {
+            bail!("--warmup needs an input file (it reads the first lines twice)");
+        };
+        let first: Vec<String> = open_text(p)?
+            .split(b'\n')
+            .take(a.warmup)
+            .map(|l| l.map(|b| String::from_utf8_lossy(&b).trim_end().to_string()))
+            .collect::<std::io::Result<_>>()
+            .with_context(|| format!("reading {name}"))?;
+        model.translate(&first, &opts)?;
+        model.reset_profile();
+    }
     let mut out = Output::create(a.output.as_deref())?;
     let bar = match total {
         Some(n) => {

@@ -276,6 +276,13 @@ impl Translator {
         p
     }
 
+    /// Starts `profile` from zero again (after a warm-up run, say).
+    pub fn reset_profile(&mut self) {
+        for g in &mut self.graphs {
+            g.profile = Profile::default();
+        }
+    }
+
     /// Whether the decoder attends to the source once per sentence (its
     /// graph was rewritten at load; see `LoadOptions::cross_attention_per_beam`).
     pub fn cross_attention_per_sentence(&self) -> bool {
