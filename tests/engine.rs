@@ -540,6 +540,21 @@ fn a_vocabulary_or_config_that_does_not_match_the_model_is_refused() {
         .translate(&["Dobrý den."], &GenerateOptions::default())
         .unwrap_err();
     assert!(e.to_string().contains("vocabulary"), "{e}");
+    // The same where the graph would return only candidates (CUDA's way):
+    // it keeps its logits, so the width is still checked.
+    let mut t = Translator::load(
+        d.path(),
+        &LoadOptions {
+            top_k_on: TopKOn::Graph,
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(!t.top_k_in_graph());
+    let e = t
+        .translate(&["Dobrý den."], &GenerateOptions::default())
+        .unwrap_err();
+    assert!(e.to_string().contains("vocabulary"), "{e}");
 }
 
 /// The device-resident path (I/O binding, beam reorder by the gather graph)

@@ -339,6 +339,8 @@ fn translate_warmup_leaves_the_output_and_the_timed_counts_alone() {
     let (cold, warm) = (run("0"), run("5"));
     assert_eq!(cold.0, warm.0, "output");
     assert_eq!(warm.1["sentences"], 12);
+    assert_eq!(warm.1["warmup_sentences"], 5, "the warm-up ran");
+    assert_eq!(cold.1["warmup_sentences"], 0);
     for k in ["decoder_calls", "decoder_rows"] {
         assert_eq!(cold.1[k], warm.1[k], "{k}: the warm-up was counted");
     }

@@ -172,10 +172,8 @@ pub fn run(a: Args) -> Result<()> {
         .input
         .as_ref()
         .map_or("<stdin>".to_string(), |p| p.display().to_string());
-    if a.warmup > 0 {
-        let Some(p) = &a.input else {
-            bail!("--warmup needs an input file (it reads the first lines twice)");
-        };
+    let mut warmed = 0;
+    if let Some(p) = a.input.as_ref().filter(|_| a.warmup > 0) {
         let first: Vec<String> = open_text(p)?
             .split(b'\n')
             .take(a.warmup)
@@ -184,6 +182,7 @@ pub fn run(a: Args) -> Result<()> {
             .with_context(|| format!("reading {name}"))?;
         model.translate(&first, &opts)?;
         model.reset_profile();
+        warmed = first.len();
     }
     let mut out = Output::create(a.output.as_deref())?;
     let bar = match total {
@@ -300,7 +299,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.timing {
         let p = model.profile();
         eprintln!(
-            "{{\"sentences\":{line_no},\"seconds\":{:.6},\"encoder_s\":{:.3},\"decoder_s\":{:.3},\"search_s\":{:.3},\"cache_s\":{:.3},\"cross_cache_s\":{:.3},\"decoder_calls\":{},\"decoder_rows\":{}}}",
+            "{{\"sentences\":{line_no},\"warmup_sentences\":{warmed},\"seconds\":{:.6},\"encoder_s\":{:.3},\"decoder_s\":{:.3},\"search_s\":{:.3},\"cache_s\":{:.3},\"cross_cache_s\":{:.3},\"decoder_calls\":{},\"decoder_rows\":{}}}",
             busy.as_secs_f64(),
             p.encoder_s,
             p.decoder_s,
@@ -337,6 +336,12 @@ fn check_options(a: &Args) -> Result<()> {
         if k == 0 || k > a.beam {
             bail!("--nbest {k}: must be between 1 and --beam ({})", a.beam);
         }
+    }
+    if a.warmup > 0 && a.input.is_none() {
+        bail!(
+            "--warmup {}: needs an input file (it reads the first lines twice)",
+            a.warmup
+        );
     }
     crate::check_threads(a.threads)?;
     paraforge_job::config::check_streams(a.threads, a.streams).map_err(|reason| {

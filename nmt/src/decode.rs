@@ -99,20 +99,39 @@ pub(crate) fn decode<D: StepDecoder>(
                 ids,
                 width,
             } => {
-                if ids.len() != logprobs.len() || width < (k + mask.banned_len()).min(vocab) {
+                let need = (k + mask.banned_len()).min(vocab);
+                if ids.len() != logprobs.len() || width < need {
                     return Err(NmtError::inference(
                         "decoder",
                         format!(
-                            "{} candidate log-probabilities and {} ids, {width} per row, for {k} candidates and {} banned tokens",
+                            "{} candidate log-probabilities and {} ids, {width} per row: too few for {k} candidates and {} banned tokens (need {need} per row)",
                             logprobs.len(),
                             ids.len(),
                             mask.banned_len()
                         ),
                     ));
                 }
+                if let Some(&id) = ids.iter().find(|&&id| id < 0 || id as usize >= vocab) {
+                    return Err(NmtError::inference(
+                        "decoder",
+                        format!(
+                            "candidate token id {id} outside config.json's vocabulary of {vocab}"
+                        ),
+                    ));
+                }
                 logprobs.len() / width.max(1)
             }
         };
+        let fed = match &state {
+            SearchState::Beam(beams) => live.iter().map(|&i| beams[i].rows()).sum(),
+            SearchState::Greedy(_) => live.len(),
+        };
+        if nrows != fed {
+            return Err(NmtError::inference(
+                "decoder",
+                format!("{nrows} rows of output for {fed} rows fed"),
+            ));
+        }
         // Every row's best candidates, in parallel: from logits, this pass
         // reads rows x vocab values and dominates the search time.
         scratch.row_cands.resize_with(nrows, Vec::new);
@@ -339,17 +358,22 @@ mod tests {
     }
 
     fn run(n: usize, beams: usize) -> (Vec<Vec<Finished>>, Vec<usize>) {
-        run_with(n, &settings(beams), None)
+        run_with(n, &settings(beams), 6, None)
     }
 
-    fn run_with(n: usize, s: &Settings, top: Option<usize>) -> (Vec<Vec<Finished>>, Vec<usize>) {
+    fn run_with(
+        n: usize,
+        s: &Settings,
+        vocab: usize,
+        top: Option<usize>,
+    ) -> (Vec<Vec<Finished>>, Vec<usize>) {
         let mut m = HistoryModel {
-            vocab: 6,
+            vocab,
             rows: (0..n).map(|s| (s, Vec::new())).collect(),
             calls: Vec::new(),
             top,
         };
-        let (out, _) = decode(&mut m, n, START, s, 6, &mut DecodeScratch::default()).unwrap();
+        let (out, _) = decode(&mut m, n, START, s, vocab, &mut DecodeScratch::default()).unwrap();
         (out, m.calls)
     }
 
@@ -436,15 +460,24 @@ mod tests {
 
     #[test]
     fn each_rows_best_candidates_give_the_search_over_all_logits() {
-        for beams in [1, 2, 4] {
+        // A vocabulary wider than any row's candidates, and one narrower
+        // than beam 4's (the search then takes the whole row).
+        for (beams, vocab, forced_eos) in
+            [(1, 40, false), (2, 40, false), (4, 40, true), (4, 6, false)]
+        {
             let mut s = settings(beams);
             // A banned id, and eos banned for the first steps: the rows
             // must carry enough candidates to leave k once those are out.
             s.banned_ids = vec![3];
             s.min_length = 3;
-            let width = (s.candidates_per_row() + s.most_banned()).min(6);
-            let (want, want_calls) = run_with(3, &s, None);
-            let (got, calls) = run_with(3, &s, Some(width));
+            if forced_eos {
+                // The last step may only end the sentence.
+                s.max_length = 6;
+                s.forced_eos_id = Some(EOS);
+            }
+            let width = (s.candidates_per_row() + s.most_banned()).min(vocab);
+            let (want, want_calls) = run_with(3, &s, vocab, None);
+            let (got, calls) = run_with(3, &s, vocab, Some(width));
             assert_eq!(calls, want_calls, "beams {beams}");
             for (g, w) in got.iter().zip(&want) {
                 let tokens =
@@ -462,17 +495,41 @@ mod tests {
             // Too few candidates per row for k plus the banned ids is refused.
             if width > 1 {
                 let mut m = HistoryModel {
-                    vocab: 6,
+                    vocab,
                     rows: (0..3).map(|s| (s, Vec::new())).collect(),
                     calls: Vec::new(),
                     top: Some(width - 1),
                 };
-                let e = decode(&mut m, 3, START, &s, 6, &mut DecodeScratch::default())
+                let e = decode(&mut m, 3, START, &s, vocab, &mut DecodeScratch::default())
                     .unwrap_err()
                     .to_string();
                 assert!(e.contains(&format!("{} per row", width - 1)), "{e}");
             }
+            if forced_eos {
+                assert!(
+                    got.iter().flatten().all(|h| h.tokens.len() < 6),
+                    "the forced eos step was not the last"
+                );
+            }
         }
+        // An id the vocabulary does not have is an error, not a token.
+        let mut m = HistoryModel {
+            vocab: 6,
+            rows: vec![(0, Vec::new())],
+            calls: Vec::new(),
+            top: Some(6),
+        };
+        let e = decode(
+            &mut m,
+            1,
+            START,
+            &settings(2),
+            5,
+            &mut DecodeScratch::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("outside config.json's vocabulary of 5"), "{e}");
     }
 
     #[test]

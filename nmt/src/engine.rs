@@ -101,7 +101,7 @@ pub(crate) struct Graphs {
     pub(crate) files: Vec<PathBuf>,
 }
 
-/// What the decoder-with-past graph was rewritten to do at load.
+/// What the decoder graphs were rewritten to do at load.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Rewrites {
     /// Attend to the encoder once per sentence (`cross_attention.rs`): the
@@ -122,9 +122,10 @@ pub(crate) struct Rewrites {
 /// loaded again without that rewrite: slower, not wrong.
 fn with_past_session(
     path: &Path,
-    layers: usize,
+    cfg: &ModelConfig,
     opts: &LoadOptions,
 ) -> Result<(Session, Rewrites), NmtError> {
+    let layers = cfg.decoder_layers;
     let want_cross = !opts.cross_attention_per_beam;
     // Caches kept on the device are reordered there (`DeviceIo`).
     let want_gather = !opts.reorder_in_engine && opts.device == Device::Cpu && !opts.io_binding;
@@ -137,7 +138,7 @@ fn with_past_session(
         let done = Rewrites {
             cross_per_sentence: want_cross && crate::cross_attention::per_sentence(&mut m, layers),
             beam_gather: gather && crate::beam_gather::in_graph(&mut m, layers),
-            top_k: want_top_k && crate::top_k::in_graph(&mut m),
+            top_k: want_top_k && crate::top_k::in_graph(&mut m, cfg.target_vocab_size()),
             top_k_first: false,
         };
         (done.cross_per_sentence || done.beam_gather || done.top_k).then_some((m, done))
@@ -152,8 +153,12 @@ fn with_past_session(
             .map_err(|e| onnx_error(path, e))
     };
     let Some((m, done)) = rewrite(want_gather) else {
+        refused_top_k(path, want_top_k);
         return Ok((session(path, opts)?, Rewrites::default()));
     };
+    if !done.top_k {
+        refused_top_k(path, want_top_k);
+    }
     match commit(&m, done) {
         Ok(s) => {
             tracing::debug!(path = %path.display(), ?done, "decoder graph rewritten");
@@ -171,17 +176,32 @@ fn with_past_session(
     }
 }
 
+/// Says so when a graph that was to end in TopK does not (its logits are
+/// then copied back every step): slower, not wrong.
+fn refused_top_k(path: &Path, wanted: bool) {
+    if wanted {
+        tracing::warn!(path = %path.display(),
+            "the decoder graph does not end in a float logits output of this vocabulary that TopK can follow; \
+             each step's logits come back to the host");
+    }
+}
+
 /// A decoder session that returns each row's best candidates where asked
 /// and the graph takes the rewrite (`top_k.rs`), else the file as it is;
 /// and whether it does.
-fn top_k_session(path: &Path, opts: &LoadOptions) -> Result<(Session, bool), NmtError> {
-    let rewritten = opts
-        .top_k_in_graph()
+fn top_k_session(
+    path: &Path,
+    cfg: &ModelConfig,
+    opts: &LoadOptions,
+) -> Result<(Session, bool), NmtError> {
+    let want = opts.top_k_in_graph();
+    let rewritten = want
         .then(|| std::fs::read(path).ok())
         .flatten()
         .and_then(|b| onnx_graph::in_memory(&b))
-        .and_then(|mut m| crate::top_k::in_graph(&mut m).then_some(m));
+        .and_then(|mut m| crate::top_k::in_graph(&mut m, cfg.target_vocab_size()).then_some(m));
     let Some(m) = rewritten else {
+        refused_top_k(path, want);
         return Ok((session(path, opts)?, false));
     };
     let s = builder(path, opts)?
@@ -237,8 +257,8 @@ impl Graphs {
         let merged = merged_p.is_file() && opts.decoder != DecoderLayout::Split;
         let decoder = if split {
             files.extend([first_p.clone(), past_p.clone()]);
-            let (with_past, done) = with_past_session(&past_p, cfg.decoder_layers, opts)?;
-            let (first, top_k_first) = top_k_session(&first_p, opts)?;
+            let (with_past, done) = with_past_session(&past_p, cfg, opts)?;
+            let (first, top_k_first) = top_k_session(&first_p, cfg, opts)?;
             rewrites = Rewrites {
                 top_k_first,
                 ..done
@@ -246,7 +266,7 @@ impl Graphs {
             Decoder::Split { first, with_past }
         } else if merged {
             files.push(merged_p.clone());
-            let (m, top_k) = top_k_session(&merged_p, opts)?;
+            let (m, top_k) = top_k_session(&merged_p, cfg, opts)?;
             rewrites.top_k = top_k;
             rewrites.top_k_first = top_k;
             Decoder::Merged(m)
@@ -353,7 +373,7 @@ impl Graphs {
             "logits"
         };
         if !has_out(past, logits) {
-            return Err(mismatch("decoder has no output \"logits\"".into()));
+            return Err(mismatch(format!("decoder has no output {logits:?}")));
         }
         Ok(())
     }

@@ -266,8 +266,9 @@ impl Translator {
         &self.dir
     }
 
-    /// Time spent per decoding stage since the model was loaded (summed
-    /// over streams, so with several it exceeds the wall time).
+    /// Time spent per decoding stage since the model was loaded or
+    /// [`Translator::reset_profile`] (summed over streams, so with several
+    /// it exceeds the wall time).
     pub fn profile(&self) -> Profile {
         let mut p = Profile::default();
         for g in &self.graphs {

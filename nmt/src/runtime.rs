@@ -92,6 +92,8 @@ pub struct LoadOptions {
     /// is the faster way to use them (BENCHMARKS.md); each stream holds its
     /// own copy of the model.
     pub streams: usize,
+    /// Where each step's log-softmax and row top-k run: the host for the
+    /// CPU, the decoder graph for CUDA by default (`top_k.rs`).
     pub top_k_on: TopKOn,
 }
 

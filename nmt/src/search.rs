@@ -121,7 +121,8 @@ pub fn row_candidates(logits: &[f32], k: usize, mask: &StepMask, out: &mut Vec<(
 /// (best first) and their token ids, as a decoder graph ending in TopK
 /// returns them (`top_k.rs`). The row must hold at least `k` plus
 /// [`StepMask::banned_len`] of them, so that `k` remain once the banned are
-/// left out. Ties go to the lower token id, as on the host.
+/// left out; the decoding loop has checked that every id is in the
+/// vocabulary. Ties go to the lower token id, as on the host.
 pub fn top_candidates(
     logprobs: &[f32],
     ids: &[i64],
@@ -134,16 +135,17 @@ pub fn top_candidates(
         out.push((0.0, id));
         return;
     }
-    for (&lp, &id) in logprobs.iter().zip(ids) {
-        let id = id as u32;
-        if !mask.banned.contains(&id) {
-            out.push((lp, id));
-            if out.len() == k {
-                break;
-            }
-        }
-    }
+    // All of the row, then the best k: TopK on a GPU need not order ties
+    // by id, and a tie at the k-th place must go to the lower one.
+    out.extend(
+        logprobs
+            .iter()
+            .zip(ids)
+            .map(|(&lp, &id)| (lp, id as u32))
+            .filter(|(_, id)| !mask.banned.contains(id)),
+    );
     out.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    out.truncate(k);
 }
 
 /// The state of one sentence under beam search.

@@ -18,7 +18,8 @@
 //! log-softmax moves to the execution provider's kernels.
 
 use crate::onnx_graph::onnx::{
-    tensor_proto::DataType, type_proto, GraphProto, ModelProto, ValueInfoProto,
+    tensor_proto::DataType, tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto,
+    ValueInfoProto,
 };
 use crate::onnx_graph::{int_attr, node, tensor_info};
 
@@ -52,9 +53,11 @@ fn names_taken(g: &GraphProto) -> bool {
 /// Rewrites `m` so that it returns [`TOP_LOGPROBS`] and [`TOP_IDS`] in
 /// place of `logits`, given [`TOP_K`]. Returns false, leaving `m` as it
 /// was, where the graph has no float `logits` output of rank 3, imports an
-/// opset older than 11 (TopK with `largest` and `sorted`), or already uses
-/// the names.
-pub(crate) fn in_graph(m: &mut ModelProto) -> bool {
+/// opset older than 11 (TopK with `largest` and `sorted`), already uses
+/// the names, or declares a vocabulary other than `vocab` (config.json's):
+/// the logits path then reports that mismatch at the first step, which
+/// candidates alone could not show.
+pub(crate) fn in_graph(m: &mut ModelProto, vocab: usize) -> bool {
     let opset = m
         .opset_import
         .iter()
@@ -71,13 +74,18 @@ pub(crate) fn in_graph(m: &mut ModelProto) -> bool {
     else {
         return false;
     };
-    let rank = match g.output[pos].r#type.as_ref().and_then(|t| t.value.as_ref()) {
-        Some(type_proto::Value::TensorType(t)) => t.shape.as_ref().map(|s| s.dim.len()),
+    let dims = match g.output[pos].r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(type_proto::Value::TensorType(t)) => t.shape.as_ref().map(|s| s.dim.clone()),
         _ => None,
     };
+    let width = dims.as_ref().and_then(|d| match d.last()?.value {
+        Some(dimension::Value::DimValue(w)) => Some(w),
+        _ => None,
+    });
     if opset < 11
         || elem_type(&g.output[pos]) != Some(DataType::Float as i32)
-        || rank != Some(3)
+        || dims.map(|d| d.len()) != Some(3)
+        || width.is_some_and(|w| w != vocab as i64)
         || names_taken(g)
     {
         return false;
@@ -117,6 +125,9 @@ mod tests {
     use super::*;
     use crate::onnx_graph::bundled_model;
 
+    /// The tiny test model's vocabulary, as its config.json and graphs say.
+    const TINY_VOCAB: usize = 4001;
+
     #[test]
     fn every_decoder_graph_of_the_tiny_model_takes_the_rewrite() {
         for file in [
@@ -126,7 +137,7 @@ mod tests {
             "decoder_with_past_model_quantized.onnx",
         ] {
             let mut m = bundled_model("tiny-cs-en", file);
-            assert!(in_graph(&mut m), "{file}");
+            assert!(in_graph(&mut m, TINY_VOCAB), "{file}");
             let g = m.graph.as_ref().unwrap();
             let outs: Vec<&str> = g.output.iter().filter_map(|o| o.name.as_deref()).collect();
             assert!(!outs.contains(&"logits"), "{file}: logits still copied out");
@@ -137,7 +148,7 @@ mod tests {
             assert!(g.input.iter().any(|i| i.name.as_deref() == Some(TOP_K)));
             // A second pass finds no logits output and leaves it alone.
             let before = m.clone();
-            assert!(!in_graph(&mut m), "{file}: rewritten twice");
+            assert!(!in_graph(&mut m, TINY_VOCAB), "{file}: rewritten twice");
             assert_eq!(m, before);
         }
     }
@@ -176,9 +187,15 @@ mod tests {
             ("no logits output", renamed),
             ("opset 10", old_opset),
             ("name in use", taken),
+            ("another vocabulary", base.clone()),
         ] {
+            let vocab = if what == "another vocabulary" {
+                TINY_VOCAB + 5
+            } else {
+                TINY_VOCAB
+            };
             let before = m.clone();
-            assert!(!in_graph(&mut m), "{what}: rewritten");
+            assert!(!in_graph(&mut m, vocab), "{what}: rewritten");
             assert_eq!(m, before, "{what}: changed");
         }
     }
