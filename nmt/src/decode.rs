@@ -377,6 +377,27 @@ mod tests {
         (out, m.calls)
     }
 
+    /// The error of decoding `n` sentences of a `vocab`-token model (its
+    /// rows' best `top` candidates, or its logits) when the loop is told
+    /// the vocabulary is `told`.
+    fn decode_error(
+        n: usize,
+        vocab: usize,
+        top: Option<usize>,
+        s: &Settings,
+        told: usize,
+    ) -> String {
+        let mut m = HistoryModel {
+            vocab,
+            rows: (0..n).map(|s| (s, Vec::new())).collect(),
+            calls: Vec::new(),
+            top,
+        };
+        decode(&mut m, n, START, s, told, &mut DecodeScratch::default())
+            .unwrap_err()
+            .to_string()
+    }
+
     /// log_softmax of the model's logits along a hypothesis, summed.
     fn path_score(sent: usize, tokens: &[u32]) -> f32 {
         let mut total = 0.0;
@@ -494,15 +515,7 @@ mod tests {
             }
             // Too few candidates per row for k plus the banned ids is refused.
             if width > 1 {
-                let mut m = HistoryModel {
-                    vocab,
-                    rows: (0..3).map(|s| (s, Vec::new())).collect(),
-                    calls: Vec::new(),
-                    top: Some(width - 1),
-                };
-                let e = decode(&mut m, 3, START, &s, vocab, &mut DecodeScratch::default())
-                    .unwrap_err()
-                    .to_string();
+                let e = decode_error(3, vocab, Some(width - 1), &s, vocab);
                 assert!(e.contains(&format!("{} per row", width - 1)), "{e}");
             }
             if forced_eos {
@@ -513,43 +526,13 @@ mod tests {
             }
         }
         // An id the vocabulary does not have is an error, not a token.
-        let mut m = HistoryModel {
-            vocab: 6,
-            rows: vec![(0, Vec::new())],
-            calls: Vec::new(),
-            top: Some(6),
-        };
-        let e = decode(
-            &mut m,
-            1,
-            START,
-            &settings(2),
-            5,
-            &mut DecodeScratch::default(),
-        )
-        .unwrap_err()
-        .to_string();
+        let e = decode_error(1, 6, Some(6), &settings(2), 5);
         assert!(e.contains("outside config.json's vocabulary of 5"), "{e}");
     }
 
     #[test]
     fn logits_of_the_wrong_width_are_an_error_naming_both() {
-        let mut m = HistoryModel {
-            vocab: 6,
-            rows: vec![(0, Vec::new())],
-            calls: Vec::new(),
-            top: None,
-        };
-        let e = decode(
-            &mut m,
-            1,
-            START,
-            &settings(2),
-            7,
-            &mut DecodeScratch::default(),
-        )
-        .unwrap_err()
-        .to_string();
+        let e = decode_error(1, 6, None, &settings(2), 7);
         assert!(
             e.contains("6 columns") && e.contains("vocabulary of 7"),
             "{e}"
