@@ -117,6 +117,16 @@ fn default_max_chars() -> usize {
     1000
 }
 
+/// `model.top_k_on` as written in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TopKOnName {
+    #[default]
+    Auto,
+    Host,
+    Graph,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Model {
@@ -137,6 +147,11 @@ pub struct Model {
     /// Use `*_quantized.onnx`.
     #[serde(default)]
     pub quantized: bool,
+    /// Where each step's log-softmax and row top-k run (`translate
+    /// --top-k-on`): `auto` = on the host for the CPU, in the decoder graph
+    /// for CUDA (only candidates leave the GPU); `host` or `graph`.
+    #[serde(default)]
+    pub top_k_on: TopKOnName,
     #[serde(default = "default_beam")]
     pub beam: usize,
     /// Hypotheses kept per pair, best first (seed 001 keeps many of a
@@ -894,6 +909,20 @@ mod bounds {
         ] {
             model_with(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
         }
+    }
+
+    #[test]
+    fn top_k_on_takes_its_three_names_and_refuses_others_by_key() {
+        assert_eq!(model_with("").unwrap().model.top_k_on, TopKOnName::Auto);
+        for (line, want) in [
+            ("top_k_on = \"auto\"", TopKOnName::Auto),
+            ("top_k_on = \"host\"", TopKOnName::Host),
+            ("top_k_on = \"graph\"", TopKOnName::Graph),
+        ] {
+            assert_eq!(model_with(line).unwrap().model.top_k_on, want, "{line}");
+        }
+        let e = model_with("top_k_on = \"gpu\"").unwrap_err().to_string();
+        assert!(e.contains("top_k_on") && e.contains("gpu"), "{e}");
     }
 }
 

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use paraforge_core::layout::OutputLayout;
-use paraforge_job::config::JobConfig;
+use paraforge_job::config::{JobConfig, TopKOnName};
 use paraforge_job::storage::Storage;
-use paraforge_nmt::{Device, GenerateOptions, LoadOptions, Translator};
+use paraforge_nmt::{Device, GenerateOptions, LoadOptions, TopKOn, Translator};
 use paraforge_rpc::access::{AccessError, Client, ClientAccess};
 use paraforge_rpc::proto::{self as pb, lease_shard_response};
 
@@ -198,6 +198,11 @@ impl Job {
             threads: cfg.model.threads,
             streams: cfg.model.streams,
             quantized: cfg.model.quantized,
+            top_k_on: match cfg.model.top_k_on {
+                TopKOnName::Auto => TopKOn::Auto,
+                TopKOnName::Host => TopKOn::Host,
+                TopKOnName::Graph => TopKOn::Graph,
+            },
             ..LoadOptions::default()
         };
         let model_dir = o
