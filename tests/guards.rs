@@ -259,38 +259,43 @@ fn translate_bounds_beam_threads_batch_size_and_nbest() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 256);
 }
 
+/// `paraforge translate --timing` with `args` on the tiny model over the
+/// first `lines` parity sentences: the output and the timing line.
+fn translate_timed(lines: usize, args: &[&str]) -> (String, serde_json::Value) {
+    let text = std::fs::read_to_string(paraforge_tests::data("parity-cs.txt")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, out) = (dir.path().join("in.txt"), dir.path().join("out.txt"));
+    std::fs::write(
+        &input,
+        text.lines().take(lines).collect::<Vec<_>>().join("\n"),
+    )
+    .unwrap();
+    let m = model("tiny-cs-en");
+    let mut all = vec![
+        "translate",
+        "--model",
+        m.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--timing",
+    ];
+    all.extend_from_slice(args);
+    all.extend([input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    let o = paraforge(&all, 60);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{args:?}: {e}");
+    let line = e.lines().last().unwrap_or_default();
+    let v = serde_json::from_str(line).unwrap_or_else(|_| panic!("{e}"));
+    (std::fs::read_to_string(out).unwrap(), v)
+}
+
 /// `--early-stopping` reaches the search: `true` stops a sentence as soon
 /// as --beam hypotheses are finished, `never` keeps going longest. The
 /// hidden `--timing` line counts the decoder rows run.
 #[test]
 fn translate_early_stopping_changes_how_long_the_search_runs() {
-    let input = paraforge_tests::data("parity-cs.txt");
-    let text = std::fs::read_to_string(&input).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let first = dir.path().join("in.txt");
-    std::fs::write(&first, text.lines().take(20).collect::<Vec<_>>().join("\n")).unwrap();
-    let m = model("tiny-cs-en");
     let rows = |rule: &str| -> u64 {
-        let o = paraforge(
-            &[
-                "translate",
-                "--model",
-                m.to_str().unwrap(),
-                "--threads",
-                "1",
-                "--max-new-tokens",
-                "32",
-                "--early-stopping",
-                rule,
-                "--timing",
-                first.to_str().unwrap(),
-            ],
-            60,
-        );
-        let e = stderr(&o);
-        assert!(o.status.success(), "--early-stopping {rule}: {e}");
-        let line = e.lines().last().unwrap_or_default();
-        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|_| panic!("{e}"));
+        let (_, v) = translate_timed(20, &["--max-new-tokens", "32", "--early-stopping", rule]);
         v["decoder_rows"].as_u64().unwrap()
     };
     let (t, f, n) = (rows("true"), rows("false"), rows("never"));
@@ -305,37 +310,7 @@ fn translate_early_stopping_changes_how_long_the_search_runs() {
 /// run without it.
 #[test]
 fn translate_warmup_leaves_the_output_and_the_timed_counts_alone() {
-    let text = std::fs::read_to_string(paraforge_tests::data("parity-cs.txt")).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in.txt");
-    std::fs::write(&input, text.lines().take(12).collect::<Vec<_>>().join("\n")).unwrap();
-    let m = model("tiny-cs-en");
-    let run = |warmup: &str| -> (String, serde_json::Value) {
-        let out = dir.path().join(format!("out-{warmup}.txt"));
-        let o = paraforge(
-            &[
-                "translate",
-                "--model",
-                m.to_str().unwrap(),
-                "--threads",
-                "1",
-                "--max-new-tokens",
-                "16",
-                "--timing",
-                "--warmup",
-                warmup,
-                input.to_str().unwrap(),
-                "-o",
-                out.to_str().unwrap(),
-            ],
-            60,
-        );
-        let e = stderr(&o);
-        assert!(o.status.success(), "--warmup {warmup}: {e}");
-        let line = e.lines().last().unwrap_or_default();
-        let v = serde_json::from_str(line).unwrap_or_else(|_| panic!("{e}"));
-        (std::fs::read_to_string(out).unwrap(), v)
-    };
+    let run = |warmup: &str| translate_timed(12, &["--max-new-tokens", "16", "--warmup", warmup]);
     let (cold, warm) = (run("0"), run("5"));
     assert_eq!(cold.0, warm.0, "output");
     assert_eq!(warm.1["sentences"], 12);

@@ -92,8 +92,8 @@ pub struct Args {
     /// transformers), inside the decoder graph for CUDA (only the
     /// candidates are copied back, not rows x vocab logits); `host` or
     /// `graph` to choose
-    #[arg(long, value_enum, default_value = "auto")]
-    top_k_on: TopKArg,
+    #[arg(long, default_value = "auto")]
+    top_k_on: TopKOn,
     /// Print `{"sentences":N,"seconds":S}` on stderr at the end, timing
     /// translation only (not model loading); used by `make bench-nmt`.
     #[arg(long, hide = true)]
@@ -155,11 +155,7 @@ pub fn run(a: Args) -> Result<()> {
         io_binding: a.io_binding,
         cross_attention_per_beam: a.cross_attention_per_beam,
         reorder_in_engine: a.reorder_in_engine,
-        top_k_on: match a.top_k_on {
-            TopKArg::Auto => TopKOn::Auto,
-            TopKArg::Host => TopKOn::Host,
-            TopKArg::Graph => TopKOn::Graph,
-        },
+        top_k_on: a.top_k_on,
     };
     // The same reader as `run`'s, so .gz and .zst inputs are decompressed.
     let (mut reader, total): (Box<dyn BufRead>, Option<u64>) = match &a.input {
@@ -485,11 +481,4 @@ fn count_lines(p: &Path) -> Result<u64> {
         last = buf[n - 1];
     }
     Ok(lines + u64::from(last != b'\n'))
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum TopKArg {
-    Auto,
-    Host,
-    Graph,
 }

@@ -1,8 +1,9 @@
 //! The decoding loop, apart from the model that runs it (as CTranslate2
 //! keeps its decoder interface apart from search). A [`StepDecoder`] turns
-//! each row's last token into logits and keeps its own state (KV caches)
-//! in step with the rows the search keeps; [`decode`] runs the search of
-//! `search.rs` over those logits until every sentence is done. The ONNX
+//! each row's last token into logits, or into the row's best candidates,
+//! and keeps its own state (KV caches) in step with the rows the search
+//! keeps; [`decode`] runs the search of `search.rs` over them until every
+//! sentence is done. The ONNX
 //! decoder is `engine::OnnxStep`; the tests here drive the loop with
 //! synthetic logits.
 
@@ -26,17 +27,57 @@ pub(crate) enum Rows<'a> {
     },
 }
 
-/// The output of one decoder call.
-pub(crate) trait Logits {
+impl Rows<'_> {
+    /// The number of rows, once the output is known to be what the search
+    /// can use: logits as wide as config.json's vocabulary, or candidates
+    /// of that vocabulary, at least `need` a row (fewer only where the
+    /// vocabulary is smaller).
+    fn count(&self, need: usize, vocab: usize) -> Result<usize, NmtError> {
+        let bad = |m: String| Err(NmtError::inference("decoder", m));
+        match *self {
+            Rows::Logits { data, width } => {
+                if width != vocab {
+                    return bad(format!(
+                        "logits have {width} columns but config.json has a vocabulary of {vocab}"
+                    ));
+                }
+                Ok(data.len() / width)
+            }
+            Rows::Top {
+                logprobs,
+                ids,
+                width,
+            } => {
+                let need = need.min(vocab);
+                if ids.len() != logprobs.len() || width < need {
+                    return bad(format!(
+                        "{} candidate log-probabilities and {} ids, {width} per row: too few (need {need} per row)",
+                        logprobs.len(),
+                        ids.len()
+                    ));
+                }
+                if let Some(&id) = ids.iter().find(|&&id| id < 0 || id as usize >= vocab) {
+                    return bad(format!(
+                        "candidate token id {id} outside config.json's vocabulary of {vocab}"
+                    ));
+                }
+                Ok(logprobs.len() / width.max(1))
+            }
+        }
+    }
+}
+
+/// The output of one decoder call, as the search reads it.
+pub(crate) trait StepOutput {
     fn rows(&self) -> Result<Rows<'_>, NmtError>;
 }
 
 /// What the loop needs from a model.
 pub(crate) trait StepDecoder {
-    type Logits: Logits;
-    /// Logits for every row, given each row's last token. The first call
+    type Output: StepOutput;
+    /// Logits or candidates for every row, given each row's last token. The first call
     /// has one row per sentence (every beam starts the same).
-    fn step(&mut self, last: &[i64]) -> Result<Self::Logits, NmtError>;
+    fn step(&mut self, last: &[i64]) -> Result<Self::Output, NmtError>;
     /// The rows of the next call: row i continues row `parents[i]` of the
     /// last call and belongs to sentence `sentences[i]` (indices into the
     /// batch). Called only when there is a next call.
@@ -84,44 +125,7 @@ pub(crate) fn decode<D: StepDecoder>(
         let k = s.candidates_per_row();
         let mask = s.step_mask(cur_len);
         let view = logits.rows()?;
-        let nrows = match view {
-            Rows::Logits { data, width } => {
-                if width != vocab {
-                    return Err(NmtError::inference(
-                        "decoder",
-                        format!("logits have {width} columns but config.json has a vocabulary of {vocab}"),
-                    ));
-                }
-                data.len() / width
-            }
-            Rows::Top {
-                logprobs,
-                ids,
-                width,
-            } => {
-                let need = (k + mask.banned_len()).min(vocab);
-                if ids.len() != logprobs.len() || width < need {
-                    return Err(NmtError::inference(
-                        "decoder",
-                        format!(
-                            "{} candidate log-probabilities and {} ids, {width} per row: too few for {k} candidates and {} banned tokens (need {need} per row)",
-                            logprobs.len(),
-                            ids.len(),
-                            mask.banned_len()
-                        ),
-                    ));
-                }
-                if let Some(&id) = ids.iter().find(|&&id| id < 0 || id as usize >= vocab) {
-                    return Err(NmtError::inference(
-                        "decoder",
-                        format!(
-                            "candidate token id {id} outside config.json's vocabulary of {vocab}"
-                        ),
-                    ));
-                }
-                logprobs.len() / width.max(1)
-            }
-        };
+        let nrows = view.count(k + mask.banned_len(), vocab)?;
         let fed = match &state {
             SearchState::Beam(beams) => live.iter().map(|&i| beams[i].rows()).sum(),
             SearchState::Greedy(_) => live.len(),
@@ -254,7 +258,7 @@ mod tests {
         Top(Vec<f32>, Vec<i64>, usize),
     }
 
-    impl Logits for Synthetic {
+    impl StepOutput for Synthetic {
         fn rows(&self) -> Result<Rows<'_>, NmtError> {
             Ok(match self {
                 Synthetic::Logits(data, width) => Rows::Logits {
@@ -300,7 +304,7 @@ mod tests {
     }
 
     impl StepDecoder for HistoryModel {
-        type Logits = Synthetic;
+        type Output = Synthetic;
         fn step(&mut self, last: &[i64]) -> Result<Synthetic, NmtError> {
             assert_eq!(last.len(), self.rows.len(), "one token per row");
             for (row, &t) in self.rows.iter_mut().zip(last) {

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use crate::cache::Cache;
 use crate::config::ModelConfig;
-use crate::decode::{decode, DecodeScratch, Logits, Rows, StepDecoder};
+use crate::decode::{decode, DecodeScratch, Rows, StepDecoder, StepOutput};
 use crate::error::NmtError;
 use crate::onnx_graph;
 use crate::onnx_graph::onnx::ModelProto;
@@ -88,9 +88,7 @@ pub(crate) struct Graphs {
     /// Cache buffers of finished batches, reused by the next one: fresh
     /// ones would be faulted in page by page at every batch.
     pool: Vec<Vec<f32>>,
-    /// What the decoder-with-past graph was rewritten to do: take the
-    /// cross-attention cache with one row per sentence, reorder the
-    /// self-attention cache itself given each row's parent.
+    /// What the decoder graphs were rewritten to do at load.
     pub(crate) rewrites: Rewrites,
     encoder: Session,
     decoder: Decoder,
@@ -152,13 +150,13 @@ fn with_past_session(
         b.commit_from_memory(&m.encode_to_vec())
             .map_err(|e| onnx_error(path, e))
     };
-    let Some((m, done)) = rewrite(want_gather) else {
-        refused_top_k(path, want_top_k);
+    let rewritten = rewrite(want_gather);
+    if want_top_k && !rewritten.as_ref().is_some_and(|(_, done)| done.top_k) {
+        refused_top_k(path);
+    }
+    let Some((m, done)) = rewritten else {
         return Ok((session(path, opts)?, Rewrites::default()));
     };
-    if !done.top_k {
-        refused_top_k(path, want_top_k);
-    }
     match commit(&m, done) {
         Ok(s) => {
             tracing::debug!(path = %path.display(), ?done, "decoder graph rewritten");
@@ -178,12 +176,10 @@ fn with_past_session(
 
 /// Says so when a graph that was to end in TopK does not (its logits are
 /// then copied back every step): slower, not wrong.
-fn refused_top_k(path: &Path, wanted: bool) {
-    if wanted {
-        tracing::warn!(path = %path.display(),
-            "the decoder graph does not end in a float logits output of this vocabulary that TopK can follow; \
-             each step's logits come back to the host");
-    }
+fn refused_top_k(path: &Path) {
+    tracing::warn!(path = %path.display(),
+        "the decoder graph does not end in a float logits output of this vocabulary that TopK can follow; \
+         each step's logits come back to the host");
 }
 
 /// A decoder session that returns each row's best candidates where asked
@@ -201,7 +197,9 @@ fn top_k_session(
         .and_then(|b| onnx_graph::in_memory(&b))
         .and_then(|mut m| crate::top_k::in_graph(&mut m, cfg.target_vocab_size()).then_some(m));
     let Some(m) = rewritten else {
-        refused_top_k(path, want);
+        if want {
+            refused_top_k(path);
+        }
         return Ok((session(path, opts)?, false));
     };
     match builder(path, opts)?.commit_from_memory(&m.encode_to_vec()) {
@@ -849,7 +847,7 @@ impl StepOut {
     }
 }
 
-impl Logits for StepOut {
+impl StepOutput for StepOut {
     fn rows(&self) -> Result<Rows<'_>, NmtError> {
         let err = |e: ort::Error| NmtError::inference("decoder", e);
         Ok(match self {
@@ -884,7 +882,7 @@ struct OnnxStep<'g> {
 }
 
 impl StepDecoder for OnnxStep<'_> {
-    type Logits = StepOut;
+    type Output = StepOut;
 
     fn step(&mut self, last: &[i64]) -> Result<StepOut, NmtError> {
         match self.first.take() {

@@ -63,6 +63,18 @@ pub enum TopKOn {
     Graph,
 }
 
+impl std::str::FromStr for TopKOn {
+    type Err = String;
+    fn from_str(s: &str) -> Result<TopKOn, String> {
+        match s {
+            "auto" => Ok(TopKOn::Auto),
+            "host" => Ok(TopKOn::Host),
+            "graph" => Ok(TopKOn::Graph),
+            _ => Err(format!("unknown place {s:?}: use auto, host or graph")),
+        }
+    }
+}
+
 /// How to load a model.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
