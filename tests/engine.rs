@@ -767,6 +767,53 @@ fn attending_to_the_source_once_per_sentence_computes_what_the_export_does() {
 }
 
 #[test]
+fn one_attention_operator_per_layer_computes_what_the_export_does() {
+    let sentences: Vec<String> = parity_sentences().into_iter().take(48).collect();
+    // (beams, cache reordered in the engine: then Attend alone, else
+    // GatherAttend); batches that shrink as sentences finish.
+    for (num_beams, in_engine) in [(12, false), (4, true), (1, false)] {
+        let o = GenerateOptions {
+            num_beams,
+            max_new_tokens: Some(32),
+            batch_size: 16,
+            ..GenerateOptions::default()
+        };
+        let run = |unfused| {
+            let mut t = load(&LoadOptions {
+                unfused_self_attention: unfused,
+                reorder_in_engine: in_engine,
+                threads: 2,
+                ..LoadOptions::default()
+            });
+            let want = if unfused {
+                (false, false)
+            } else {
+                (true, !in_engine)
+            };
+            assert_eq!(t.self_attention_ops(), want, "unfused {unfused}");
+            t.translate(&sentences, &o).unwrap()
+        };
+        let (fused, export) = (run(false), run(true));
+        for (i, (a, b)) in fused.iter().zip(&export).enumerate() {
+            let what = format!("beam {num_beams}, sentence {i}");
+            assert_eq!(a.tokens, b.tokens, "{what}");
+            assert!(
+                (a.score - b.score).abs() < 1e-5,
+                "{what}: {} vs {}",
+                a.score,
+                b.score
+            );
+        }
+    }
+    // Not on the device path, whose caches stay in the provider's memory.
+    let t = load(&LoadOptions {
+        io_binding: true,
+        ..LoadOptions::default()
+    });
+    assert!(!t.self_attention_ops().1);
+}
+
+#[test]
 fn reordering_inside_the_decoder_call_gives_the_engines_reorder_to_the_bit() {
     let sentences: Vec<String> = parity_sentences().into_iter().take(40).collect();
     // (beams, int8, intra-op threads: 2 runs the op's rows on the pool).

@@ -297,6 +297,9 @@ def main_natural(args) -> None:
         # The self-attention cache reordered by the engine after each call
         # (before 2026-11-26) instead of inside it (nmt/src/beam_gather.rs).
         "paraforge-int8-reorder-in-engine": (DEMO_CACHE / "onnx", True, same + ("--reorder-in-engine",)),
+        # The self-attention as exported (MatMul, Softmax, MatMul) instead
+        # of one op per layer fused with the reorder (nmt/src/self_attention.rs).
+        "paraforge-int8-unfused-attention": (DEMO_CACHE / "onnx", True, same + ("--unfused-self-attention",)),
     }
     engines = args.engines.split(",") if args.engines_given else \
         ["paraforge", "paraforge-fp32", "paraforge-int8", "paraforge-int8-per-beam",
@@ -360,6 +363,8 @@ def main_natural(args) -> None:
         "paraforge-int8-transformers-rule": "paraforge, dynamic int8 export, transformers' stopping rule",
         "paraforge-int8-reorder-in-engine": "paraforge, dynamic int8 export, cache reordered by the engine "
                                             "(--reorder-in-engine)",
+        "paraforge-int8-unfused-attention": "paraforge, dynamic int8 export, self-attention as exported "
+                                            "(--unfused-self-attention)",
     }
     for e in engines:
         if e.endswith("-split") and e.removesuffix("-split") in label:
@@ -382,7 +387,8 @@ def main_natural(args) -> None:
     # interleaved, so a repeat's ratio compares like with like).
     ratios = {}
     for a, b in [("paraforge-int8", "ct2-int8"), ("paraforge-int8-split", "ct2-int8-split"),
-                 ("paraforge-fp32", "ct2-fp32"), ("paraforge-int8", "paraforge-int8-reorder-in-engine")]:
+                 ("paraforge-fp32", "ct2-fp32"), ("paraforge-int8", "paraforge-int8-reorder-in-engine"),
+                 ("paraforge-int8-split", "paraforge-int8-unfused-attention-split")]:
         if a in rows and b in rows:
             per = [tb / ta for ta, tb in zip(times[a], times[b])]
             med = rows[a]["sentences_per_second"] / rows[b]["sentences_per_second"]

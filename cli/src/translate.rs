@@ -87,6 +87,12 @@ pub struct Args {
     /// two, the same values)
     #[arg(long)]
     reorder_in_engine: bool,
+    /// Attend over the self-attention cache with the export's own
+    /// MatMul/Softmax nodes (by default each layer's are rewritten at load
+    /// into one operator, which is faster on the CPU and equal up to float
+    /// rounding)
+    #[arg(long)]
+    unfused_self_attention: bool,
     /// Where each row's log-softmax and best candidates are computed:
     /// `auto` = on the host for the CPU (from the logits, exact with
     /// transformers), inside the decoder graph for CUDA (only the
@@ -155,6 +161,7 @@ pub fn run(a: Args) -> Result<()> {
         io_binding: a.io_binding,
         cross_attention_per_beam: a.cross_attention_per_beam,
         reorder_in_engine: a.reorder_in_engine,
+        unfused_self_attention: a.unfused_self_attention,
         top_k_on: a.top_k_on,
     };
     // The same reader as `run`'s, so .gz and .zst inputs are decompressed.

@@ -37,7 +37,7 @@ use crate::onnx_graph::{node, op, tensor_info};
 /// The graph input carrying each row's parent (int64, one per row).
 pub(crate) const PARENTS: &str = "paraforge_beam_parents";
 pub(crate) const DOMAIN: &str = "ai.paraforge";
-const OP: &str = "GatherConcat";
+pub(crate) const OP: &str = "GatherConcat";
 
 /// Rewrites `m` in place so that its decoder call reorders the
 /// self-attention cache itself; false, changing nothing, when a layer does
@@ -113,7 +113,7 @@ pub(crate) fn in_graph(m: &mut ModelProto, layers: usize) -> bool {
 }
 
 /// Whether graph input `name` is declared a float32 tensor of rank 4.
-fn float_rank4(g: &GraphProto, name: &str) -> bool {
+pub(crate) fn float_rank4(g: &GraphProto, name: &str) -> bool {
     g.input
         .iter()
         .find(|i| i.name.as_deref() == Some(name))
@@ -182,7 +182,7 @@ fn only_time_length_read(
 
 /// Scalar (or one-element) int64 constants by name: initializers and
 /// `Constant` nodes.
-fn constants(g: &GraphProto) -> HashMap<&str, i64> {
+pub(crate) fn constants(g: &GraphProto) -> HashMap<&str, i64> {
     let mut out = HashMap::new();
     let value = |t: &TensorProto| -> Option<i64> {
         if t.data_type != Some(DataType::Int64 as i32) || t.dims.iter().product::<i64>() != 1 {
@@ -213,9 +213,13 @@ fn constants(g: &GraphProto) -> HashMap<&str, i64> {
     out
 }
 
-/// The custom-operator domain the rewritten graph needs.
+/// The custom-operator domain the rewritten graphs need: this file's
+/// `GatherConcat` and `self_attention.rs`'s `Attend` and `GatherAttend`.
 pub(crate) fn operators() -> ort::Result<OperatorDomain> {
-    OperatorDomain::new(DOMAIN)?.add(GatherConcat)
+    OperatorDomain::new(DOMAIN)?
+        .add(GatherConcat)?
+        .add(crate::self_attention::Attend)?
+        .add(crate::self_attention::GatherAttend)
 }
 
 struct GatherConcat;
@@ -293,12 +297,12 @@ impl Operator for GatherConcat {
 const ROW_BATCHES: usize = 8;
 
 /// The output's base pointer, shared with the pool's threads.
-struct RowsOut(*mut f32);
+pub(crate) struct RowsOut(pub(crate) *mut f32);
 
 impl RowsOut {
     /// A method rather than the field, so that closures capture the whole
     /// (Sync) wrapper.
-    fn row(&self, offset: usize) -> *mut f32 {
+    pub(crate) fn row(&self, offset: usize) -> *mut f32 {
         self.0.wrapping_add(offset)
     }
 }
@@ -307,7 +311,11 @@ impl RowsOut {
 unsafe impl Sync for RowsOut {}
 
 /// The output's shape, or why the inputs do not fit together.
-fn out_shape(past: [usize; 4], new: [usize; 4], parents: &[i64]) -> Result<[usize; 4], String> {
+pub(crate) fn out_shape(
+    past: [usize; 4],
+    new: [usize; 4],
+    parents: &[i64],
+) -> Result<[usize; 4], String> {
     let [rows_before, h, t, d] = past;
     let [rows, nh, one, nd] = new;
     if (nh, one, nd) != (h, 1, d) || parents.len() != rows {
@@ -329,7 +337,7 @@ fn out_shape(past: [usize; 4], new: [usize; 4], parents: &[i64]) -> Result<[usiz
 
 /// Row `r` of the output, `concat(past[p], new[r])` along the time axis;
 /// shapes checked by [`out_shape`].
-fn gather_concat_row(
+pub(crate) fn gather_concat_row(
     past: &[f32],
     ps: [usize; 4],
     new: &[f32],

@@ -107,6 +107,10 @@ pub(crate) struct Rewrites {
     pub(crate) cross_per_sentence: bool,
     /// Reorder the self-attention cache inside the call (`beam_gather.rs`).
     pub(crate) beam_gather: bool,
+    /// Attend over the self-attention cache with one op per layer
+    /// (`self_attention.rs`), fused with the reorder where both apply.
+    pub(crate) attend: bool,
+    pub(crate) gather_attend: bool,
     /// Return each row's best candidates instead of its logits
     /// (`top_k.rs`), the decoder with past and the first-step decoder
     /// each (one graph where the decoder is merged).
@@ -128,29 +132,40 @@ fn with_past_session(
     // Caches kept on the device are reordered there (`DeviceIo`).
     let want_gather = !opts.reorder_in_engine && opts.device == Device::Cpu && !opts.io_binding;
     let want_top_k = opts.top_k_in_graph();
-    let bytes = (want_cross || want_gather || want_top_k)
+    // A host kernel: on CUDA it would move the caches to the host and back.
+    let want_attend = !opts.unfused_self_attention && opts.device == Device::Cpu;
+    let bytes = (want_cross || want_gather || want_top_k || want_attend)
         .then(|| std::fs::read(path).ok())
         .flatten();
-    let rewrite = |gather: bool| -> Option<(ModelProto, Rewrites)> {
+    let rewrite = |gather: bool, attend: bool| -> Option<(ModelProto, Rewrites)> {
         let mut m = onnx_graph::in_memory(bytes.as_deref()?)?;
         let done = Rewrites {
             cross_per_sentence: want_cross && crate::cross_attention::per_sentence(&mut m, layers),
             beam_gather: gather && crate::beam_gather::in_graph(&mut m, layers),
+            attend: attend && crate::self_attention::in_graph(&mut m, layers),
+            gather_attend: false,
             top_k: want_top_k && crate::top_k::in_graph(&mut m, cfg.target_vocab_size()),
             top_k_first: false,
         };
-        (done.cross_per_sentence || done.beam_gather || done.top_k).then_some((m, done))
+        let done = Rewrites {
+            gather_attend: done.beam_gather
+                && done.attend
+                && crate::self_attention::with_gather(&mut m, layers),
+            ..done
+        };
+        (done.cross_per_sentence || done.beam_gather || done.attend || done.top_k)
+            .then_some((m, done))
     };
     let commit = |m: &ModelProto, done: Rewrites| -> Result<Session, NmtError> {
         let mut b = builder(path, opts)?;
-        if done.beam_gather {
+        if done.beam_gather || done.attend {
             let ops = crate::beam_gather::operators().map_err(|e| onnx_error(path, e))?;
             b = b.with_operators(ops).map_err(|e| onnx_error(path, e))?;
         }
         b.commit_from_memory(&m.encode_to_vec())
             .map_err(|e| onnx_error(path, e))
     };
-    let rewritten = rewrite(want_gather);
+    let rewritten = rewrite(want_gather, want_attend);
     if want_top_k && !rewritten.as_ref().is_some_and(|(_, done)| done.top_k) {
         refused_top_k(path);
     }
@@ -162,10 +177,10 @@ fn with_past_session(
             tracing::debug!(path = %path.display(), ?done, "decoder graph rewritten");
             Ok((s, done))
         }
-        Err(e) if done.beam_gather => {
+        Err(e) if done.beam_gather || done.attend => {
             tracing::warn!(path = %path.display(), error = %e,
-                "the graph that reorders its own cache did not load; reordering in the engine");
-            match rewrite(false) {
+                "the graph with paraforge's own operators did not load; loading it without them");
+            match rewrite(false, false) {
                 Some((m, done)) => Ok((commit(&m, done)?, done)),
                 None => Ok((session(path, opts)?, Rewrites::default())),
             }

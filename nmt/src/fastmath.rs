@@ -150,7 +150,7 @@ impl TopK<'_> {
 /// exp(x) for x <= 0 to about 1 ulp (Cephes' expf polynomial), branch-free
 /// so that loops over it vectorize. Underflows to 0 below -87.
 #[inline(always)]
-fn exp(x: f32) -> f32 {
+pub(crate) fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;

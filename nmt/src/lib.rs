@@ -21,6 +21,7 @@ mod fastmath;
 mod onnx_graph;
 mod runtime;
 mod search;
+mod self_attention;
 mod spm;
 mod streams;
 mod tokenizer;
@@ -295,6 +296,14 @@ impl Translator {
     /// `LoadOptions::reorder_in_engine`).
     pub fn reorders_in_graph(&self) -> bool {
         self.graphs[0].rewrites.beam_gather
+    }
+
+    /// How the decoder attends over its own cache: `(one operator per
+    /// layer, fused with the reorder)` (see
+    /// `LoadOptions::unfused_self_attention`).
+    pub fn self_attention_ops(&self) -> (bool, bool) {
+        let r = self.graphs[0].rewrites;
+        (r.attend, r.gather_attend)
     }
 
     /// Whether the decoder graphs return each row's best candidates

@@ -45,6 +45,45 @@ pub(crate) fn swaps_last_two(n: &NodeProto) -> bool {
             .any(|a| a.name.as_deref() == Some("perm") && a.ints == [0, 1, 3, 2])
 }
 
+/// Puts the nodes in an order where each comes after the producers of its
+/// inputs, keeping the given order where it already does; false, changing
+/// nothing, for a graph with a cycle.
+pub(crate) fn sort_topologically(g: &mut GraphProto) -> bool {
+    use std::collections::{BTreeSet, HashMap};
+    let mut producer = HashMap::new();
+    for (i, n) in g.node.iter().enumerate() {
+        for o in n.output.iter().filter(|o| !o.is_empty()) {
+            producer.insert(o.as_str(), i);
+        }
+    }
+    let mut waiting = vec![0usize; g.node.len()];
+    let mut readers = vec![Vec::new(); g.node.len()];
+    for (i, n) in g.node.iter().enumerate() {
+        for p in n.input.iter().filter_map(|x| producer.get(x.as_str())) {
+            waiting[i] += 1;
+            readers[*p].push(i);
+        }
+    }
+    let mut ready: BTreeSet<usize> = (0..g.node.len()).filter(|&i| waiting[i] == 0).collect();
+    let mut order = Vec::with_capacity(g.node.len());
+    while let Some(i) = ready.pop_first() {
+        order.push(i);
+        for &r in &readers[i] {
+            waiting[r] -= 1;
+            if waiting[r] == 0 {
+                ready.insert(r);
+            }
+        }
+    }
+    if order.len() != g.node.len() {
+        return false;
+    }
+    let mut nodes: Vec<Option<NodeProto>> =
+        std::mem::take(&mut g.node).into_iter().map(Some).collect();
+    g.node = order.into_iter().filter_map(|i| nodes[i].take()).collect();
+    true
+}
+
 /// A node; attributes from [`int_attr`] and [`ints_attr`].
 pub(crate) fn node(
     op_type: &str,
@@ -179,8 +218,42 @@ pub(crate) fn bundled_model(dir: &str, file: &str) -> ModelProto {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn bytes_that_are_no_model_are_not_loaded_from_memory() {
         assert!(super::in_memory(b"not an onnx model").is_none());
+    }
+
+    #[test]
+    fn nodes_are_sorted_after_their_inputs_and_cycles_refused() {
+        // Node i reads t{i} and writes t{i+1}.
+        let chain = |order: &[usize]| GraphProto {
+            node: order
+                .iter()
+                .map(|&i| {
+                    let (a, b) = (format!("t{i}"), format!("t{}", i + 1));
+                    node("Identity", &b, &[&a], &[&b], vec![])
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let names = |g: &GraphProto| -> Vec<String> {
+            g.node.iter().map(|n| n.name.clone().unwrap()).collect()
+        };
+        let mut g = chain(&[2, 0, 3, 1]);
+        assert!(sort_topologically(&mut g));
+        assert_eq!(names(&g), ["t1", "t2", "t3", "t4"]);
+        // Two independent chains keep their relative order.
+        let mut g = chain(&[0, 10]);
+        assert!(sort_topologically(&mut g));
+        assert_eq!(names(&g), ["t1", "t11"]);
+        // t0 -> t1 -> t0.
+        let mut g = chain(&[0]);
+        g.node
+            .push(node("Identity", "back", &["t1"], &["t0"], vec![]));
+        let before = g.clone();
+        assert!(!sort_topologically(&mut g));
+        assert_eq!(g, before);
     }
 }

@@ -97,6 +97,10 @@ pub struct LoadOptions {
     /// copy of its own, instead of inside the decoder call
     /// (`beam_gather.rs`; host caches only); for comparison and as a way out.
     pub reorder_in_engine: bool,
+    /// Attend over the self-attention cache with the export's own
+    /// MatMul/Softmax nodes instead of one op per layer
+    /// (`self_attention.rs`; CPU only); for comparison and as a way out.
+    pub unfused_self_attention: bool,
     /// Decoders working on different batches at once (CTranslate2's
     /// `inter_threads`), each with its own sessions and `threads` intra-op
     /// threads; 0 or 1 = one. A small model's decoder call does too little
@@ -242,6 +246,14 @@ pub(crate) fn builder(
     b = b
         .with_config_entry("session.disable_quant_qdq", "1")
         .map_err(map)?;
+    // A diagnostic, not a setting: ONNX Runtime's per-node profile of each
+    // session, for finding where the decoder graph's time goes
+    // (BENCHMARKS.md, "Where the time goes").
+    if let Some(prefix) = std::env::var_os("PARAFORGE_ORT_PROFILE") {
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        let file = format!("{}-{}", prefix.to_string_lossy(), stem.unwrap_or_default());
+        b = b.with_profiling(file).map_err(map)?;
+    }
     on_device(b, opts.device)
 }
 
