@@ -791,6 +791,7 @@ fn one_attention_operator_per_layer_computes_what_the_export_does() {
                 (true, !in_engine)
             };
             assert_eq!(t.self_attention_ops(), want, "unfused {unfused}");
+            assert_eq!(t.reads_cache_in_place(), want.1, "unfused {unfused}");
             t.translate(&sentences, &o).unwrap()
         };
         let (fused, export) = (run(false), run(true));

@@ -304,7 +304,7 @@ def main_natural(args) -> None:
     engines = args.engines.split(",") if args.engines_given else \
         ["paraforge", "paraforge-fp32", "paraforge-int8", "paraforge-int8-per-beam",
          "paraforge-int8-transformers-rule", "paraforge-int8-reorder-in-engine", "ct2-fp32", "ct2-int8",
-         "paraforge-int8-split", "ct2-int8-split"]
+         "paraforge-int8-split", "ct2-int8-split", "paraforge-int8-unfused-attention-split"]
     # "-split": the threads as parallel single-threaded decoders on
     # different batches instead (CTranslate2's inter_threads, paraforge's
     # --streams).

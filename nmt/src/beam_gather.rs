@@ -214,12 +214,13 @@ pub(crate) fn constants(g: &GraphProto) -> HashMap<&str, i64> {
 }
 
 /// The custom-operator domain the rewritten graphs need: this file's
-/// `GatherConcat` and `self_attention.rs`'s `Attend` and `GatherAttend`.
+/// `GatherConcat` and `self_attention.rs`'s `Attend`, `GatherAttend` and `HistoryAttend`.
 pub(crate) fn operators() -> ort::Result<OperatorDomain> {
     OperatorDomain::new(DOMAIN)?
         .add(GatherConcat)?
         .add(crate::self_attention::Attend)?
-        .add(crate::self_attention::GatherAttend)
+        .add(crate::self_attention::GatherAttend)?
+        .add(crate::self_attention::HistoryAttend)
 }
 
 struct GatherConcat;

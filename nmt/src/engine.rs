@@ -111,6 +111,9 @@ pub(crate) struct Rewrites {
     /// (`self_attention.rs`), fused with the reorder where both apply.
     pub(crate) attend: bool,
     pub(crate) gather_attend: bool,
+    /// Never copy the self-attention cache: keep each step's new rows and
+    /// feed each row's slots (`self_attention::with_history`).
+    pub(crate) history: bool,
     /// Return each row's best candidates instead of its logits
     /// (`top_k.rs`), the decoder with past and the first-step decoder
     /// each (one graph where the decoder is merged).
@@ -144,13 +147,15 @@ fn with_past_session(
             beam_gather: gather && crate::beam_gather::in_graph(&mut m, layers),
             attend: attend && crate::self_attention::in_graph(&mut m, layers),
             gather_attend: false,
+            history: false,
             top_k: want_top_k && crate::top_k::in_graph(&mut m, cfg.target_vocab_size()),
             top_k_first: false,
         };
+        let gather_attend =
+            done.beam_gather && done.attend && crate::self_attention::with_gather(&mut m, layers);
         let done = Rewrites {
-            gather_attend: done.beam_gather
-                && done.attend
-                && crate::self_attention::with_gather(&mut m, layers),
+            gather_attend,
+            history: gather_attend && crate::self_attention::with_history(&mut m, layers),
             ..done
         };
         (done.cross_per_sentence || done.beam_gather || done.attend || done.top_k)
@@ -492,6 +497,54 @@ fn take(
         .ok_or_else(|| NmtError::inference(stage, format!("the graph has no output {name:?}")))
 }
 
+/// The self-attention cache of a decoder that reads it in place: per layer,
+/// key then value, every step's new rows `[slots, heads, dim]`, never moved,
+/// and for each live row the slot of each earlier position.
+struct SelfHistory {
+    kv: Vec<Vec<f32>>,
+    slots: usize,
+    /// `[rows, positions]`.
+    table: Vec<i64>,
+    positions: usize,
+    /// Values per slot (heads x dim).
+    width: usize,
+}
+
+impl SelfHistory {
+    /// Appends a step's new rows (the decoder's present outputs, `[rows,
+    /// heads, 1, dim]` each), given each row's slot table as fed.
+    fn append(&mut self, kv: &[DynValue], table: &[i64], rows: usize) -> Result<(), NmtError> {
+        if table.len() != rows * self.positions {
+            return Err(NmtError::inference(
+                "decoder",
+                format!("a slot table of {} for {rows} rows", table.len()),
+            ));
+        }
+        for (buf, v) in self.kv.iter_mut().zip(kv) {
+            let (shape, data) = v
+                .try_extract_tensor::<f32>()
+                .map_err(|e| NmtError::inference("decoder", e))?;
+            if data.len() != rows * self.width {
+                return Err(NmtError::inference(
+                    "decoder",
+                    format!("a step's new cache rows of shape {shape:?} for {rows} rows"),
+                ));
+            }
+            buf.extend_from_slice(data);
+        }
+        let positions = self.positions + 1;
+        let mut next = Vec::with_capacity(rows * positions);
+        for r in 0..rows {
+            next.extend_from_slice(&table[r * self.positions..(r + 1) * self.positions]);
+            next.push((self.slots + r) as i64);
+        }
+        self.slots += rows;
+        self.table = next;
+        self.positions = positions;
+        Ok(())
+    }
+}
+
 /// One batch being decoded: its sentences, their cache and search state.
 struct Batch {
     /// Rows of the last decoder call.
@@ -511,6 +564,9 @@ struct Batch {
     /// Each row's parent among the last call's rows, for a decoder that
     /// reorders the self-attention cache itself (`Rewrites::beam_gather`).
     parents: Vec<i64>,
+    /// The self-attention cache as every step's new rows, for a decoder
+    /// that reads it by slot (`Rewrites::history`).
+    history: Option<SelfHistory>,
     /// Buffers of the previous reordered cache, reused by the next reorder.
     spare: Vec<Vec<f32>>,
     /// Buffers for the cross-attention cache's expansion to beams.
@@ -571,6 +627,7 @@ impl Graphs {
             cross_rows: Vec::new(),
             row_sents: Vec::new(),
             parents: Vec::new(),
+            history: None,
             spare: self.pool_take(),
             cross_spare: self.pool_take(),
             top_k: (s.candidates_per_row() + s.most_banned()).min(self.vocab) as i64,
@@ -585,6 +642,7 @@ impl Graphs {
         let decoded = decode(&mut step, n, start_id, s, vocab, &mut scratch);
         let mut batch = step.batch;
         for bufs in [
+            batch.history.take().map(|h| h.kv).unwrap_or_default(),
             batch.self_kv.take_bufs(),
             batch.cross_kv.take_bufs(),
             batch.spare,
@@ -673,6 +731,27 @@ impl Graphs {
         if io.is_some() {
             b.self_kv = Cache::Device(self_kv);
             b.cross_kv = Cache::Device(cross_kv);
+        } else if self.rewrites.history {
+            // Buffers from earlier batches: pages already mapped.
+            let mut kv = self.pool_take();
+            kv.resize_with(self_kv.len(), Vec::new);
+            for buf in &mut kv {
+                buf.clear();
+            }
+            let mut h = SelfHistory {
+                kv,
+                slots: 0,
+                table: Vec::new(),
+                positions: 0,
+                width: self.heads * self.head_dim,
+            };
+            // Room for about twice the source's length in steps.
+            for buf in &mut h.kv {
+                buf.reserve(rows * h.width * 2 * b.src_len.max(8));
+            }
+            h.append(&self_kv, &[], rows)?;
+            b.history = Some(h);
+            b.cross_kv = Cache::Ort(cross_kv);
         } else {
             b.self_kv = Cache::Ort(self_kv);
             b.cross_kv = Cache::Ort(cross_kv);
@@ -732,19 +811,65 @@ impl Graphs {
                     format!("{} beam parents for {rows} rows", b.parents.len()),
                 ));
             }
-            let parents = Tensor::from_array(([rows], b.parents.clone()))
-                .map_err(|e| NmtError::inference("input", e))?;
-            inputs.push((crate::beam_gather::PARENTS.into(), parents.into()));
+            if !self.rewrites.history {
+                let parents = Tensor::from_array(([rows], b.parents.clone()))
+                    .map_err(|e| NmtError::inference("input", e))?;
+                inputs.push((crate::beam_gather::PARENTS.into(), parents.into()));
+            }
         }
+        // Each row's slots: its parent's.
+        let table: Vec<i64> = match &b.history {
+            Some(h) => {
+                let t = h.positions;
+                let mut table = Vec::with_capacity(rows * t);
+                for &p in &b.parents {
+                    let p = p as usize;
+                    let Some(from) = h.table.get(p * t..(p + 1) * t) else {
+                        return Err(NmtError::inference(
+                            "decoder",
+                            format!("beam parent {p} beyond the last call's rows"),
+                        ));
+                    };
+                    table.extend_from_slice(from);
+                }
+                table
+            }
+            None => Vec::new(),
+        };
         if self.rewrites.top_k {
             inputs.push(top_k_input(b.top_k)?);
         }
+        if let Some(h) = &b.history {
+            let t = h.positions;
+            let slots = Tensor::from_array(([rows, t], table.clone()))
+                .map_err(|e| NmtError::inference("input", e))?;
+            inputs.push((crate::self_attention::SLOTS.into(), slots.into()));
+            for l in 0..self.layers {
+                for (j, part) in ["key", "value"].iter().enumerate() {
+                    let dims = [h.slots, self.heads, self.head_dim];
+                    let view = ort::value::TensorRef::from_array_view((dims, &h.kv[2 * l + j][..]))
+                        .map_err(|e| NmtError::inference("input", e))?;
+                    inputs.push((
+                        crate::self_attention::history_input(l, part).into(),
+                        view.into(),
+                    ));
+                    // Read for its time length only.
+                    let past = tensor_f32(vec![1, 1, t, 1], vec![0.0; t])?;
+                    inputs.push((
+                        format!("past_key_values.{l}.decoder.{part}").into(),
+                        past.into(),
+                    ));
+                }
+            }
+        }
         for l in 0..self.layers {
             for (j, part) in ["key", "value"].iter().enumerate() {
-                inputs.push((
-                    format!("past_key_values.{l}.decoder.{part}").into(),
-                    b.self_kv.input(2 * l + j)?,
-                ));
+                if b.history.is_none() {
+                    inputs.push((
+                        format!("past_key_values.{l}.decoder.{part}").into(),
+                        b.self_kv.input(2 * l + j)?,
+                    ));
+                }
                 inputs.push((
                     format!("past_key_values.{l}.encoder.{part}").into(),
                     b.cross_kv.input(2 * l + j)?,
@@ -774,6 +899,13 @@ impl Graphs {
             }
         }
         drop(out);
+        if let Some(h) = &mut b.history {
+            h.append(&kv, &table, rows)?;
+            self.profile.decoder_s += t0.elapsed().as_secs_f64();
+            self.profile.decoder_calls += 1;
+            self.profile.decoder_rows += rows as u64;
+            return Ok(logits);
+        }
         // Buffers of the last engine reorder, for the next one; a cache the
         // graph reordered itself holds none, and the pooled ones are kept.
         let bufs = b.self_kv.take_bufs();

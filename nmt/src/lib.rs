@@ -306,6 +306,13 @@ impl Translator {
         (r.attend, r.gather_attend)
     }
 
+    /// Whether the self-attention cache is never copied: each step's new
+    /// rows stay where they were written and the decoder reads each row's
+    /// by slot (`self_attention::with_history`).
+    pub fn reads_cache_in_place(&self) -> bool {
+        self.graphs[0].rewrites.history
+    }
+
     /// Whether the decoder graphs return each row's best candidates
     /// instead of its logits (see `LoadOptions::top_k_on`): true only where
     /// every decoder graph in use took the rewrite.

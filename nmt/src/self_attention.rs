@@ -37,13 +37,14 @@ use ort::operator::{
 use ort::value::TensorElementType;
 
 use crate::onnx_graph::onnx::{
-    attribute_proto::AttributeType, tensor_proto::DataType, AttributeProto, GraphProto, ModelProto,
-    TensorProto,
+    attribute_proto::AttributeType, tensor_proto::DataType, tensor_shape_proto::dimension,
+    type_proto::Value, AttributeProto, GraphProto, ModelProto, TensorProto,
 };
-use crate::onnx_graph::{node, op, swaps_last_two};
+use crate::onnx_graph::{node, op, swaps_last_two, tensor_info};
 
 pub(crate) const OP: &str = "Attend";
 pub(crate) const GATHER_OP: &str = "GatherAttend";
+pub(crate) const HISTORY_OP: &str = "HistoryAttend";
 
 /// Rewrites `m` in place so that each layer's self-attention is one
 /// `Attend`; false, changing nothing, when a layer does not have the
@@ -192,6 +193,105 @@ pub(crate) fn with_gather(m: &mut ModelProto, layers: usize) -> bool {
         return false;
     }
     m.graph = Some(g);
+    true
+}
+
+/// The graph input with each row's cache slot per earlier position
+/// (int64, `[rows, positions]`), for [`with_history`].
+pub(crate) const SLOTS: &str = "paraforge_cache_slots";
+
+/// The graph input holding every step's new keys (or values) of layer `l`,
+/// never moved: `[slots, heads, dim]`.
+pub(crate) fn history_input(l: usize, part: &str) -> String {
+    format!("paraforge_history.{l}.{part}")
+}
+
+/// Rewrites a graph with `GatherAttend`s ([`with_gather`]) so that the
+/// self-attention cache is never copied: the engine keeps every step's new
+/// keys and values where they were written and tells each row, per
+/// position, which slot holds its ancestor's (CTranslate2 and Marian copy
+/// the cache by beam parent each step instead; FasterTransformer's "cache
+/// indirection" is this). `HistoryAttend` reads the slots in place, and
+/// `present.L.decoder.*` become only the step's new rows, for the engine to
+/// append. The past inputs are still fed for their time length (their
+/// readers are `Shape`s only, as `beam_gather.rs` checked), as a tensor of
+/// shape `[1, 1, t, 1]`. False, changing nothing, where a layer differs.
+pub(crate) fn with_history(m: &mut ModelProto, layers: usize) -> bool {
+    let Some(g) = m.graph.as_mut() else {
+        return false;
+    };
+    let fused: Vec<usize> = (0..layers)
+        .filter_map(|l| {
+            let key = format!("present.{l}.decoder.key");
+            g.node
+                .iter()
+                .position(|n| op(n) == GATHER_OP && n.output.first() == Some(&key))
+        })
+        .collect();
+    let parents_read = g
+        .node
+        .iter()
+        .filter(|n| n.input.iter().any(|x| x == crate::beam_gather::PARENTS))
+        .count();
+    if layers == 0 || fused.len() != layers || parents_read != layers {
+        return false;
+    }
+    for (l, &i) in fused.iter().enumerate() {
+        let n = &g.node[i];
+        let (hk, hv) = (history_input(l, "key"), history_input(l, "value"));
+        let mut inputs = vec![
+            n.input[0].as_str(),
+            n.input[2].as_str(),
+            n.input[4].as_str(),
+            SLOTS,
+            hk.as_str(),
+            hv.as_str(),
+        ];
+        if let Some(mask) = n.input.get(6) {
+            inputs.push(mask);
+        }
+        let outputs: Vec<&str> = n.output.iter().map(String::as_str).collect();
+        let mut h = node(
+            HISTORY_OP,
+            &format!("/paraforge/self_attention/history/{l}"),
+            &inputs,
+            &outputs,
+            n.attribute.clone(),
+        );
+        h.domain = Some(crate::beam_gather::DOMAIN.into());
+        g.node[i] = h;
+    }
+    g.input
+        .retain(|i| i.name.as_deref() != Some(crate::beam_gather::PARENTS));
+    g.input
+        .push(tensor_info(SLOTS, DataType::Int64, &["rows", "positions"]));
+    for l in 0..layers {
+        for part in ["key", "value"] {
+            g.input.push(tensor_info(
+                &history_input(l, part),
+                DataType::Float,
+                &["slots", "heads", "dim"],
+            ));
+        }
+    }
+    // The past is now a stand-in of shape [1, 1, t, 1]; the present, the
+    // step's new rows.
+    for v in g.input.iter_mut().chain(g.output.iter_mut()) {
+        let name = v.name.as_deref().unwrap_or("");
+        let cache = (name.starts_with("past_key_values.") || name.starts_with("present."))
+            && name.contains(".decoder.");
+        if !cache {
+            continue;
+        }
+        if let Some(Value::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+            if let Some(shape) = t.shape.as_mut() {
+                for (j, dim) in shape.dim.iter_mut().enumerate() {
+                    dim.value = Some(dimension::Value::DimParam(format!("cache_{j}")));
+                }
+            }
+        }
+    }
+    g.value_info.clear();
     true
 }
 
@@ -579,6 +679,270 @@ impl Operator for GatherAttend {
     }
 }
 
+/// Attention over a cache that is never moved ([`with_history`]). Inputs:
+/// q `[rows, h, 1, d]`, the step's new key and value `[rows, h, 1, d]`,
+/// each row's slot per earlier position `[rows, t]`, the key and value
+/// history `[slots, h, d]`, and optionally the mask source, cut to `t + 1`
+/// keys. Outputs: the new key and value (copied, for the engine to append)
+/// and the attention `[rows, h, 1, d]`. The same keys in the same order as
+/// `GatherAttend` would have gathered, so the same bits.
+pub(crate) struct HistoryAttend;
+
+impl Operator for HistoryAttend {
+    type Kernel<'attr> = BoxedKernel<'attr>;
+
+    fn name(&self) -> &str {
+        HISTORY_OP
+    }
+
+    fn inputs(&self) -> impl IntoIterator<Item = OperatorInput> {
+        let f = || OperatorInput::required(TensorElementType::Float32);
+        [
+            f(),
+            f(),
+            f(),
+            OperatorInput::required(TensorElementType::Int64),
+            f(),
+            f(),
+            OperatorInput::optional(TensorElementType::Float32),
+        ]
+    }
+
+    fn outputs(&self) -> impl IntoIterator<Item = OperatorOutput> {
+        let f = || OperatorOutput::required(TensorElementType::Float32);
+        [f(), f(), f()]
+    }
+
+    fn create_kernel<'attr>(&self, ctx: &KernelContext<'attr>) -> ort::Result<Self::Kernel<'attr>> {
+        let scale = scale_of(ctx)?;
+        Ok(Box::new(move |ctx: &ComputeContext| {
+            let missing = || ort::Error::new("HistoryAttend: an input is missing");
+            let input = |i| ctx.input(i)?.ok_or_else(missing);
+            let (q, nk, nv, slots, hk, hv) = (
+                input(0)?,
+                input(1)?,
+                input(2)?,
+                input(3)?,
+                input(4)?,
+                input(5)?,
+            );
+            let mask = ctx.input(6)?;
+            let (qs, q) = q.try_extract_tensor::<f32>()?;
+            let (nks, nk) = nk.try_extract_tensor::<f32>()?;
+            let (nvs, nv) = nv.try_extract_tensor::<f32>()?;
+            let (ss, slots) = slots.try_extract_tensor::<i64>()?;
+            let (hks, hk) = hk.try_extract_tensor::<f32>()?;
+            let (hvs, hv) = hv.try_extract_tensor::<f32>()?;
+            let mask = match &mask {
+                Some(m) => Some(m.try_extract_tensor::<f32>()?),
+                None => None,
+            };
+            let h = History::of(qs, nks, nvs, ss, slots, hks, hvs).map_err(ort::Error::new)?;
+            // The keys as GatherAttend sees them: t earlier ones and the new.
+            let kv = [qs[0], qs[1], h.positions as i64 + 1, qs[3]];
+            let shape = Shape::of(qs, &kv, &kv, mask.map(|(s, _)| &s[..]), true)
+                .map_err(ort::Error::new)?;
+            let mask = mask.map(|(_, d)| d);
+            let q_len = shape.heads * shape.dim;
+            let mut outs = Vec::with_capacity(3);
+            for (i, s) in [nks, nvs, qs].into_iter().enumerate() {
+                let mut o = ctx
+                    .output(i, s.to_vec())?
+                    .ok_or_else(|| ort::Error::new("HistoryAttend: an output is missing"))?;
+                let (_, d) = o.try_extract_tensor_mut::<f32>()?;
+                if d.len() != shape.rows * q_len {
+                    return Err(ort::Error::new(
+                        "HistoryAttend: an output of the wrong size",
+                    ));
+                }
+                outs.push(RowsOut(d.as_mut_ptr()));
+            }
+            let (ko, vo, ao) = (&outs[0], &outs[1], &outs[2]);
+            ctx.par_for(shape.rows, ROW_BATCHES, |r| {
+                // SAFETY: each output holds rows x q_len values (checked
+                // above); row r of each is written by this call only, and
+                // par_for returns after all.
+                let (k, v, out) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(ko.row(r * q_len), q_len),
+                        std::slice::from_raw_parts_mut(vo.row(r * q_len), q_len),
+                        std::slice::from_raw_parts_mut(ao.row(r * q_len), q_len),
+                    )
+                };
+                let row = r * q_len..(r + 1) * q_len;
+                k.copy_from_slice(&nk[row.clone()]);
+                v.copy_from_slice(&nv[row.clone()]);
+                let at = HistoryRow {
+                    slots: &slots[r * h.positions..(r + 1) * h.positions],
+                    hk,
+                    hv,
+                    new_k: k,
+                    new_v: v,
+                };
+                let mask = mask.map(|m| &m[r * shape.mask_strides[0]..]);
+                attend_history(&shape, scale, &q[row], at, mask, out);
+            })?;
+            Ok(())
+        }))
+    }
+}
+
+/// The checked sizes of a `HistoryAttend` call.
+struct History {
+    positions: usize,
+}
+
+impl History {
+    fn of(
+        q: &[i64],
+        nk: &[i64],
+        nv: &[i64],
+        slots_shape: &[i64],
+        slots: &[i64],
+        hk: &[i64],
+        hv: &[i64],
+    ) -> Result<History, String> {
+        let (rows, heads, dim) = match q {
+            [r, h, 1, d] => (*r, *h, *d),
+            _ => {
+                return Err(format!(
+                    "HistoryAttend: query {q:?} is not [rows, heads, 1, dim]"
+                ))
+            }
+        };
+        let [sr, positions] = slots_shape else {
+            return Err(format!("HistoryAttend: slots {slots_shape:?} are not 2-d"));
+        };
+        let total = match hk {
+            [n, h, d] if (*h, *d) == (heads, dim) && hv == hk => *n,
+            _ => {
+                return Err(format!(
+                    "HistoryAttend: history {hk:?} and {hv:?} for query {q:?}"
+                ))
+            }
+        };
+        if nk != q || nv != q || *sr != rows {
+            return Err(format!(
+                "HistoryAttend: query {q:?}, new key {nk:?}, new value {nv:?} and slots {slots_shape:?} do not fit together"
+            ));
+        }
+        if let Some(s) = slots.iter().find(|&&s| !(0..total).contains(&s)) {
+            return Err(format!(
+                "HistoryAttend: slot {s} is not one of the {total} in the history"
+            ));
+        }
+        Ok(History {
+            positions: *positions as usize,
+        })
+    }
+}
+
+/// One row's keys and values: earlier positions from the history by slot,
+/// the last one new.
+struct HistoryRow<'a> {
+    slots: &'a [i64],
+    hk: &'a [f32],
+    hv: &'a [f32],
+    new_k: &'a [f32],
+    new_v: &'a [f32],
+}
+
+/// [`attend_row`] over keys and values gathered by slot, in the same order
+/// and with the same arithmetic, so the same bits.
+fn attend_history(
+    s: &Shape,
+    scale: f32,
+    q: &[f32],
+    at: HistoryRow<'_>,
+    mask: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the features were detected on this CPU.
+            return unsafe { attend_history_avx2(s, scale, q, at, mask, out) };
+        }
+    }
+    attend_history_generic(s, scale, q, at, mask, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_history_avx2(
+    s: &Shape,
+    scale: f32,
+    q: &[f32],
+    at: HistoryRow<'_>,
+    mask: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    attend_history_generic(s, scale, q, at, mask, out)
+}
+
+/// Position by position, all heads at once: a slot's heads lie together
+/// (`[slots, heads, dim]`), so each position is one contiguous read of
+/// heads x dim values rather than one per head at different times.
+#[inline(always)]
+fn attend_history_generic<'a_>(
+    s: &Shape,
+    scale: f32,
+    q: &[f32],
+    at: HistoryRow<'a_>,
+    mask: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    let (d, n, heads) = (s.dim, s.keys, s.heads);
+    let width = heads * d;
+    let [_, mh, _, mk] = s.mask_strides;
+    // Position j's keys or values, all heads: from its slot, or new.
+    let at_pos = |hist: &'a_ [f32], new: &'a_ [f32], j: usize| -> &'a_ [f32] {
+        match at.slots.get(j) {
+            Some(&slot) => &hist[slot as usize * width..(slot as usize + 1) * width],
+            None => new,
+        }
+    };
+    let keys = |j| at_pos(at.hk, at.new_k, j);
+    let values = |j| at_pos(at.hv, at.new_v, j);
+    // p[h * n + j]: head h's score, then weight, of position j.
+    let mut p = vec![0f32; heads * n];
+    for j in 0..n {
+        let k = keys(j);
+        for h in 0..heads {
+            p[h * n + j] = dot(&q[h * d..(h + 1) * d], &k[h * d..(h + 1) * d]) * scale;
+        }
+    }
+    for (h, ph) in p.chunks_exact_mut(n).enumerate() {
+        if let Some(m) = mask {
+            for (j, pj) in ph.iter_mut().enumerate() {
+                *pj += m[h * mh + j * mk];
+            }
+        }
+        let max = lanes(ph, f32::NEG_INFINITY, f32::max);
+        for pj in ph.iter_mut() {
+            *pj = crate::fastmath::exp(*pj - max);
+        }
+        let sum = lanes(ph, 0.0, |a, b| a + b);
+        for pj in ph.iter_mut() {
+            *pj /= sum;
+        }
+    }
+    out.fill(0.0);
+    for j in 0..n {
+        let v = values(j);
+        for h in 0..heads {
+            let w = p[h * n + j];
+            for (oj, vj) in out[h * d..(h + 1) * d]
+                .iter_mut()
+                .zip(&v[h * d..(h + 1) * d])
+            {
+                *oj += w * vj;
+            }
+        }
+    }
+}
+
 fn scale_of(ctx: &KernelContext<'_>) -> ort::Result<f32> {
     ctx.get("scale")
         .ok_or_else(|| ort::Error::new("Attend: no scale attribute"))
@@ -963,6 +1327,111 @@ mod tests {
                 made.extend(n.output.iter().map(String::as_str));
             }
         }
+    }
+
+    #[test]
+    fn the_bundled_graphs_read_the_cache_in_place() {
+        for (dir, file, layers) in [
+            ("tiny-cs-en", "decoder_with_past_model.onnx", 2),
+            ("demo-cs-en", "decoder_with_past_model_quantized.onnx", 3),
+        ] {
+            let (mut m, done) = fused(dir, file, layers);
+            assert!(done);
+            assert!(with_history(&mut m, layers), "{dir}/{file}");
+            let g = m.graph.as_ref().unwrap();
+            assert_eq!(
+                g.node.iter().filter(|n| op(n) == HISTORY_OP).count(),
+                layers
+            );
+            assert_eq!(g.node.iter().filter(|n| op(n) == GATHER_OP).count(), 0);
+            let inputs: Vec<&str> = g.input.iter().filter_map(|i| i.name.as_deref()).collect();
+            assert!(!inputs.contains(&crate::beam_gather::PARENTS));
+            assert!(inputs.contains(&SLOTS));
+            for l in 0..layers {
+                assert!(inputs.contains(&history_input(l, "value").as_str()));
+            }
+            // Not twice.
+            assert!(!with_history(&mut m, layers));
+        }
+        // Without the fused reorder there is nothing to turn.
+        let mut m = model("tiny-cs-en", "decoder_with_past_model.onnx");
+        assert!(in_graph(&mut m, 2));
+        assert!(!with_history(&mut m, 2));
+    }
+
+    #[test]
+    fn attending_by_slot_gives_the_gathered_caches_bits() {
+        // 2 rows, 3 heads, dim 10, 4 earlier positions in a history of 6
+        // slots, plus the new one; rows share some slots, as beams do.
+        let (heads, dim, t, total) = (3usize, 10usize, 4usize, 6usize);
+        let width = heads * dim;
+        let val = |i: usize, m: f32| ((i * 7919 % 29) as f32 - 14.0) * m;
+        let hk: Vec<f32> = (0..total * width).map(|i| val(i, 0.05)).collect();
+        let hv: Vec<f32> = (0..total * width).map(|i| val(i + 3, 0.2)).collect();
+        let nk: Vec<f32> = (0..2 * width).map(|i| val(i + 11, 0.05)).collect();
+        let nv: Vec<f32> = (0..2 * width).map(|i| val(i + 17, 0.2)).collect();
+        let q: Vec<f32> = (0..2 * width).map(|i| val(i + 23, 0.1)).collect();
+        let slots: [i64; 8] = [0, 2, 3, 5, 1, 2, 4, 5];
+        let mask = [0.0, -0.5, 0.0, 0.0, 0.0, 0.0, 0.0];
+        let s = Shape::of(
+            &[2, 3, 1, 10],
+            &[2, 3, 5, 10],
+            &[2, 3, 5, 10],
+            Some(&[1, 1, 1, 7]),
+            true,
+        )
+        .unwrap();
+        for r in 0..2 {
+            // The row's cache as GatherConcat would have built it.
+            let gather = |hist: &[f32], new: &[f32]| -> Vec<f32> {
+                let mut c = Vec::new();
+                for h in 0..heads {
+                    for &slot in &slots[r * t..(r + 1) * t] {
+                        let o = slot as usize * width + h * dim;
+                        c.extend_from_slice(&hist[o..o + dim]);
+                    }
+                    c.extend_from_slice(&new[r * width + h * dim..r * width + (h + 1) * dim]);
+                }
+                c
+            };
+            let (k, v) = (gather(&hk, &nk), gather(&hv, &nv));
+            let row = Row {
+                q: &q[r * width..(r + 1) * width],
+                k: &k,
+                v: &v,
+                mask: Some(&mask),
+            };
+            let mut want = vec![0f32; width];
+            attend_row(&s, 0.3, row, &mut want);
+            let at = HistoryRow {
+                slots: &slots[r * t..(r + 1) * t],
+                hk: &hk,
+                hv: &hv,
+                new_k: &nk[r * width..(r + 1) * width],
+                new_v: &nv[r * width..(r + 1) * width],
+            };
+            let mut got = vec![0f32; width];
+            attend_history(
+                &s,
+                0.3,
+                &q[r * width..(r + 1) * width],
+                at,
+                Some(&mask),
+                &mut got,
+            );
+            assert_eq!(got, want, "row {r}");
+        }
+        // A slot beyond the history, and sizes that do not fit.
+        let q4 = [2i64, 3, 1, 10];
+        let h = [6i64, 3, 10];
+        let e = History::of(&q4, &q4, &q4, &[2, 4], &[0, 1, 2, 6, 0, 0, 0, 0], &h, &h)
+            .err()
+            .unwrap();
+        assert!(e.contains("slot 6"), "{e}");
+        assert!(History::of(&q4, &q4, &q4, &[2, 4], &slots, &h, &h).is_ok());
+        assert!(History::of(&q4, &q4, &q4, &[3, 4], &slots, &h, &h).is_err());
+        assert!(History::of(&q4, &q4, &q4, &[2, 4], &slots, &[6, 3, 9], &[6, 3, 9]).is_err());
+        assert!(History::of(&[2, 3, 2, 10], &q4, &q4, &[2, 4], &slots, &h, &h).is_err());
     }
 
     #[test]
