@@ -732,7 +732,7 @@ impl Graphs {
             b.self_kv = Cache::Device(self_kv);
             b.cross_kv = Cache::Device(cross_kv);
         } else if self.rewrites.history {
-            // Buffers from earlier batches: pages already mapped.
+            // Buffers from earlier batches where the pool has them.
             let mut kv = self.pool_take();
             kv.resize_with(self_kv.len(), Vec::new);
             for buf in &mut kv {
@@ -823,8 +823,11 @@ impl Graphs {
                 let t = h.positions;
                 let mut table = Vec::with_capacity(rows * t);
                 for &p in &b.parents {
-                    let p = p as usize;
-                    let Some(from) = h.table.get(p * t..(p + 1) * t) else {
+                    let from = usize::try_from(p).ok().and_then(|p| {
+                        h.table
+                            .get(p.checked_mul(t)?..p.checked_add(1)?.checked_mul(t)?)
+                    });
+                    let Some(from) = from else {
                         return Err(NmtError::inference(
                             "decoder",
                             format!("beam parent {p} beyond the last call's rows"),

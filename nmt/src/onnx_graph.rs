@@ -45,6 +45,33 @@ pub(crate) fn swaps_last_two(n: &NodeProto) -> bool {
             .any(|a| a.name.as_deref() == Some("perm") && a.ints == [0, 1, 3, 2])
 }
 
+/// Removes the nodes none of whose outputs is read by a node or is a graph
+/// output, until none is left (ONNX operators have no side effects).
+pub(crate) fn prune_dead(g: &mut GraphProto) {
+    loop {
+        let mut read: std::collections::HashSet<&str> =
+            g.output.iter().filter_map(|o| o.name.as_deref()).collect();
+        read.extend(
+            g.node
+                .iter()
+                .flat_map(|n| n.input.iter().map(String::as_str)),
+        );
+        let dead: Vec<usize> = g
+            .node
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.output.iter().any(|o| read.contains(o.as_str())))
+            .map(|(i, _)| i)
+            .collect();
+        if dead.is_empty() {
+            return;
+        }
+        for i in dead.into_iter().rev() {
+            g.node.remove(i);
+        }
+    }
+}
+
 /// Puts the nodes in an order where each comes after the producers of its
 /// inputs, keeping the given order where it already does; false, changing
 /// nothing, for a graph with a cycle.
@@ -255,5 +282,23 @@ mod tests {
         let before = g.clone();
         assert!(!sort_topologically(&mut g));
         assert_eq!(g, before);
+    }
+
+    #[test]
+    fn nodes_nobody_reads_are_pruned_until_none_is_left() {
+        // t0 -> a -> t1 -> b -> t2 (a graph output); t1 -> c -> t3 -> d -> t4.
+        let mut g = GraphProto {
+            node: vec![
+                node("Identity", "a", &["t0"], &["t1"], vec![]),
+                node("Identity", "b", &["t1"], &["t2"], vec![]),
+                node("Identity", "c", &["t1"], &["t3"], vec![]),
+                node("Identity", "d", &["t3"], &["t4"], vec![]),
+            ],
+            output: vec![tensor_info("t2", onnx::tensor_proto::DataType::Float, &[])],
+            ..Default::default()
+        };
+        prune_dead(&mut g);
+        let names: Vec<&str> = g.node.iter().filter_map(|n| n.name.as_deref()).collect();
+        assert_eq!(names, ["a", "b"]);
     }
 }

@@ -149,6 +149,12 @@ pub(crate) fn with_gather(m: &mut ModelProto, layers: usize) -> bool {
         ) else {
             return false;
         };
+        let reads_parents = |i: usize| {
+            g.node[i].input.get(2).map(String::as_str) == Some(crate::beam_gather::PARENTS)
+        };
+        if !reads_parents(gk) || !reads_parents(gv) {
+            return false;
+        }
         let Some(at) = g.node.iter().position(|n| {
             op(n) == OP && n.input.get(1) == Some(&key) && n.input.get(2) == Some(&value)
         }) else {
@@ -236,6 +242,29 @@ pub(crate) fn with_history(m: &mut ModelProto, layers: usize) -> bool {
     if layers == 0 || fused.len() != layers || parents_read != layers {
         return false;
     }
+    // The present becomes the step's new rows only: a live reader of it
+    // (the export's Shape for the mask's cut was one, dead since
+    // with_gather) would read another time length.
+    let mut pruned = g.clone();
+    crate::onnx_graph::prune_dead(&mut pruned);
+    let present_read = (0..layers).any(|l| {
+        ["key", "value"].iter().any(|part| {
+            let name = format!("present.{l}.decoder.{part}");
+            pruned.node.iter().any(|n| n.input.contains(&name))
+        })
+    });
+    if present_read {
+        return false;
+    }
+    *g = pruned;
+    let fused: Vec<usize> = (0..layers)
+        .filter_map(|l| {
+            let key = format!("present.{l}.decoder.key");
+            g.node
+                .iter()
+                .position(|n| op(n) == GATHER_OP && n.output.first() == Some(&key))
+        })
+        .collect();
     for (l, &i) in fused.iter().enumerate() {
         let n = &g.node[i];
         let (hk, hv) = (history_input(l, "key"), history_input(l, "value"));
@@ -414,6 +443,9 @@ fn pattern(
         let [a, b] = &n.input[..] else {
             return None;
         };
+        if a == b {
+            return None;
+        }
         mask = Some(if a == scores { b.clone() } else { a.clone() });
         replaced.push(next);
         next = only(&n.output[0])?;
@@ -987,7 +1019,7 @@ impl Shape {
         let [rows, heads, queries, dim] = dims("query", q)?;
         let kd = dims("key", k)?;
         let keys = kd[2];
-        if kd != [rows, heads, keys, dim] || dims("value", v)? != kd || keys == 0 {
+        if kd != [rows, heads, keys, dim] || dims("value", v)? != kd || keys == 0 || dim == 0 {
             return Err(format!(
                 "Attend: query {q:?}, key {k:?} and value {v:?} do not fit together"
             ));
@@ -1223,7 +1255,8 @@ mod tests {
         for (i, (a, b)) in out.iter().zip(&want).enumerate() {
             assert!((*a as f64 - b).abs() < 1e-5, "value {i}: {a} against {b}");
         }
-        // The hidden key weighs nothing: changing its value changes nothing.
+        // The hidden key weighs next to nothing (exp clamps at -87, so
+        // about 1e-38): a large change of its value is lost in rounding.
         let mut v2 = v.clone();
         for r in 0..rows * heads {
             v2[(r * keys + 4) * dim] += 100.0;
@@ -1357,6 +1390,21 @@ mod tests {
         let mut m = model("tiny-cs-en", "decoder_with_past_model.onnx");
         assert!(in_graph(&mut m, 2));
         assert!(!with_history(&mut m, 2));
+        // A live reader of the present would read one step, not all.
+        let (mut m, _) = fused("tiny-cs-en", "decoder_with_past_model.onnx", 2);
+        let g = m.graph.as_mut().unwrap();
+        g.node.push(node(
+            "Shape",
+            "/test/shape",
+            &["present.1.decoder.value"],
+            &["/test/shape"],
+            vec![],
+        ));
+        g.output
+            .push(tensor_info("/test/shape", DataType::Int64, &["4"]));
+        let before = m.encode_to_vec();
+        assert!(!with_history(&mut m, 2));
+        assert_eq!(m.encode_to_vec(), before);
     }
 
     #[test]
