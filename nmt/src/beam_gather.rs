@@ -46,13 +46,7 @@ pub(crate) fn in_graph(m: &mut ModelProto, layers: usize) -> bool {
     let Some(g) = m.graph.as_mut() else {
         return false;
     };
-    // A subgraph (If, Loop, Scan) could read the past by its outer name,
-    // unseen by the checks below.
-    let subgraphs = g.node.iter().any(|n| {
-        n.attribute
-            .iter()
-            .any(|a| a.g.is_some() || !a.graphs.is_empty())
-    });
+    let subgraphs = crate::onnx_graph::has_subgraphs(g);
     if layers == 0 || subgraphs || g.input.iter().any(|i| i.name.as_deref() == Some(PARENTS)) {
         return false;
     }
@@ -183,9 +177,8 @@ fn only_time_length_read(
 /// Scalar (or one-element) int64 constants by name: initializers and
 /// `Constant` nodes.
 pub(crate) fn constants(g: &GraphProto) -> HashMap<&str, i64> {
-    let mut out = HashMap::new();
-    let value = |t: &TensorProto| -> Option<i64> {
-        if t.data_type != Some(DataType::Int64 as i32) || t.dims.iter().product::<i64>() != 1 {
+    crate::onnx_graph::scalar_constants(g, |t: &TensorProto| {
+        if t.data_type != Some(DataType::Int64 as i32) {
             return None;
         }
         match (&t.int64_data[..], t.raw_data.as_deref()) {
@@ -193,24 +186,7 @@ pub(crate) fn constants(g: &GraphProto) -> HashMap<&str, i64> {
             ([], Some(raw)) if raw.len() == 8 => Some(i64::from_le_bytes(raw.try_into().ok()?)),
             _ => None,
         }
-    };
-    for t in &g.initializer {
-        if let (Some(name), Some(v)) = (t.name.as_deref(), value(t)) {
-            out.insert(name, v);
-        }
-    }
-    for n in g.node.iter().filter(|n| op(n) == "Constant") {
-        let v = n
-            .attribute
-            .iter()
-            .find(|a| a.name.as_deref() == Some("value"))
-            .and_then(|a| a.t.as_ref())
-            .and_then(value);
-        if let (Some(name), Some(v)) = (n.output.first(), v) {
-            out.insert(name.as_str(), v);
-        }
-    }
-    out
+    })
 }
 
 /// The custom-operator domain the rewritten graphs need: this file's

@@ -43,11 +43,7 @@ struct Site {
 /// an export this rewrite knows (every layer must match).
 pub(crate) fn per_sentence(m: &mut ModelProto, layers: usize) -> bool {
     // Slice and Unsqueeze take their axes as inputs from opset 13.
-    let opset = m
-        .opset_import
-        .iter()
-        .find(|o| o.domain.as_deref().unwrap_or("").is_empty())
-        .and_then(|o| o.version);
+    let opset = crate::onnx_graph::default_opset(m);
     let Some(g) = m.graph.as_mut() else {
         return false;
     };

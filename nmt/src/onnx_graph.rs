@@ -45,6 +45,57 @@ pub(crate) fn swaps_last_two(n: &NodeProto) -> bool {
             .any(|a| a.name.as_deref() == Some("perm") && a.ints == [0, 1, 3, 2])
 }
 
+/// The model's default-domain (ONNX) opset version.
+pub(crate) fn default_opset(m: &ModelProto) -> Option<i64> {
+    m.opset_import
+        .iter()
+        .find(|o| o.domain.as_deref().unwrap_or("").is_empty())
+        .and_then(|o| o.version)
+}
+
+/// Whether a node holds a subgraph (If, Loop, Scan), which could read a
+/// tensor by its outer name unseen by checks over the top-level nodes.
+pub(crate) fn has_subgraphs(g: &GraphProto) -> bool {
+    g.node.iter().any(|n| {
+        n.attribute
+            .iter()
+            .any(|a| a.g.is_some() || !a.graphs.is_empty())
+    })
+}
+
+/// One-element constants by name, initializers and `Constant` nodes, of
+/// the type `value` reads (None for any other).
+pub(crate) fn scalar_constants<T>(
+    g: &GraphProto,
+    value: impl Fn(&TensorProto) -> Option<T>,
+) -> std::collections::HashMap<&str, T> {
+    let one = |t: &TensorProto| {
+        if t.dims.iter().product::<i64>() == 1 {
+            value(t)
+        } else {
+            None
+        }
+    };
+    let mut out = std::collections::HashMap::new();
+    for t in &g.initializer {
+        if let (Some(name), Some(v)) = (t.name.as_deref(), one(t)) {
+            out.insert(name, v);
+        }
+    }
+    for n in g.node.iter().filter(|n| op(n) == "Constant") {
+        let v = n
+            .attribute
+            .iter()
+            .find(|a| a.name.as_deref() == Some("value"))
+            .and_then(|a| a.t.as_ref())
+            .and_then(one);
+        if let (Some(name), Some(v)) = (n.output.first(), v) {
+            out.insert(name.as_str(), v);
+        }
+    }
+    out
+}
+
 /// Removes the nodes none of whose outputs is read by a node or is a graph
 /// output, until none is left (ONNX operators have no side effects).
 pub(crate) fn prune_dead(g: &mut GraphProto) {

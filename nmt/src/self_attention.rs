@@ -50,21 +50,11 @@ pub(crate) const HISTORY_OP: &str = "HistoryAttend";
 /// `Attend`; false, changing nothing, when a layer does not have the
 /// pattern above (a layer already rewritten no longer has it).
 pub(crate) fn in_graph(m: &mut ModelProto, layers: usize) -> bool {
-    let opset = m
-        .opset_import
-        .iter()
-        .find(|o| o.domain.as_deref().unwrap_or("").is_empty())
-        .and_then(|o| o.version)
-        .unwrap_or(0);
+    let opset = crate::onnx_graph::default_opset(m).unwrap_or(0);
     let Some(g) = m.graph.as_mut() else {
         return false;
     };
-    let subgraphs = g.node.iter().any(|n| {
-        n.attribute
-            .iter()
-            .any(|a| a.g.is_some() || !a.graphs.is_empty())
-    });
-    if layers == 0 || subgraphs {
+    if layers == 0 || crate::onnx_graph::has_subgraphs(g) {
         return false;
     }
     let consts = float_scalars(g);
@@ -492,8 +482,8 @@ fn pattern(
 
 /// One-element float32 constants by name: initializers and `Constant` nodes.
 fn float_scalars(g: &GraphProto) -> HashMap<&str, f32> {
-    let value = |t: &TensorProto| -> Option<f32> {
-        if t.data_type != Some(DataType::Float as i32) || t.dims.iter().product::<i64>() != 1 {
+    crate::onnx_graph::scalar_constants(g, |t: &TensorProto| {
+        if t.data_type != Some(DataType::Float as i32) {
             return None;
         }
         match (&t.float_data[..], t.raw_data.as_deref()) {
@@ -501,25 +491,7 @@ fn float_scalars(g: &GraphProto) -> HashMap<&str, f32> {
             ([], Some(raw)) if raw.len() == 4 => Some(f32::from_le_bytes(raw.try_into().ok()?)),
             _ => None,
         }
-    };
-    let mut out = HashMap::new();
-    for t in &g.initializer {
-        if let (Some(name), Some(v)) = (t.name.as_deref(), value(t)) {
-            out.insert(name, v);
-        }
-    }
-    for n in g.node.iter().filter(|n| op(n) == "Constant") {
-        let v = n
-            .attribute
-            .iter()
-            .find(|a| a.name.as_deref() == Some("value"))
-            .and_then(|a| a.t.as_ref())
-            .and_then(value);
-        if let (Some(name), Some(v)) = (n.output.first(), v) {
-            out.insert(name.as_str(), v);
-        }
-    }
-    out
+    })
 }
 
 fn float_attr(name: &str, v: f32) -> AttributeProto {

@@ -58,12 +58,7 @@ fn names_taken(g: &GraphProto) -> bool {
 /// the logits path then reports that mismatch at the first step, which
 /// candidates alone could not show.
 pub(crate) fn in_graph(m: &mut ModelProto, vocab: usize) -> bool {
-    let opset = m
-        .opset_import
-        .iter()
-        .find(|o| o.domain.as_deref().unwrap_or("").is_empty())
-        .and_then(|o| o.version)
-        .unwrap_or(0);
+    let opset = crate::onnx_graph::default_opset(m).unwrap_or(0);
     let Some(g) = m.graph.as_mut() else {
         return false;
     };
