@@ -79,6 +79,40 @@ struct DeviceIo {
     gather: Session,
 }
 
+/// Host cache buffers kept by what they held, so that each batch gets
+/// back buffers of the size its role needs: from one shared pool the
+/// self-attention history (the largest) was handed the cross-attention's
+/// buffers and grew by reallocation, copy and fresh page faults every
+/// batch (perf, 2 streams: 7% of all samples zeroing pages under
+/// `Vec` growth).
+#[derive(Default)]
+struct BufferPool {
+    self_cache: Vec<Vec<f32>>,
+    cross_cache: Vec<Vec<f32>>,
+    history: Vec<Vec<f32>>,
+}
+
+impl BufferPool {
+    /// Up to `n` buffers of `role`, largest first.
+    fn take(role: &mut Vec<Vec<f32>>, n: usize) -> Vec<Vec<f32>> {
+        role.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
+        let mut taken: Vec<Vec<f32>> = role.drain(..n.min(role.len())).collect();
+        for b in &mut taken {
+            b.clear();
+        }
+        taken
+    }
+
+    /// Returns buffers to `role`, keeping at most `keep` (the largest).
+    fn put(role: &mut Vec<Vec<f32>>, bufs: Vec<Vec<f32>>, keep: usize) {
+        role.extend(bufs.into_iter().filter(|b| b.capacity() > 0));
+        if role.len() > keep {
+            role.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
+            role.truncate(keep);
+        }
+    }
+}
+
 /// Loaded ONNX graphs plus the names and sizes needed to call them.
 pub(crate) struct Graphs {
     device_io: Option<DeviceIo>,
@@ -87,7 +121,7 @@ pub(crate) struct Graphs {
     scratch: DecodeScratch,
     /// Cache buffers of finished batches, reused by the next one: fresh
     /// ones would be faulted in page by page at every batch.
-    pool: Vec<Vec<f32>>,
+    pool: BufferPool,
     /// What the decoder graphs were rewritten to do at load.
     pub(crate) rewrites: Rewrites,
     encoder: Session,
@@ -342,7 +376,7 @@ impl Graphs {
             device_io,
             profile: Profile::default(),
             scratch: DecodeScratch::default(),
-            pool: Vec::new(),
+            pool: BufferPool::default(),
             rewrites,
             encoder,
             decoder,
@@ -571,6 +605,8 @@ struct Batch {
     spare: Vec<Vec<f32>>,
     /// Buffers for the cross-attention cache's expansion to beams.
     cross_spare: Vec<Vec<f32>>,
+    /// Slots to reserve in a self-attention history's buffers.
+    history_slots: usize,
     /// Candidates per row a graph ending in TopK returns: enough for the
     /// search's own plus every token a step may ban.
     top_k: i64,
@@ -628,8 +664,14 @@ impl Graphs {
             row_sents: Vec::new(),
             parents: Vec::new(),
             history: None,
-            spare: self.pool_take(),
-            cross_spare: self.pool_take(),
+            spare: BufferPool::take(&mut self.pool.self_cache, 2 * self.layers),
+            cross_spare: BufferPool::take(&mut self.pool.cross_cache, 2 * self.layers),
+            // Every row of every step keeps its slot: at most sentences x
+            // beams rows a step, for about as many steps as the source has
+            // tokens (0.67-1.15 x sentences x beams x source tokens over the
+            // benchmark's 14 batches; all within 8 more steps). Outliers
+            // grow the buffers.
+            history_slots: n * s.num_beams.max(1) * (src_len + 8).min(s.max_length.max(1)),
             top_k: (s.candidates_per_row() + s.most_banned()).min(self.vocab) as i64,
         };
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -641,25 +683,20 @@ impl Graphs {
         };
         let decoded = decode(&mut step, n, start_id, s, vocab, &mut scratch);
         let mut batch = step.batch;
-        for bufs in [
-            batch.history.take().map(|h| h.kv).unwrap_or_default(),
-            batch.self_kv.take_bufs(),
-            batch.cross_kv.take_bufs(),
-            batch.spare,
-            batch.cross_spare,
-        ] {
-            self.pool.extend(bufs);
-        }
+        // Two sets of each cache's buffers circulate (the one in use and
+        // the spare a reorder writes into).
+        let keep = 4 * self.layers;
+        let pool = &mut self.pool;
+        let history = batch.history.take().map(|h| h.kv).unwrap_or_default();
+        BufferPool::put(&mut pool.history, history, keep);
+        BufferPool::put(&mut pool.self_cache, batch.self_kv.take_bufs(), keep);
+        BufferPool::put(&mut pool.self_cache, batch.spare, keep);
+        BufferPool::put(&mut pool.cross_cache, batch.cross_kv.take_bufs(), keep);
+        BufferPool::put(&mut pool.cross_cache, batch.cross_spare, keep);
         self.scratch = scratch;
         let (results, search_s) = decoded?;
         self.profile.search_s += search_s;
         Ok(results)
-    }
-
-    /// One buffer per cache tensor from the pool (empty ones when short).
-    fn pool_take(&mut self) -> Vec<Vec<f32>> {
-        let n = (2 * self.layers).min(self.pool.len());
-        self.pool.split_off(self.pool.len() - n)
     }
 
     fn first_step(
@@ -733,11 +770,8 @@ impl Graphs {
             b.cross_kv = Cache::Device(cross_kv);
         } else if self.rewrites.history {
             // Buffers from earlier batches where the pool has them.
-            let mut kv = self.pool_take();
+            let mut kv = BufferPool::take(&mut self.pool.history, self_kv.len());
             kv.resize_with(self_kv.len(), Vec::new);
-            for buf in &mut kv {
-                buf.clear();
-            }
             let mut h = SelfHistory {
                 kv,
                 slots: 0,
@@ -745,9 +779,17 @@ impl Graphs {
                 positions: 0,
                 width: self.heads * self.head_dim,
             };
-            // Room for about twice the source's length in steps.
+            let need = b.history_slots * h.width;
             for buf in &mut h.kv {
-                buf.reserve(rows * h.width * 2 * b.src_len.max(8));
+                // A pooled buffer too small is dropped, not grown: growing
+                // reallocates and copies its whole old capacity, faulting in
+                // every page of the new one (perf: 8% of a two-stream run).
+                // A fresh one is faulted in only as far as it is written.
+                // A quarter more, so that a slightly longer batch later
+                // still finds it large enough.
+                if buf.capacity() < need {
+                    *buf = Vec::with_capacity(need + need / 4);
+                }
             }
             h.append(&self_kv, &[], rows)?;
             b.history = Some(h);
@@ -1097,5 +1139,34 @@ impl StepDecoder for OnnxStep<'_> {
         }
         g.profile.cache_s += t0.elapsed().as_secs_f64();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BufferPool;
+
+    #[test]
+    fn the_pool_hands_back_its_largest_buffers_cleared_and_keeps_a_bounded_number() {
+        let mut role = Vec::new();
+        let bufs = [3usize, 100, 7, 0, 50]
+            .iter()
+            .map(|&n| {
+                let mut v = Vec::with_capacity(n);
+                v.resize(n, 1.0f32);
+                v
+            })
+            .collect();
+        BufferPool::put(&mut role, bufs, 3);
+        // The empty one is not kept, and only the three largest are.
+        assert_eq!(role.len(), 3);
+        let taken = BufferPool::take(&mut role, 2);
+        let caps: Vec<usize> = taken.iter().map(Vec::capacity).collect();
+        assert!(caps[0] >= 100 && caps[1] >= 50 && caps[1] < 100, "{caps:?}");
+        assert!(taken.iter().all(Vec::is_empty), "taken buffers are cleared");
+        assert_eq!(role.len(), 1);
+        // Asking for more than there are gives what there is.
+        assert_eq!(BufferPool::take(&mut role, 5).len(), 1);
+        assert!(role.is_empty());
     }
 }
