@@ -537,17 +537,44 @@ fn take(
 struct SelfHistory {
     kv: Vec<Vec<f32>>,
     slots: usize,
-    /// `[rows, positions]`.
+    /// `[rows, positions]`: each row of the last call's slots.
     table: Vec<i64>,
+    /// The next call's table as fed (each row its parent's row of
+    /// `table`), and a spare for the table after it: reused, not
+    /// allocated per step.
+    fed: Vec<i64>,
+    spare: Vec<i64>,
     positions: usize,
     /// Values per slot (heads x dim).
     width: usize,
 }
 
 impl SelfHistory {
+    /// Sets the table to feed: row i takes row `parents[i]` of the last
+    /// call's.
+    fn feed(&mut self, parents: &[i64]) -> Result<(), NmtError> {
+        let t = self.positions;
+        self.fed.clear();
+        for &p in parents {
+            let from = usize::try_from(p).ok().and_then(|p| {
+                self.table
+                    .get(p.checked_mul(t)?..p.checked_add(1)?.checked_mul(t)?)
+            });
+            let Some(from) = from else {
+                return Err(NmtError::inference(
+                    "decoder",
+                    format!("beam parent {p} beyond the last call's rows"),
+                ));
+            };
+            self.fed.extend_from_slice(from);
+        }
+        Ok(())
+    }
+
     /// Appends a step's new rows (the decoder's present outputs, `[rows,
-    /// heads, 1, dim]` each), given each row's slot table as fed.
-    fn append(&mut self, kv: &[DynValue], table: &[i64], rows: usize) -> Result<(), NmtError> {
+    /// heads, 1, dim]` each) to the rows of the table as fed.
+    fn append(&mut self, kv: &[DynValue], rows: usize) -> Result<(), NmtError> {
+        let table = &self.fed;
         if table.len() != rows * self.positions {
             return Err(NmtError::inference(
                 "decoder",
@@ -567,13 +594,14 @@ impl SelfHistory {
             buf.extend_from_slice(data);
         }
         let positions = self.positions + 1;
-        let mut next = Vec::with_capacity(rows * positions);
+        let mut next = std::mem::take(&mut self.spare);
+        next.clear();
         for r in 0..rows {
             next.extend_from_slice(&table[r * self.positions..(r + 1) * self.positions]);
             next.push((self.slots + r) as i64);
         }
         self.slots += rows;
-        self.table = next;
+        self.spare = std::mem::replace(&mut self.table, next);
         self.positions = positions;
         Ok(())
     }
@@ -605,6 +633,8 @@ struct Batch {
     spare: Vec<Vec<f32>>,
     /// Buffers for the cross-attention cache's expansion to beams.
     cross_spare: Vec<Vec<f32>>,
+    /// The encoder mask of the rows as fed, reused across steps.
+    mask: Vec<i64>,
     /// Slots to reserve in a self-attention history's buffers.
     history_slots: usize,
     /// Candidates per row a graph ending in TopK returns: enough for the
@@ -671,6 +701,7 @@ impl Graphs {
             // tokens (0.67-1.15 x sentences x beams x source tokens over the
             // benchmark's 14 batches; all within 8 more steps). Outliers
             // grow the buffers.
+            mask: Vec::new(),
             history_slots: n * s.num_beams.max(1) * (src_len + 8).min(s.max_length.max(1)),
             top_k: (s.candidates_per_row() + s.most_banned()).min(self.vocab) as i64,
         };
@@ -776,6 +807,8 @@ impl Graphs {
                 kv,
                 slots: 0,
                 table: Vec::new(),
+                fed: Vec::new(),
+                spare: Vec::new(),
                 positions: 0,
                 width: self.heads * self.head_dim,
             };
@@ -791,7 +824,7 @@ impl Graphs {
                     *buf = Vec::with_capacity(need + need / 4);
                 }
             }
-            h.append(&self_kv, &[], rows)?;
+            h.append(&self_kv, rows)?;
             b.history = Some(h);
             b.cross_kv = Cache::Ort(cross_kv);
         } else {
@@ -831,20 +864,21 @@ impl Graphs {
                 ));
             }
         }
-        let mask: Vec<i64> = b
-            .row_sents
-            .iter()
-            .flat_map(|&r| b.masks[r].iter().copied())
-            .collect();
+        // Per-step inputs go in from buffers the batch keeps: a fresh
+        // allocation of this size every step came back from the allocator
+        // as freshly faulted pages (perf: 2 MB huge pages zeroed per step).
+        b.mask.clear();
+        for &r in &b.row_sents {
+            b.mask.extend_from_slice(&b.masks[r]);
+        }
+        let mask = ort::value::TensorRef::from_array_view(([rows, b.src_len], &b.mask[..]))
+            .map_err(|e| NmtError::inference("input", e))?;
         let mut inputs: Vec<(Cow<'static, str>, SessionInputValue<'_>)> = vec![
             (
                 "input_ids".into(),
                 tensor_i64([rows, 1], last.to_vec())?.into(),
             ),
-            (
-                "encoder_attention_mask".into(),
-                tensor_i64([rows, b.src_len], mask)?.into(),
-            ),
+            ("encoder_attention_mask".into(), mask.into()),
         ];
         if self.rewrites.beam_gather {
             if b.parents.len() != rows {
@@ -860,33 +894,15 @@ impl Graphs {
             }
         }
         // Each row's slots: its parent's.
-        let table: Vec<i64> = match &b.history {
-            Some(h) => {
-                let t = h.positions;
-                let mut table = Vec::with_capacity(rows * t);
-                for &p in &b.parents {
-                    let from = usize::try_from(p).ok().and_then(|p| {
-                        h.table
-                            .get(p.checked_mul(t)?..p.checked_add(1)?.checked_mul(t)?)
-                    });
-                    let Some(from) = from else {
-                        return Err(NmtError::inference(
-                            "decoder",
-                            format!("beam parent {p} beyond the last call's rows"),
-                        ));
-                    };
-                    table.extend_from_slice(from);
-                }
-                table
-            }
-            None => Vec::new(),
-        };
+        if let Some(h) = &mut b.history {
+            h.feed(&b.parents)?;
+        }
         if self.rewrites.top_k {
             inputs.push(top_k_input(b.top_k)?);
         }
         if let Some(h) = &b.history {
             let t = h.positions;
-            let slots = Tensor::from_array(([rows, t], table.clone()))
+            let slots = ort::value::TensorRef::from_array_view(([rows, t], &h.fed[..]))
                 .map_err(|e| NmtError::inference("input", e))?;
             inputs.push((crate::self_attention::SLOTS.into(), slots.into()));
             for l in 0..self.layers {
@@ -945,7 +961,7 @@ impl Graphs {
         }
         drop(out);
         if let Some(h) = &mut b.history {
-            h.append(&kv, &table, rows)?;
+            h.append(&kv, rows)?;
             self.profile.decoder_s += t0.elapsed().as_secs_f64();
             self.profile.decoder_calls += 1;
             self.profile.decoder_rows += rows as u64;
