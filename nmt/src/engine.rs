@@ -871,14 +871,23 @@ impl Graphs {
         for &r in &b.row_sents {
             b.mask.extend_from_slice(&b.masks[r]);
         }
-        let mask = ort::value::TensorRef::from_array_view(([rows, b.src_len], &b.mask[..]))
-            .map_err(|e| NmtError::inference("input", e))?;
+        // By reference on the host path. I/O binding clones each input it
+        // binds, and ort 2.0.0-rc.15's clone of a borrowed tensor locks a
+        // mutex it already holds (a hang, found by the I/O-binding tests):
+        // that path gets its own copy.
+        let mask: SessionInputValue<'_> = if self.device_io.is_some() {
+            tensor_i64([rows, b.src_len], b.mask.clone())?.into()
+        } else {
+            ort::value::TensorRef::from_array_view(([rows, b.src_len], &b.mask[..]))
+                .map_err(|e| NmtError::inference("input", e))?
+                .into()
+        };
         let mut inputs: Vec<(Cow<'static, str>, SessionInputValue<'_>)> = vec![
             (
                 "input_ids".into(),
                 tensor_i64([rows, 1], last.to_vec())?.into(),
             ),
-            ("encoder_attention_mask".into(), mask.into()),
+            ("encoder_attention_mask".into(), mask),
         ];
         if self.rewrites.beam_gather {
             if b.parents.len() != rows {
