@@ -696,12 +696,12 @@ impl Graphs {
             history: None,
             spare: BufferPool::take(&mut self.pool.self_cache, 2 * self.layers),
             cross_spare: BufferPool::take(&mut self.pool.cross_cache, 2 * self.layers),
+            mask: Vec::new(),
             // Every row of every step keeps its slot: at most sentences x
             // beams rows a step, for about as many steps as the source has
             // tokens (0.67-1.15 x sentences x beams x source tokens over the
             // benchmark's 14 batches; all within 8 more steps). Outliers
             // grow the buffers.
-            mask: Vec::new(),
             history_slots: n * s.num_beams.max(1) * (src_len + 8).min(s.max_length.max(1)),
             top_k: (s.candidates_per_row() + s.most_banned()).min(self.vocab) as i64,
         };
