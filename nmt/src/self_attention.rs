@@ -665,10 +665,10 @@ impl Operator for GatherAttend {
             let (pvs, pv) = pv.try_extract_tensor::<f32>()?;
             let (nvs, nv) = nv.try_extract_tensor::<f32>()?;
             let (_, parents) = parents.try_extract_tensor::<i64>()?;
-            let mask = match &mask {
-                Some(m) => Some(m.try_extract_tensor::<f32>()?),
-                None => None,
-            };
+            let mask = mask
+                .as_ref()
+                .map(|m| m.try_extract_tensor::<f32>())
+                .transpose()?;
             let dims = |s: &[i64]| -> ort::Result<[usize; 4]> {
                 let v: Option<Vec<usize>> = s.iter().map(|&d| usize::try_from(d).ok()).collect();
                 v.and_then(|v| v.try_into().ok())
@@ -682,22 +682,17 @@ impl Operator for GatherAttend {
                 .map_err(ort::Error::new)?;
             let mask = mask.map(|(_, d)| d);
             let (q_len, kv_len) = shape.row_lens();
-            let mut outs = Vec::with_capacity(3);
-            for (i, s) in [ks.to_vec(), vs.to_vec(), qs.to_vec()]
-                .into_iter()
-                .enumerate()
-            {
-                let want = s.iter().product::<i64>() as usize;
-                let mut o = ctx
-                    .output(i, s)?
-                    .ok_or_else(|| ort::Error::new("GatherAttend: an output is missing"))?;
-                let (_, d) = o.try_extract_tensor_mut::<f32>()?;
-                if d.len() != want {
-                    return Err(ort::Error::new("GatherAttend: an output of the wrong size"));
-                }
-                outs.push(RowsOut(d.as_mut_ptr()));
-            }
-            let (ko, vo, ao) = (&outs[0], &outs[1], &outs[2]);
+            let rows = shape.rows;
+            let [ko, vo, ao] = row_outputs(
+                ctx,
+                GATHER_OP,
+                [
+                    (ks.to_vec(), rows * kv_len),
+                    (vs.to_vec(), rows * kv_len),
+                    (qs.to_vec(), rows * q_len),
+                ],
+            )?;
+            let (ko, vo, ao) = (&ko, &vo, &ao);
             ctx.par_for(shape.rows, ROW_BATCHES, |r| {
                 // SAFETY: each output holds rows x its row length values
                 // (checked above); row r of each is written by this call
@@ -779,10 +774,10 @@ impl Operator for HistoryAttend {
             let (ss, slots) = slots.try_extract_tensor::<i64>()?;
             let (hks, hk) = hk.try_extract_tensor::<f32>()?;
             let (hvs, hv) = hv.try_extract_tensor::<f32>()?;
-            let mask = match &mask {
-                Some(m) => Some(m.try_extract_tensor::<f32>()?),
-                None => None,
-            };
+            let mask = mask
+                .as_ref()
+                .map(|m| m.try_extract_tensor::<f32>())
+                .transpose()?;
             let h = History::of(qs, nks, nvs, ss, slots, hks, hvs).map_err(ort::Error::new)?;
             // The keys as GatherAttend sees them: t earlier ones and the new.
             let kv = [qs[0], qs[1], h.positions as i64 + 1, qs[3]];
@@ -790,20 +785,17 @@ impl Operator for HistoryAttend {
                 .map_err(ort::Error::new)?;
             let mask = mask.map(|(_, d)| d);
             let q_len = shape.heads * shape.dim;
-            let mut outs = Vec::with_capacity(3);
-            for (i, s) in [nks, nvs, qs].into_iter().enumerate() {
-                let mut o = ctx
-                    .output(i, s.to_vec())?
-                    .ok_or_else(|| ort::Error::new("HistoryAttend: an output is missing"))?;
-                let (_, d) = o.try_extract_tensor_mut::<f32>()?;
-                if d.len() != shape.rows * q_len {
-                    return Err(ort::Error::new(
-                        "HistoryAttend: an output of the wrong size",
-                    ));
-                }
-                outs.push(RowsOut(d.as_mut_ptr()));
-            }
-            let (ko, vo, ao) = (&outs[0], &outs[1], &outs[2]);
+            let want = shape.rows * q_len;
+            let [ko, vo, ao] = row_outputs(
+                ctx,
+                HISTORY_OP,
+                [
+                    (nks.to_vec(), want),
+                    (nvs.to_vec(), want),
+                    (qs.to_vec(), want),
+                ],
+            )?;
+            let (ko, vo, ao) = (&ko, &vo, &ao);
             ctx.par_for(shape.rows, ROW_BATCHES, |r| {
                 // SAFETY: each output holds rows x q_len values (checked
                 // above); row r of each is written by this call only, and
@@ -831,6 +823,30 @@ impl Operator for HistoryAttend {
             Ok(())
         }))
     }
+}
+
+/// Output i of `shapes`, each checked to hold the values its kernel will
+/// write by row, as pointers for the rows `par_for` writes side by side.
+fn row_outputs<const N: usize>(
+    ctx: &ComputeContext,
+    op: &str,
+    shapes: [(Vec<i64>, usize); N],
+) -> ort::Result<[RowsOut; N]> {
+    let mut outs = Vec::with_capacity(N);
+    for (i, (shape, want)) in shapes.into_iter().enumerate() {
+        let mut o = ctx
+            .output(i, shape)?
+            .ok_or_else(|| ort::Error::new(format!("{op}: an output is missing")))?;
+        let (_, d) = o.try_extract_tensor_mut::<f32>()?;
+        if d.len() != want {
+            return Err(ort::Error::new(format!(
+                "{op}: an output of the wrong size"
+            )));
+        }
+        outs.push(RowsOut(d.as_mut_ptr()));
+    }
+    outs.try_into()
+        .map_err(|_| ort::Error::new(format!("{op}: outputs miscounted")))
 }
 
 /// The checked sizes of a `HistoryAttend` call.
