@@ -136,23 +136,30 @@ pub enum PlanError {
     },
 }
 
-/// Lines in a (possibly compressed) file; a last line without a newline counts.
+/// Lines in a (possibly compressed) file; a last line without a newline
+/// counts. Read in fixed blocks, never a line at a time: one line can be
+/// gigabytes long.
 fn count_lines(path: &Path) -> Result<u64, PlanError> {
     let mut r = open_text(path)?;
-    let mut lines = 0u64;
-    let mut buf = Vec::new();
+    let (mut lines, mut last) = (0u64, b'\n');
     loop {
-        buf.clear();
-        let n = r
-            .read_until(b'\n', &mut buf)
-            .map_err(|source| PlanError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        if n == 0 {
-            return Ok(lines);
-        }
-        lines += 1;
+        let block = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(source) => {
+                return Err(PlanError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        let Some(&end) = block.last() else {
+            return Ok(lines + u64::from(last != b'\n'));
+        };
+        lines += block.iter().filter(|&&b| b == b'\n').count() as u64;
+        last = end;
+        let n = block.len();
+        r.consume(n);
     }
 }
 

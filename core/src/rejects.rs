@@ -12,6 +12,7 @@ pub const MALFORMED_CODES: &[&str] = &[
     "too_long",
     "unaligned",
     "control_character",
+    "line_too_long",
 ];
 
 /// The codes of `[filters]` rules (pairs dropped on purpose).

@@ -107,6 +107,15 @@ pub enum RejectReason {
         detected: &'static str,
         confidence: f64,
     },
+    /// The line is longer than [`max_line_bytes`] allows: it was skipped
+    /// to its newline without being held in memory. `bytes` is what it
+    /// took in the file, newline included; `reference` says the aligned
+    /// reference file's line was the long one.
+    LineTooLong {
+        bytes: u64,
+        max: usize,
+        reference: bool,
+    },
 }
 
 impl RejectReason {
@@ -129,6 +138,7 @@ impl RejectReason {
             RejectReason::FewLetters { .. } => "few_letters",
             RejectReason::Language { .. } => "language",
             RejectReason::Duplicate => "duplicate",
+            RejectReason::LineTooLong { .. } => "line_too_long",
         }
     }
 
@@ -203,6 +213,19 @@ impl std::fmt::Display for RejectReason {
             } => write!(
                 f,
                 "{side} side looks like {detected} (confidence {confidence:.2}), not {expected}"
+            ),
+            RejectReason::LineTooLong {
+                bytes,
+                max,
+                reference,
+            } => write!(
+                f,
+                "{} takes {bytes} bytes, more than the {max}-byte limit that input.max_chars sets; skipped unread",
+                if *reference {
+                    "the reference file's line"
+                } else {
+                    "the line"
+                }
             ),
         }
     }
@@ -321,6 +344,55 @@ impl Default for ReadOptions {
     }
 }
 
+/// Bytes a line may have beyond its two sides' characters: ids, scores,
+/// separators, extra TSV columns and the white space trimmed around a side.
+pub const LINE_SLACK_BYTES: usize = 64 << 10;
+
+/// The longest line, in bytes without its newline, that a reader holds in
+/// memory for `max_chars`: two sides of `max_chars` characters of at most
+/// 4 UTF-8 bytes each, plus [`LINE_SLACK_BYTES`]. A longer line could only
+/// become a pair if its other columns or padding outgrew the slack; it is
+/// rejected (`line_too_long`) and skipped to its newline unread, so that
+/// one huge line (a broken export, a binary file) costs no more memory than
+/// a normal one.
+pub fn max_line_bytes(max_chars: usize) -> usize {
+    max_chars.saturating_mul(8).saturating_add(LINE_SLACK_BYTES)
+}
+
+/// What [`read_line_limited`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineRead {
+    /// The input ended before another line.
+    Eof,
+    /// The buffer holds a whole line; `bytes` were consumed, newline included.
+    Line { bytes: u64 },
+    /// The line is longer than the limit: the buffer holds its first
+    /// `limit + 1` bytes and the rest was consumed without being kept;
+    /// `bytes` were consumed in all, newline included.
+    TooLong { bytes: u64 },
+}
+
+/// Reads the next line into `buf` (replacing what it held) as
+/// `read_until(b'\n')` would, but keeps at most `limit` bytes before the
+/// newline: `read_until` grows its buffer to the whole line, however long.
+pub fn read_line_limited<R: BufRead + ?Sized>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> std::io::Result<LineRead> {
+    buf.clear();
+    let cap = (limit as u64).saturating_add(1);
+    let n = std::io::Read::take(&mut *r, cap).read_until(b'\n', buf)? as u64;
+    if n == 0 {
+        return Ok(LineRead::Eof);
+    }
+    if n < cap || buf.last() == Some(&b'\n') {
+        return Ok(LineRead::Line { bytes: n });
+    }
+    let rest = r.skip_until(b'\n')? as u64;
+    Ok(LineRead::TooLong { bytes: n + rest })
+}
+
 /// The part of one input file a shard holds: the one type for a shard's
 /// range, from planning through the lease (`proto::Range`, converted in
 /// `proto.rs`) to the reader. Line numbers in records are always those of
@@ -412,6 +484,8 @@ pub struct BitextReader {
     /// planned count only); taken once it is checked.
     expect: Option<Range>,
     line: u64,
+    /// [`max_line_bytes`] of the options' `max_chars`.
+    limit: usize,
     buf: Vec<u8>,
     rbuf: Vec<u8>,
 }
@@ -450,8 +524,7 @@ impl BitextReader {
                     // range (it starts there), unless it ends exactly there.
                     f.seek(SeekFrom::Start(start - 1)).map_err(io)?;
                     let mut r = BufReader::with_capacity(1 << 16, f);
-                    let mut skip = Vec::new();
-                    let n = r.read_until(b'\n', &mut skip).map_err(io)?;
+                    let n = r.skip_until(b'\n').map_err(io)?;
                     pos = start - 1 + n as u64;
                     remaining = end.saturating_sub(pos);
                     Box::new(r)
@@ -467,29 +540,26 @@ impl BitextReader {
             _ => None,
         };
         let mut line = line;
-        if skip > 0 {
-            let mut sink = Vec::new();
-            for _ in 0..skip {
-                sink.clear();
-                if src.read_until(b'\n', &mut sink).map_err(io)? == 0 {
-                    break;
-                }
-                if let Some(r) = reference.as_mut() {
-                    sink.clear();
-                    let rp = match &format {
-                        Format::Aligned { reference } => reference.clone(),
-                        _ => path.to_path_buf(),
-                    };
-                    r.read_until(b'\n', &mut sink)
-                        .map_err(|source| BitextError::Io { path: rp, source })?;
-                }
-                line += 1;
+        // Skipped lines are never held, however long.
+        for _ in 0..skip {
+            if src.skip_until(b'\n').map_err(io)? == 0 {
+                break;
             }
+            if let Some(r) = reference.as_mut() {
+                let rp = match &format {
+                    Format::Aligned { reference } => reference.clone(),
+                    _ => path.to_path_buf(),
+                };
+                r.skip_until(b'\n')
+                    .map_err(|source| BitextError::Io { path: rp, source })?;
+            }
+            line += 1;
         }
         let left = match opts.range {
             Some(r) if r.bytes.is_none() && r.lines > 0 => r.lines,
             _ => u64::MAX,
         };
+        let limit = max_line_bytes(opts.max_chars);
         Ok(BitextReader {
             left,
             lines_read: 0,
@@ -505,6 +575,7 @@ impl BitextReader {
             reference,
             remaining,
             line,
+            limit,
             buf: Vec::new(),
             rbuf: Vec::new(),
         })
@@ -667,6 +738,22 @@ fn chomp(buf: &mut Vec<u8>) {
     }
 }
 
+impl BitextReader {
+    /// The aligned reference file's next line into `rbuf`, bounded as the
+    /// source's is.
+    fn read_reference(&mut self) -> Option<std::io::Result<LineRead>> {
+        let r = self.reference.as_mut()?;
+        Some(read_line_limited(r, &mut self.rbuf, self.limit))
+    }
+
+    fn reference_path(&self) -> PathBuf {
+        match &self.format {
+            Format::Aligned { reference } => reference.clone(),
+            _ => self.path.clone(),
+        }
+    }
+}
+
 impl Iterator for BitextReader {
     type Item = Result<Record, BitextError>;
 
@@ -675,9 +762,8 @@ impl Iterator for BitextReader {
             if self.remaining == 0 || self.left == 0 {
                 return self.check_range_end(false).map(Err);
             }
-            self.buf.clear();
-            let n = match self.src.read_until(b'\n', &mut self.buf) {
-                Ok(n) => n,
+            let got = match read_line_limited(&mut self.src, &mut self.buf, self.limit) {
+                Ok(got) => got,
                 Err(source) => {
                     return Some(Err(BitextError::Io {
                         path: self.path.clone(),
@@ -685,41 +771,49 @@ impl Iterator for BitextReader {
                     }))
                 }
             };
-            if n == 0 {
-                // The source ended; an aligned reference with lines left is a mismatch.
-                if let Some(r) = self.reference.as_mut() {
-                    self.rbuf.clear();
-                    if r.read_until(b'\n', &mut self.rbuf).is_ok_and(|n| n > 0) {
+            let (n, too_long) = match got {
+                LineRead::Eof => {
+                    // The source ended; an aligned reference with lines left is a mismatch.
+                    if let Some(Ok(LineRead::Line { .. } | LineRead::TooLong { .. })) =
+                        self.read_reference()
+                    {
                         self.line += 1;
                         self.reference = None;
                         let raw = std::mem::take(&mut self.rbuf);
                         return Some(Ok(self.reject(RejectReason::Unaligned, &raw)));
                     }
+                    return self.check_range_end(true).map(Err);
                 }
-                return self.check_range_end(true).map(Err);
-            }
+                LineRead::Line { bytes } => (bytes, false),
+                LineRead::TooLong { bytes } => (bytes, true),
+            };
             // Every line that starts inside the range is read whole.
-            self.remaining = self.remaining.saturating_sub(n as u64);
+            self.remaining = self.remaining.saturating_sub(n);
             self.left -= 1;
             self.lines_read += 1;
             self.line += 1;
-            chomp(&mut self.buf);
+            let limit = self.limit;
+            let long = move |bytes, reference| RejectReason::LineTooLong {
+                bytes,
+                max: limit,
+                reference,
+            };
+            if !too_long {
+                chomp(&mut self.buf);
+            }
             if let Format::Aligned { .. } = self.format {
                 let line = std::mem::take(&mut self.buf);
-                self.rbuf.clear();
-                let got = match self.reference.as_mut() {
-                    Some(r) => r.read_until(b'\n', &mut self.rbuf),
-                    None => Ok(0),
-                };
-                let rec = match got {
+                let rec = match self.read_reference().unwrap_or(Ok(LineRead::Eof)) {
                     Err(source) => {
                         return Some(Err(BitextError::Io {
-                            path: self.path.clone(),
+                            path: self.reference_path(),
                             source,
                         }))
                     }
-                    Ok(0) => self.reject(RejectReason::Unaligned, &line),
-                    Ok(_) => {
+                    Ok(LineRead::Eof) => self.reject(RejectReason::Unaligned, &line),
+                    _ if too_long => self.reject(long(n, false), &line),
+                    Ok(LineRead::TooLong { bytes }) => self.reject(long(bytes, true), &line),
+                    Ok(LineRead::Line { .. }) => {
                         chomp(&mut self.rbuf);
                         match (std::str::from_utf8(&line), std::str::from_utf8(&self.rbuf)) {
                             (Ok(s), Ok(r)) => {
@@ -737,6 +831,9 @@ impl Iterator for BitextReader {
                 };
                 self.buf = line;
                 return Some(Ok(rec));
+            }
+            if too_long {
+                return Some(Ok(self.reject(long(n, false), &self.buf)));
             }
             if let Some(rec) = self.parse(&self.buf) {
                 return Some(Ok(rec));
@@ -997,6 +1094,240 @@ mod tests {
         assert!(
             e.len() == 1 && e[0].contains("shorter than when the job was planned"),
             "{e:?}"
+        );
+    }
+
+    /// One reason of every kind, so that the codes here and the lists in
+    /// `paraforge_core::rejects` (what the coordinator accepts) stay one set.
+    fn every_reason() -> Vec<RejectReason> {
+        let side = "source";
+        vec![
+            RejectReason::ColumnCount {
+                found: 1,
+                expected: 4,
+            },
+            RejectReason::InvalidUtf8,
+            RejectReason::LegacyEncoding,
+            RejectReason::EmptySource,
+            RejectReason::EmptyReference,
+            RejectReason::TooLong {
+                side,
+                chars: 2,
+                max: 1,
+            },
+            RejectReason::Unaligned,
+            RejectReason::ControlCharacter { side, code: 0 },
+            RejectReason::TooFewTokens {
+                side,
+                tokens: 1,
+                min: 2,
+            },
+            RejectReason::TooManyTokens {
+                side,
+                tokens: 2,
+                max: 1,
+            },
+            RejectReason::LengthRatio {
+                source: 1,
+                reference: 9,
+                max: 2.0,
+            },
+            RejectReason::Copy,
+            RejectReason::FewLetters {
+                side,
+                letters: 0,
+                chars: 1,
+                min: 0.5,
+            },
+            RejectReason::Duplicate,
+            RejectReason::Language {
+                side,
+                expected: "ces",
+                detected: "eng",
+                confidence: 1.0,
+            },
+            RejectReason::LineTooLong {
+                bytes: 9,
+                max: 1,
+                reference: false,
+            },
+        ]
+    }
+
+    #[test]
+    fn reject_codes_here_and_in_core_are_the_same_set() {
+        use paraforge_core::rejects::{FILTER_CODES, MALFORMED_CODES};
+        let codes: Vec<&str> = every_reason().iter().map(|r| r.code()).collect();
+        let unique: std::collections::BTreeSet<&str> = codes.iter().copied().collect();
+        assert_eq!(
+            unique.len(),
+            codes.len(),
+            "a code names two reasons: {codes:?}"
+        );
+        let core: std::collections::BTreeSet<&str> = MALFORMED_CODES
+            .iter()
+            .chain(FILTER_CODES)
+            .copied()
+            .collect();
+        assert_eq!(
+            unique, core,
+            "RejectReason::code against core/src/rejects.rs"
+        );
+        for r in every_reason() {
+            let filter = !matches!(
+                r,
+                RejectReason::ColumnCount { .. }
+                    | RejectReason::InvalidUtf8
+                    | RejectReason::LegacyEncoding
+                    | RejectReason::EmptySource
+                    | RejectReason::EmptyReference
+                    | RejectReason::TooLong { .. }
+                    | RejectReason::Unaligned
+                    | RejectReason::ControlCharacter { .. }
+                    | RejectReason::LineTooLong { .. }
+            );
+            assert_eq!(RejectReason::is_filter_code(r.code()), filter, "{r:?}");
+            assert_eq!(RejectReason::known_code(r.code()), Some(r.code()));
+        }
+    }
+
+    /// A line far longer than `max_chars` allows, in every format and
+    /// compression and across range starts and skips: rejected with its
+    /// line number and the `line_too_long` code, the lines around it read
+    /// as usual, and never held in memory whole.
+    #[test]
+    fn a_line_past_the_byte_limit_is_rejected_without_being_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let max_chars = 50;
+        let limit = max_line_bytes(max_chars);
+        // 8 MB: far past the limit, small enough for a test.
+        let huge = vec![b'x'; 8 << 20];
+        let mut text = b"a-1\t1.0\tJedna.\tOne.\na-2\t1.0\t".to_vec();
+        text.extend_from_slice(&huge);
+        text.extend_from_slice(b"\tTwo.\na-3\t1.0\tTri.\tThree.\n");
+        let plain = write(dir.path(), "c.tsv", &text);
+        let gz = write_gz(dir.path(), "c.tsv.gz", &text);
+        let zst = dir.path().join("c.tsv.zst");
+        std::fs::write(&zst, zstd::encode_all(text.as_slice(), 1).unwrap()).unwrap();
+        let second = 20u64; // where line 2 starts
+        let inside = second + 1000;
+        let open = |p: &Path, format: Format, range: Option<Range>| {
+            BitextReader::open(p, format, ReadOptions { max_chars, range }).unwrap()
+        };
+        let drain = |mut r: BitextReader| {
+            let mut recs = Vec::new();
+            for rec in r.by_ref() {
+                recs.push(rec.unwrap());
+            }
+            // Never the whole line: about the limit (66 KB), not 8 MB.
+            assert!(
+                r.buf.capacity() < 1 << 20 && r.rbuf.capacity() < 1 << 20,
+                "buffers of {} and {} bytes",
+                r.buf.capacity(),
+                r.rbuf.capacity()
+            );
+            recs
+        };
+        let summary = |recs: &[Record]| -> Vec<(u64, String)> {
+            recs.iter()
+                .map(|r| match r {
+                    Record::Pair(p) => (p.line, p.id.clone()),
+                    Record::Reject(j) => (j.line, j.reason.code().to_string()),
+                })
+                .collect()
+        };
+        let want = [
+            (1, "a-1".to_string()),
+            (2, "line_too_long".into()),
+            (3, "a-3".into()),
+        ];
+        for p in [&plain, &gz, &zst] {
+            let recs = drain(open(p, Format::Czeng16, None));
+            assert_eq!(summary(&recs), want, "{}", p.display());
+            let Record::Reject(j) = &recs[1] else {
+                unreachable!()
+            };
+            assert!(j.file.ends_with(p.file_name().unwrap().to_str().unwrap()));
+            assert!(j.text.len() <= 1024);
+            let why = j.reason.to_string();
+            assert!(
+                why.contains(&format!("takes {} bytes", huge.len() + 14))
+                    && why.contains(&format!("{limit}-byte limit"))
+                    && why.contains("input.max_chars"),
+                "{why}"
+            );
+        }
+        // Skipping over it to a later range, by lines and by bytes.
+        for (p, range) in [
+            (&gz, Range::lines(3, 1)),
+            (&plain, Range::bytes(inside, text.len() as u64, 3, 1)),
+        ] {
+            let recs = drain(open(p, Format::Czeng16, Some(range)));
+            assert_eq!(summary(&recs), [(3, "a-3".to_string())]);
+        }
+        // A range holding only the long line still counts it.
+        let r = open(
+            &plain,
+            Format::Czeng16,
+            Some(Range::bytes(second, inside, 2, 1)),
+        );
+        assert_eq!(summary(&drain(r)), [(2, "line_too_long".to_string())]);
+        // Aligned files: a long line on either side rejects the pair and
+        // keeps the two files in step.
+        let mut long_cs = b"Jedna.\n".to_vec();
+        long_cs.extend_from_slice(&huge);
+        long_cs.extend_from_slice(b"\nTri.\n");
+        let short = write(dir.path(), "a.cs", b"Jedna.\nDva.\nTri.\n");
+        let long = write(dir.path(), "b.cs", &long_cs);
+        for (src, reference, from_reference) in [(&long, &short, false), (&short, &long, true)] {
+            let format = Format::Aligned {
+                reference: reference.clone(),
+            };
+            let recs = drain(open(src, format, None));
+            let lines: Vec<u64> = recs
+                .iter()
+                .map(|r| match r {
+                    Record::Pair(p) => p.line,
+                    Record::Reject(j) => {
+                        assert!(
+                            matches!(j.reason, RejectReason::LineTooLong { reference, .. } if reference == from_reference),
+                            "{:?}",
+                            j.reason
+                        );
+                        100 + j.line
+                    }
+                })
+                .collect();
+            assert_eq!(lines, [1, 102, 3]);
+        }
+    }
+
+    #[test]
+    fn read_line_limited_keeps_the_limit_and_skips_the_rest() {
+        let mut r = std::io::Cursor::new(b"abc\nabcd\nabcde\nab".to_vec());
+        let mut buf = Vec::new();
+        let mut got = Vec::new();
+        loop {
+            let l = read_line_limited(&mut r, &mut buf, 4).unwrap();
+            if l == LineRead::Eof {
+                break;
+            }
+            got.push((l, String::from_utf8(buf.clone()).unwrap()));
+        }
+        assert_eq!(
+            got,
+            [
+                (LineRead::Line { bytes: 4 }, "abc\n".to_string()),
+                (LineRead::Line { bytes: 5 }, "abcd\n".into()),
+                (LineRead::TooLong { bytes: 6 }, "abcde".into()),
+                (LineRead::Line { bytes: 2 }, "ab".into()),
+            ]
+        );
+        // Exactly one byte over the limit and no newline: still too long.
+        let mut r = std::io::Cursor::new(b"abcde".to_vec());
+        assert_eq!(
+            read_line_limited(&mut r, &mut buf, 4).unwrap(),
+            LineRead::TooLong { bytes: 5 }
         );
     }
 

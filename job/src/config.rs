@@ -313,6 +313,11 @@ fn default_local() -> usize {
 /// model's vocabulary, which only it knows.
 pub const MAX_BEAM: usize = 256;
 
+/// Longest side accepted (`input.max_chars`). The readers hold a line of
+/// up to 8 bytes per character of it (`bitext::max_line_bytes`); a million
+/// characters is already far past any sentence a model translates.
+pub const MAX_CHARS: usize = 1_000_000;
+
 /// Most sentences per batch (`model.batch_size`, `translate --batch-size`);
 /// larger batches only add padding and memory.
 pub const MAX_BATCH_SIZE: usize = 1024;
@@ -497,8 +502,11 @@ impl JobConfig {
             }
             _ => {}
         }
-        if self.input.max_chars == 0 {
-            return bad("input.max_chars", "must be at least 1".into());
+        if self.input.max_chars == 0 || self.input.max_chars > MAX_CHARS {
+            return bad(
+                "input.max_chars",
+                format!("{} must be between 1 and {MAX_CHARS}", self.input.max_chars),
+            );
         }
         if self.model.dir.trim().is_empty() {
             return bad("model.dir", "must not be empty".into());
@@ -818,6 +826,10 @@ dir = "models/tiny-cs-en"
                 "input.reference_paths",
             ),
             (MINIMAL.replace("out/t", "ftp://x/y"), "job.output"),
+            (
+                MINIMAL.replace("format = \"czeng16\"", "format = \"czeng16\"\nmax_chars = 1000001"),
+                "input.max_chars",
+            ),
             (
                 format!("{MINIMAL}[coordinator]\ntls_cert = \"c.pem\"\n"),
                 "coordinator.tls_key",
