@@ -32,6 +32,10 @@ pub enum EncoderError {
     },
     #[error("{path}: not a paraforge embedding model: {reason}")]
     BadModel { path: PathBuf, reason: String },
+    /// Weights that are not numbers (a diverged run, a damaged file) score
+    /// NaN or pass for scores: refused at load.
+    #[error("{path}: {at}; a model whose weights are not finite numbers cannot score")]
+    NonFinite { path: PathBuf, at: NonFinite },
     /// A well-formed model that its runtime could not load (e.g. ONNX
     /// Runtime's library missing), as opposed to a file that is no model.
     #[error("{path}: cannot load: {reason}")]
@@ -578,14 +582,62 @@ impl Model {
         };
         let w = read(nw)?;
         let t = read(nt)?;
-        if w.iter().chain(&t).any(|x| !x.is_finite()) {
-            return Err(bad("non-finite values in the embeddings".into()));
-        }
         let mut m =
             Model::from_tables(h.kind, h.words, h.word_dim, w, h.trigrams, h.trigram_dim, t)
                 .map_err(|e| bad(e.to_string()))?;
+        if let Some(at) = m.first_non_finite() {
+            return Err(EncoderError::NonFinite {
+                path: path.to_path_buf(),
+                at,
+            });
+        }
         m.notes = h.notes;
         Ok(m)
+    }
+
+    /// The first value of the tables that is not a finite number, if any:
+    /// one pass over the weights, cheap beside reading them.
+    pub fn first_non_finite(&self) -> Option<NonFinite> {
+        let find = |v: &[f32], dim: usize| {
+            let i = v.iter().position(|x| !x.is_finite())?;
+            Some((i / dim.max(1), v[i]))
+        };
+        if let Some((row, value)) = find(&self.w, self.word_dim) {
+            let name = self.words.get(row).map_or("UNK", |w| w.as_str());
+            return Some(NonFinite {
+                table: "word",
+                row,
+                name: name.to_string(),
+                value,
+            });
+        }
+        find(&self.t, self.trigram_dim).map(|(row, value)| NonFinite {
+            table: "trigram",
+            row,
+            name: self.trigrams[row].clone(),
+            value,
+        })
+    }
+}
+
+/// Where a model holds a value that is not a finite number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NonFinite {
+    /// "word" or "trigram".
+    pub table: &'static str,
+    pub row: usize,
+    /// The row's word or trigram ("UNK" for the unknown-word row).
+    pub name: String,
+    pub value: f32,
+}
+
+impl std::fmt::Display for NonFinite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the {} table's row {} ({:?}) holds {}",
+            self.table, self.row, self.name, self.value
+        )
     }
 }
 
@@ -918,6 +970,34 @@ mod tests {
         let mut m = model();
         m.t[0] = 0.1;
         m
+    }
+
+    /// A model holding a value that is not a finite number (a diverged run,
+    /// a damaged file) is refused at load, naming the file, the table and
+    /// the row, so that it never scores.
+    #[test]
+    fn a_model_with_a_non_finite_value_is_refused_naming_its_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.pfe");
+        let mut m = model();
+        m.w[3] = f32::NAN; // "dog"
+        m.save(&p).unwrap();
+        let e = Model::load(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("m.pfe") && e.contains("word") && e.contains("row 1") && e.contains("dog"),
+            "{e}"
+        );
+        let mut m = model();
+        m.t[2] = f32::INFINITY;
+        m.save(&p).unwrap();
+        let e = load_encoder(Some(&p), None)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("m.pfe") && e.contains("trigram") && e.contains("row 2"),
+            "{e}"
+        );
     }
 
     #[test]

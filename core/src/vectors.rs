@@ -41,6 +41,15 @@ pub enum VectorsError {
         line: u64,
         reason: String,
     },
+    /// A vector that is not numbers scores NaN, and skipped it would make
+    /// its word unknown without a word said: the file is refused.
+    #[error("{path}:{line}: the vector of {word:?} holds {value}; vectors that are not finite numbers cannot score")]
+    NonFinite {
+        path: PathBuf,
+        line: u64,
+        word: String,
+        value: f32,
+    },
 }
 
 /// What loading skipped, so that a user can tell a clean file from a damaged one.
@@ -72,6 +81,8 @@ pub struct Vectors {
 
 enum Parsed {
     Vector(Box<str>, Vec<f32>),
+    /// Numbers, one of them NaN or infinite (or past f32's range).
+    NonFinite(Box<str>, f32),
     WrongDim,
     Unparsable,
     Blank,
@@ -86,12 +97,15 @@ fn parse_line(line: &str, dim: usize) -> Parsed {
     let mut v = Vec::with_capacity(dim);
     for p in parts {
         match fast_float2::parse::<f32, _>(p) {
-            Ok(x) if x.is_finite() => v.push(x),
+            Ok(x) => v.push(x),
             _ => return Parsed::Unparsable,
         }
     }
     if v.len() != dim {
         return Parsed::WrongDim;
+    }
+    if let Some(&x) = v.iter().find(|x| !x.is_finite()) {
+        return Parsed::NonFinite(word.into(), x);
     }
     Parsed::Vector(word.into(), v)
 }
@@ -152,6 +166,14 @@ impl Vectors {
                 report.first_skipped_line.get_or_insert(line);
             };
             match parsed {
+                Parsed::NonFinite(word, value) => {
+                    return Err(VectorsError::NonFinite {
+                        path: path.to_path_buf(),
+                        line,
+                        word: word.into(),
+                        value,
+                    })
+                }
                 Parsed::Vector(word, values) => {
                     if v.push(&word, &values) {
                         report.loaded += 1;
@@ -169,8 +191,9 @@ impl Vectors {
                 }
                 Parsed::Blank => {}
             }
+            Ok(())
         };
-        add(parse_line(&first, dim), line_no, &mut v, &mut report);
+        add(parse_line(&first, dim), line_no, &mut v, &mut report)?;
 
         let mut block: Vec<String> = Vec::with_capacity(BLOCK_LINES);
         loop {
@@ -202,7 +225,7 @@ impl Vectors {
                 .collect();
             for p in parsed {
                 line_no += 1;
-                add(p, line_no, &mut v, &mut report);
+                add(p, line_no, &mut v, &mut report)?;
             }
         }
         if v.words.is_empty() {
@@ -436,6 +459,20 @@ c 1 1
             load("justaword\n"),
             Err(VectorsError::BadLine { line: 1, .. })
         ));
+    }
+
+    /// A value that is not a finite number (NaN, infinity, or one past
+    /// f32's range) is an error naming the line and the word: skipping it
+    /// would score the word as unknown, keeping it would score NaN.
+    #[test]
+    fn a_non_finite_value_is_an_error_naming_its_line() {
+        for bad in ["nan", "inf", "-Infinity", "1e39"] {
+            let e = load(&format!("a 1 0\nb 0 1\ncat 0.5 {bad}\nd 1 1\n"))
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("test.txt:3") && e.contains("cat"), "{bad}: {e}");
+        }
     }
 
     #[test]
