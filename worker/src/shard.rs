@@ -72,13 +72,56 @@ pub enum ShardError {
     Cancelled,
     #[error("internal error: {0}")]
     Internal(String),
+    /// A score that is not a number would be written as one (NaN sorts
+    /// above every score, into the top bins and past the filters' bounds).
+    #[error("pair {id} (line {line}, candidate {rank}): {column} is {value}, not a finite number ({hint}); the shard is not written")]
+    NonFinite {
+        id: String,
+        line: u64,
+        rank: i32,
+        column: &'static str,
+        value: f32,
+        hint: &'static str,
+    },
 }
 
 impl ShardError {
-    /// Whether another attempt could succeed (a corrupt input will not).
+    /// Whether another attempt could succeed (a corrupt input will not,
+    /// nor the same models on the same pair).
     pub fn retryable(&self) -> bool {
-        !matches!(self, ShardError::Read { .. })
+        !matches!(self, ShardError::Read { .. } | ShardError::NonFinite { .. })
     }
+}
+
+/// The first score of `row` that is not a finite number, as (column, value,
+/// what to look at).
+fn non_finite_score(row: &PairRow) -> Option<(&'static str, f32, &'static str)> {
+    let s = &row.scores;
+    let model = "the para_score model's weights or embeddings";
+    [
+        (
+            "translation_score",
+            Some(row.translation_score),
+            "the translation model",
+        ),
+        ("para_score", s.para_score, model),
+        ("unigram_overlap", Some(s.unigram_overlap), "the scorer"),
+        ("bigram_overlap", Some(s.bigram_overlap), "the scorer"),
+        ("trigram_overlap", Some(s.trigram_overlap), "the scorer"),
+        ("sentence_bleu", Some(s.sentence_bleu), "the scorer"),
+        (
+            "translation_perplexity",
+            s.translation_perplexity,
+            "the language model, e.g. one without <unk>",
+        ),
+        (
+            "reference_probability",
+            s.reference_probability,
+            "the classifier",
+        ),
+    ]
+    .into_iter()
+    .find_map(|(column, v, hint)| v.filter(|x| !x.is_finite()).map(|x| (column, x, hint)))
 }
 
 /// Pairs per chunk passed between the stages.
@@ -294,6 +337,18 @@ pub fn process(
                         "the para_score encoder failed on {failed} sentences (see the log)"
                     )));
                 }
+                for (i, r) in scored.iter().enumerate() {
+                    if let Some((column, value, hint)) = non_finite_score(r) {
+                        return Err(ShardError::NonFinite {
+                            id: r.id.clone(),
+                            line: pairs[i / k].line,
+                            rank: r.candidate_rank,
+                            column,
+                            value,
+                            hint,
+                        });
+                    }
+                }
                 let mut b = RowsBuilder::default();
                 for r in &scored {
                     b.push(r);
@@ -409,3 +464,82 @@ fn candidates(t: &paraforge_nmt::Translation, k: usize) -> impl Iterator<Item = 
 
 /// Shared cancellation flag for a shard.
 pub type CancelFlag = Arc<std::sync::atomic::AtomicBool>;
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use paraforge_core::encoder::{Coverage, Scratch};
+    use paraforge_core::Tokens;
+    use paraforge_job::filters::{Filters, PreFilter};
+    use paraforge_nmt::LoadOptions;
+
+    use super::*;
+
+    /// An encoder whose every embedding is NaN (weights that overflowed).
+    struct NanEncoder;
+
+    impl SentenceEncoder for NanEncoder {
+        fn dim(&self) -> usize {
+            2
+        }
+        fn embed_tokens(&self, _: &Tokens, _: &mut Scratch, out: &mut [f32]) -> Coverage {
+            out.fill(f32::NAN);
+            Coverage {
+                known: 1,
+                unknown: 0,
+            }
+        }
+        fn describe(&self) -> String {
+            "NaN".into()
+        }
+    }
+
+    /// A para_score that is not a number fails the shard, naming the
+    /// column and the pair, instead of being written.
+    #[test]
+    fn a_score_that_is_not_finite_fails_the_shard() {
+        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        let dir = tempfile::tempdir().unwrap();
+        let text =
+            std::fs::read_to_string(root.join("data/sample/czeng16-heldout.cs-en.tsv")).unwrap();
+        let input = dir.path().join("in.tsv");
+        std::fs::write(&input, text.lines().take(3).collect::<Vec<_>>().join("\n")).unwrap();
+        let mut t =
+            Translator::load(&root.join("models/tiny-cs-en"), &LoadOptions::default()).unwrap();
+        let shard = ShardInput {
+            path: input.display().to_string(),
+            format: Format::Czeng16,
+            range: None,
+            max_chars: 1000,
+            drop_lines: Vec::new(),
+        };
+        let o = GenerateOptions {
+            num_beams: 1,
+            max_new_tokens: Some(8),
+            ..GenerateOptions::default()
+        };
+        let e = process(
+            &shard,
+            &mut t,
+            &o,
+            Stages {
+                filters: &PreFilter::new(&Filters::default()).unwrap(),
+                scorers: Scorers {
+                    encoder: Some(&NanEncoder),
+                    lm: None,
+                },
+                throughput: &Throughput::default(),
+            },
+            &[],
+            &Progress::default(),
+            &|| false,
+        )
+        .map(|_| ())
+        .unwrap_err();
+        let id = text.lines().next().unwrap().split('\t').next().unwrap();
+        let msg = e.to_string();
+        assert!(msg.contains("para_score") && msg.contains(id), "{msg}");
+        assert!(!e.retryable(), "the same model scores NaN again: {msg}");
+    }
+}
