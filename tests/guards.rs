@@ -486,3 +486,229 @@ fn gpus_that_cannot_run_are_refused_by_name_before_the_job_starts() {
         stderr(&o)
     );
 }
+
+/// Pairs of common words as one Parquet file, `dir/data/part-0.parquet`.
+fn pairs_dataset(dir: &Path) -> std::path::PathBuf {
+    use paraforge_core::schema::{schema, PairFileWriter};
+    use paraforge_core::{PairRow, RowsBuilder, Scorer};
+    let rows = [
+        ("a man plays a guitar", "a man is playing the guitar"),
+        ("a woman slices an onion", "a woman is cutting an onion"),
+        ("the cat sleeps", "a cat is sleeping"),
+        ("a dog runs in the park", "the dog is running in a park"),
+    ];
+    let d = dir.join("data");
+    std::fs::create_dir_all(&d).unwrap();
+    let mut b = RowsBuilder::default();
+    for (i, (r, t)) in rows.iter().enumerate() {
+        b.push(&PairRow {
+            id: format!("p{i}"),
+            source: "s".into(),
+            reference: r.to_string(),
+            translation: t.to_string(),
+            candidate_rank: 1,
+            translation_score: -0.5,
+            source_len: 1,
+            truncated: false,
+            scores: Scorer::new(None).score(r, t),
+        });
+    }
+    let f = d.join("part-0.parquet");
+    let mut w = PairFileWriter::create(&f, schema(), &[]).unwrap();
+    w.write(&b.finish()).unwrap();
+    w.close().unwrap();
+    f
+}
+
+/// `paraforge train`'s sizes and epochs have upper bounds, checked before
+/// anything is read or allocated: each error names the option and its
+/// limit (before, `--word-dim 100000000` aborted on an allocation failure
+/// and `--epochs` near u64::MAX overflowed).
+#[test]
+fn train_bounds_dimensions_layers_and_epochs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = pairs_dataset(dir.path());
+    let out = dir.path().join("m");
+    for (opt, value, limit) in [
+        ("--word-dim", "100000000", "8192"),
+        ("--hidden", "10000000", "8192"),
+        ("--trigram-dim", "100000000", "8192"),
+        ("--layers", "1000000000", "64"),
+        ("--epochs", "18446744073709551615", "10000"),
+        ("--batch-size", "100000000000", "1000000"),
+        ("--shuffle-buffer", "100000000000", "10000000"),
+    ] {
+        let mut args = vec![
+            "train",
+            "--model",
+            "lstm",
+            "--min-word-count",
+            "1",
+            "--no-dev",
+            "--data",
+            data.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            opt,
+            value,
+        ];
+        if opt != "--word-dim" {
+            args.extend(["--word-dim", "8"]);
+        }
+        let o = paraforge(&args, 60);
+        let e = stderr(&o);
+        assert!(
+            o.status.code().is_some(),
+            "{opt} {value}: killed by a signal: {e}"
+        );
+        assert!(!o.status.success(), "{opt} {value} succeeded");
+        assert!(e.contains(opt) && e.contains(limit), "{opt} {value}: {e}");
+        assert!(!out.exists(), "{opt} {value}: a model was written");
+    }
+}
+
+/// `train`, `export-vectors` and `lm-train` leave an existing `--out` alone
+/// unless told `--overwrite`, and never write over (or into, or around)
+/// their own inputs, even then; a replaced output leaves no temporary file.
+#[test]
+fn outputs_never_replace_existing_files_or_inputs_unless_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_file = pairs_dataset(dir.path());
+    let d = data_file.parent().unwrap().to_path_buf();
+    let data_bytes = std::fs::read(&data_file).unwrap();
+    let train = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--model",
+            "trigram",
+            "--trigram-dim",
+            "8",
+            "--min-trigram-count",
+            "1",
+            "--epochs",
+            "1",
+            "--no-dev",
+            "--data",
+            data_file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        paraforge(&args, 120)
+    };
+    // Another dataset's Parquet file, a TSV and a MarianMT directory.
+    let parquet = dir.path().join("other.parquet");
+    std::fs::write(&parquet, &data_bytes).unwrap();
+    let tsv = dir.path().join("pairs.tsv");
+    std::fs::write(&tsv, "a\tb\n").unwrap();
+    let marian = dir.path().join("opus-mt");
+    std::fs::create_dir_all(&marian).unwrap();
+    std::fs::write(marian.join("config.json"), "{\"model_type\": \"marian\"}").unwrap();
+    for out in [&parquet, &tsv, &marian] {
+        let o = train(out, &[]);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "--out {} was replaced", out.display());
+        assert!(
+            e.contains(out.to_str().unwrap()) && e.contains("--overwrite"),
+            "{e}"
+        );
+    }
+    assert_eq!(std::fs::read(&parquet).unwrap(), data_bytes);
+    assert_eq!(std::fs::read_to_string(&tsv).unwrap(), "a\tb\n");
+    assert!(marian.join("config.json").is_file());
+    // Told to, it replaces the file, leaving nothing beside it.
+    let o = train(&tsv, &["--overwrite"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    paraforge_core::Model::load(&tsv).unwrap();
+    assert_eq!(
+        strays(
+            dir.path(),
+            &[
+                "data",
+                "other.parquet",
+                "pairs.tsv",
+                "pairs.tsv.ckpt",
+                "opus-mt"
+            ]
+        ),
+        Vec::<String>::new()
+    );
+    // The data itself, or the directory that holds it: never.
+    for out in [data_file.clone(), d.clone()] {
+        let o = train(&out, &["--overwrite"]);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "--out {} succeeded", out.display());
+        assert!(e.contains("--data"), "{e}");
+    }
+    assert_eq!(std::fs::read(&data_file).unwrap(), data_bytes);
+    assert_eq!(strays(&d, &["part-0.parquet"]), Vec::<String>::new());
+
+    // export-vectors onto its own model, even with --overwrite: refused.
+    let glove = paraforge_tests::repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
+    let m = dir.path().join("word.pfe");
+    paraforge_ok(&[
+        "train".as_ref(),
+        "--model".as_ref(),
+        "word".as_ref(),
+        "--epochs".as_ref(),
+        "0".as_ref(),
+        "--no-dev".as_ref(),
+        "--init-vectors".as_ref(),
+        glove.as_os_str(),
+        "--data".as_ref(),
+        data_file.as_os_str(),
+        "--out".as_ref(),
+        m.as_os_str(),
+    ]);
+    let model_bytes = std::fs::read(&m).unwrap();
+    let export = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "export-vectors",
+            "--model",
+            m.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        paraforge(&args, 60)
+    };
+    let o = export(&m, &["--overwrite"]);
+    assert!(!o.status.success(), "export-vectors wrote over its model");
+    assert!(stderr(&o).contains("--model"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&m).unwrap(), model_bytes);
+    let v = dir.path().join("vectors.txt");
+    assert!(export(&v, &[]).status.success());
+    let o = export(&v, &[]);
+    assert!(!o.status.success(), "vectors.txt was replaced");
+    assert!(stderr(&o).contains("--overwrite"), "{}", stderr(&o));
+    assert!(export(&v, &["--overwrite"]).status.success());
+
+    // lm-train onto its input.
+    let text = dir.path().join("refs.txt");
+    std::fs::write(&text, "a man plays\nthe cat sleeps\n").unwrap();
+    let t = text.to_str().unwrap();
+    let o = paraforge(&["lm-train", t, "-o", t, "--overwrite"], 60);
+    assert!(!o.status.success(), "lm-train wrote over its input");
+    assert_eq!(
+        std::fs::read_to_string(&text).unwrap(),
+        "a man plays\nthe cat sleeps\n"
+    );
+    // train-classifier onto a directory that holds something.
+    let o = paraforge(
+        &[
+            "train-classifier",
+            "--data",
+            data_file.to_str().unwrap(),
+            "--out",
+            marian.to_str().unwrap(),
+        ],
+        60,
+    );
+    assert!(
+        !o.status.success(),
+        "train-classifier replaced {}",
+        marian.display()
+    );
+    assert!(stderr(&o).contains("--overwrite"), "{}", stderr(&o));
+    assert!(marian.join("config.json").is_file());
+}

@@ -357,7 +357,7 @@ fn bad_training_input_is_an_error_or_a_counted_skip() {
     let mut m = paraforge_trainer::model::init(Kind::Word, Some(&v), vec![], 0, 1).unwrap();
     let rep = train(
         &mut m,
-        &PairSource::open(&d).unwrap(),
+        &PairSource::open(&d.join("a.parquet")).unwrap(),
         &TrainOptions {
             epochs: 1,
             ..TrainOptions::default()
@@ -435,7 +435,7 @@ fn zero_epochs_write_the_untrained_baseline() {
         "--epochs".as_ref(),
         "0".as_ref(),
         "--data".as_ref(),
-        d.as_os_str(),
+        d.join("a.parquet").as_os_str(),
         "--init-vectors".as_ref(),
         glove_path.as_os_str(),
         "--out".as_ref(),
@@ -575,7 +575,9 @@ fn every_neural_encoder_learns_saves_and_loads() {
     }
 
     // The CLI trains, evaluates and exports one; bad files name themselves.
-    let out = dir.path().join("cli.model");
+    // Its models go beside the data, never into it.
+    let models = tempfile::tempdir().unwrap();
+    let out = models.path().join("cli.model");
     let glove_path = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
     // One epoch of `paraforge train` on the pairs in `dir`, no dev set.
     let train_cli = |spec: &str, out: &Path| {
@@ -598,7 +600,7 @@ fn every_neural_encoder_learns_saves_and_loads() {
     };
     let stdout = train_cli("gran", &out);
     assert!(stdout.contains("model gran (dim 50)"), "{stdout}");
-    let vec_path = dir.path().join("gran.txt");
+    let vec_path = models.path().join("gran.txt");
     paraforge_ok(&[
         "export-vectors",
         "--model",
@@ -621,7 +623,7 @@ fn every_neural_encoder_learns_saves_and_loads() {
     .unwrap();
     let (mut args, mut wants) = (vec!["eval-sts".to_string()], Vec::new());
     for (spec, dim) in [("gaussian", 100), ("word,trigram,lstm", 150)] {
-        let o = dir.path().join(format!("cli-{spec}.model"));
+        let o = models.path().join(format!("cli-{spec}.model"));
         let stdout = train_cli(spec, &o);
         assert!(
             stdout.contains(&format!("model {spec} (dim {dim})")),
@@ -1079,4 +1081,244 @@ fn a_diverging_run_is_an_error_not_a_panic() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("epoch") && e.contains("--lr"), "{e}");
+}
+
+/// The first `n` of six pairs of common words (every word in GloVe's top
+/// 25k) as one Parquet file: one mega-batch at the default sizes.
+fn few_pairs(dir: &Path, n: usize) -> std::path::PathBuf {
+    let all = [
+        ("a man plays a guitar", "a man is playing the guitar"),
+        ("a woman slices an onion", "a woman is cutting an onion"),
+        ("the cat sleeps", "a cat is sleeping"),
+        ("a dog runs in the park", "the dog is running in a park"),
+        ("two boys play football", "two children are playing soccer"),
+        ("the sun is shining", "it is a sunny day"),
+    ];
+    std::fs::create_dir_all(dir).unwrap();
+    let f = dir.join("pairs.parquet");
+    write(&f, &all[..n]);
+    f
+}
+
+/// A run whose last update leaves weights that are not numbers is an
+/// error naming the epoch and --lr, for both trainers and through the
+/// binary (which writes no model): with one mega-batch per epoch there is
+/// no later mega-batch whose negatives would have shown it.
+#[test]
+fn nan_weights_after_the_last_update_are_an_error() {
+    use paraforge_trainer::neural::Arch;
+    use paraforge_trainer::nn_model::{cpu, NeuralModel};
+    use paraforge_trainer::nn_train::{train as train_nn, NeuralOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = few_pairs(dir.path(), 6);
+    let source = PairSource::open(&d).unwrap();
+    let o = TrainOptions {
+        epochs: 1,
+        lr: f32::NAN,
+        ..TrainOptions::default()
+    };
+    let mut m = paraforge_trainer::model::init(Kind::Word, Some(&glove()), vec![], 0, 1).unwrap();
+    let e = train(&mut m, &source, &o, None, &mut |_| {})
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("epoch 1") && e.contains("--lr"), "{e}");
+
+    let words = paraforge_trainer::train::word_vocab(&source, 1, 1000).unwrap();
+    let (wm, _) =
+        paraforge_trainer::model::init_with_words(Kind::Word, words, 8, None, vec![], 0, 1)
+            .unwrap();
+    let mut nm = NeuralModel::init(Arch::Lstm, wm, 8, 1, 1, &cpu()).unwrap();
+    let no = NeuralOptions {
+        base: o,
+        ..NeuralOptions::default()
+    };
+    let e = train_nn(&mut nm, &source, &no, &cpu(), None, &mut |_| {})
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("epoch 1") && e.contains("--lr"), "{e}");
+
+    let out = dir.path().join("lstm");
+    let o = std::process::Command::new(paraforge_tests::paraforge_bin())
+        .args(["train", "--model", "lstm", "--min-word-count", "1"])
+        .args(["--word-dim", "8", "--epochs", "1", "--lr=NaN", "--no-dev"])
+        .arg("--data")
+        .arg(&d)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "exit 0 with --lr=NaN: {stderr}");
+    assert!(stderr.contains("--lr"), "{stderr}");
+    assert!(!out.exists(), "a model was written");
+}
+
+/// A checkpoint whose weights changed after it was written (a flipped
+/// byte) is refused at --resume, naming the file and both digests, for the
+/// averaging and the neural trainer.
+#[test]
+fn a_checkpoint_with_flipped_bytes_is_refused_at_resume() {
+    use paraforge_trainer::neural::Arch;
+    use paraforge_trainer::nn_model::{cpu, NeuralModel};
+    use paraforge_trainer::nn_train::{train as train_nn, NeuralOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = few_pairs(dir.path(), 6);
+    let source = PairSource::open(&d).unwrap();
+    let tris = trigram_vocab(&source, 1, 1000).unwrap();
+    let o = |ckpt: &Path, epochs, resume| TrainOptions {
+        epochs,
+        batch_size: 3,
+        checkpoint: Some(ckpt.to_path_buf()),
+        resume,
+        ..TrainOptions::default()
+    };
+    // The lowest byte of the last value: a finite number still, so only a
+    // digest can tell.
+    let flip = |p: &Path| {
+        let mut b = std::fs::read(p).unwrap();
+        let n = b.len();
+        b[n - 4] ^= 1;
+        std::fs::write(p, b).unwrap();
+    };
+    let hex64 = |e: &str| {
+        e.split(|c: char| !c.is_ascii_hexdigit())
+            .filter(|w| w.len() == 64)
+            .count()
+    };
+    let ckpt = dir.path().join("avg.ckpt");
+    let fresh = || paraforge_trainer::model::init(Kind::Trigram, None, tris.clone(), 8, 1).unwrap();
+    train(
+        &mut fresh(),
+        &source,
+        &o(&ckpt, 1, false),
+        None,
+        &mut |_| {},
+    )
+    .unwrap();
+    flip(&ckpt.join("model.pfe"));
+    let e = train(&mut fresh(), &source, &o(&ckpt, 2, true), None, &mut |_| {})
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("model.pfe") && hex64(&e) == 2, "{e}");
+
+    let words = paraforge_trainer::train::word_vocab(&source, 1, 1000).unwrap();
+    let fresh = || {
+        let (wm, _) = paraforge_trainer::model::init_with_words(
+            Kind::Word,
+            words.clone(),
+            8,
+            None,
+            vec![],
+            0,
+            1,
+        )
+        .unwrap();
+        NeuralModel::init(Arch::Dan, wm, 8, 1, 1, &cpu()).unwrap()
+    };
+    let no = |epochs, resume| NeuralOptions {
+        base: o(&dir.path().join("nn.ckpt"), epochs, resume),
+        ..NeuralOptions::default()
+    };
+    train_nn(
+        &mut fresh(),
+        &source,
+        &no(1, false),
+        &cpu(),
+        None,
+        &mut |_| {},
+    )
+    .unwrap();
+    flip(&dir.path().join("nn.ckpt/model/model.safetensors"));
+    let e = train_nn(
+        &mut fresh(),
+        &source,
+        &no(2, true),
+        &cpu(),
+        None,
+        &mut |_| {},
+    )
+    .map(|_| ())
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("model.safetensors") && hex64(&e) == 2, "{e}");
+}
+
+/// Training needs two pairs (a pair's negative is a sentence of another
+/// pair): none or one is an error that says so, from the library and the
+/// binary, not a message about empty rows.
+#[test]
+fn training_on_fewer_than_two_pairs_is_an_error_that_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let glove_path = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
+    for n in [0, 1] {
+        let d = few_pairs(&dir.path().join(format!("n{n}")), n);
+        let source = PairSource::open(&d).unwrap();
+        let mut m =
+            paraforge_trainer::model::init(Kind::Word, Some(&glove()), vec![], 0, 1).unwrap();
+        let e = train(&mut m, &source, &TrainOptions::default(), None, &mut |_| {})
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least two"), "{n} pairs: {e}");
+        let out = dir.path().join(format!("n{n}.pfe"));
+        let o = std::process::Command::new(paraforge_tests::paraforge_bin())
+            .args(["train", "--model", "word", "--no-dev"])
+            .arg("--init-vectors")
+            .arg(&glove_path)
+            .arg("--data")
+            .arg(&d)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{n} pairs: exit 0");
+        assert!(stderr.contains("at least two"), "{n} pairs: {stderr}");
+        assert!(!out.exists());
+    }
+}
+
+/// `eval-sts` refuses a model whose embeddings are not finite numbers
+/// (finite weights whose sums overflow f32) instead of printing scores.
+#[test]
+fn eval_sts_refuses_embeddings_that_are_not_finite() {
+    let dir = tempfile::tempdir().unwrap();
+    let sts = dir.path().join("sts/STS2015");
+    std::fs::create_dir_all(&sts).unwrap();
+    std::fs::write(
+        sts.join("STS.input.x.txt"),
+        "a man plays\ta man is playing\nthe cat sleeps\ta dog runs\na woman cooks\tthe woman is cooking\n",
+    )
+    .unwrap();
+    std::fs::write(sts.join("STS.gs.x.txt"), "4.5\n0.5\n4.0\n").unwrap();
+    let words: Vec<String> = ["a", "man", "plays", "the", "cat", "woman"]
+        .map(String::from)
+        .to_vec();
+    let w = vec![3.0e38f32; (words.len() + 1) * 2];
+    let m = Model::from_tables(Kind::Word, words, 2, w, vec![], 0, vec![]).unwrap();
+    let p = dir.path().join("huge.pfe");
+    m.save(&p).unwrap();
+    let o = std::process::Command::new(paraforge_tests::paraforge_bin())
+        .arg("eval-sts")
+        .arg("--model")
+        .arg(&p)
+        .arg("--sts")
+        .arg(dir.path().join("sts"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "exit 0: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(
+        stderr.contains("huge.pfe") && stderr.contains("finite"),
+        "{stderr}"
+    );
 }

@@ -40,7 +40,7 @@ paraforge() {
   shift 4
   local line
   if ! line=$($BIN train --data "$OUT/data" --model "$model" --init-vectors "$VECTORS" --megabatch "$m" \
-      --epochs 1 --threads "$t" --out "$out" "$@" 2>"$OUT/paraforge.err" | grep '^epoch 1'); then
+      --epochs 1 --threads "$t" --out "$out" --overwrite "$@" 2>"$OUT/paraforge.err" | grep '^epoch 1'); then
     echo "paraforge train --model $model failed:" >&2
     cat "$OUT/paraforge.err" >&2
     exit 1

@@ -256,7 +256,7 @@ local = 2
         epochs = a.avg_epochs if model == "word" else a.gran_epochs
         cmd = [B, "train", "--data", str(data), "--model", model, "--init-vectors", GLOVE,
                "--epochs", str(epochs), "--seed", str(a.seed), "--dev", "data/sts/semeval/STS2016-test",
-               "--out", str(m)]
+               "--out", str(m), "--overwrite"]  # a run killed before its result was kept
         if model != "word":
             cmd += ["--min-word-count", "1", "--lr", "0.001"]
         t0 = time.time()

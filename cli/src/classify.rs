@@ -41,14 +41,16 @@ pub struct TrainClassifierArgs {
     /// tunes it over 1e-5 ... 1e-8 and 0).
     #[arg(long, default_value_t = 0.0)]
     l2: f64,
+    /// Passes over the training pairs (at most 10,000).
     #[arg(long, default_value_t = 10)]
     epochs: usize,
+    /// Adam's learning rate (a finite number above 0).
     #[arg(long, default_value_t = 0.001)]
     lr: f64,
-    /// Pairs per mini-batch (two sentences each).
+    /// Pairs per mini-batch (two sentences each; at most 1,000,000).
     #[arg(long, default_value_t = 50)]
     batch_pairs: usize,
-    /// LSTM hidden size (default: the word dimension).
+    /// LSTM hidden size (default: the word dimension; at most 8192).
     #[arg(long)]
     hidden: Option<usize>,
     /// GloVe- or word2vec-format vectors that initialise known words.
@@ -60,7 +62,8 @@ pub struct TrainClassifierArgs {
     min_word_count: u64,
     #[arg(long, default_value_t = 100_000)]
     max_words: usize,
-    /// Word embedding size (default: the vectors' size, else 300).
+    /// Word embedding size (default: the vectors' size, else 300; at most
+    /// 8192).
     #[arg(long)]
     word_dim: Option<usize>,
     #[arg(long, default_value_t = 1)]
@@ -70,12 +73,54 @@ pub struct TrainClassifierArgs {
     device: String,
     #[arg(long)]
     threads: Option<usize>,
-    /// Output directory (model.safetensors + config.json).
+    /// Output directory (model.safetensors + config.json), made beside
+    /// this path and renamed here at the end.
     #[arg(long)]
     out: PathBuf,
+    /// Replace an existing --out (a file, or a directory that holds
+    /// something); one that is (or holds, or lies inside) --data or
+    /// --init-vectors is refused even so.
+    #[arg(long)]
+    overwrite: bool,
+}
+
+/// The options' bounds, before anything is read or allocated.
+fn check_args(a: &TrainClassifierArgs) -> Result<()> {
+    use paraforge_trainer::limits::*;
+    for (name, value) in [("--word-dim", a.word_dim), ("--hidden", a.hidden)] {
+        if let Some(v) = value {
+            at_most(name, v, MAX_DIM)?;
+        }
+    }
+    at_most("--epochs", a.epochs, MAX_EPOCHS)?;
+    at_most("--batch-pairs", a.batch_pairs, MAX_MEGABATCH_PAIRS)?;
+    for (name, v) in [
+        ("--train-pairs", a.train_pairs),
+        ("--valid-pairs", a.valid_pairs),
+        ("--test-pairs", a.test_pairs),
+    ] {
+        at_most(name, v, MAX_SHUFFLE_BUFFER)?;
+    }
+    anyhow::ensure!(
+        a.lr.is_finite() && a.lr > 0.0,
+        "--lr {}: the learning rate must be a finite number above 0",
+        a.lr
+    );
+    anyhow::ensure!(
+        a.l2.is_finite() && a.l2 >= 0.0,
+        "--l2 {}: must be a finite number, 0 or more",
+        a.l2
+    );
+    Ok(())
 }
 
 pub fn train(a: TrainClassifierArgs) -> Result<()> {
+    check_args(&a)?;
+    let mut inputs = vec![("--data", a.data.as_path())];
+    if let Some(v) = &a.init_vectors {
+        inputs.push(("--init-vectors", v.as_path()));
+    }
+    let out = crate::out::Out::claim("--out", &a.out, &inputs, a.overwrite)?;
     crate::threads(a.threads)?;
     let device = nn_model::device(&a.device)?;
     let source = PairSource::open(&a.data)?;
@@ -124,7 +169,7 @@ pub fn train(a: TrainClassifierArgs) -> Result<()> {
         test: a.test_pairs,
     };
     let per_epoch = (examples.len() as u64).min(a.train_pairs as u64);
-    let bar = ProgressBar::new(per_epoch * a.epochs as u64).with_style(
+    let bar = ProgressBar::new(per_epoch.saturating_mul(a.epochs as u64)).with_style(
         ProgressStyle::with_template(
             "{elapsed_precise} [{bar:30}] {pos}/{len} pairs ({per_sec}, eta {eta}) {msg}",
         )
@@ -167,7 +212,8 @@ pub fn train(a: TrainClassifierArgs) -> Result<()> {
         },
         "report": report,
     });
-    model.save(&a.out)?;
+    model.save(&out.path())?;
+    out.commit()?;
     println!("written to {}", a.out.display());
     Ok(())
 }

@@ -25,10 +25,11 @@ pub struct TrainArgs {
     /// gaussian, lstm-gaussian.
     #[arg(long, default_value = "word")]
     model: Encoder,
-    /// Hidden size of a neural encoder (default: the word dimension).
+    /// Hidden size of a neural encoder (default: the word dimension; at
+    /// most 8192).
     #[arg(long)]
     hidden: Option<usize>,
-    /// Layers of dan.
+    /// Layers of dan (at most 64).
     #[arg(long, default_value_t = 1)]
     layers: usize,
     /// Probability that a training sentence's words are shuffled (default
@@ -68,10 +69,11 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 100_000)]
     max_words: usize,
     /// Word embedding size with --min-word-count (default: the vectors'
-    /// size, else 300).
+    /// size, else 300; at most 8192).
     #[arg(long)]
     word_dim: Option<usize>,
-    /// Mini-batches per mega-batch (M): negatives come from M x batch-size pairs.
+    /// Mini-batches per mega-batch (M): negatives come from M x batch-size
+    /// pairs (at most 1,000,000 pairs).
     #[arg(long, default_value_t = 1)]
     megabatch: usize,
     #[arg(long, default_value_t = 100)]
@@ -80,15 +82,19 @@ pub struct TrainArgs {
     /// seed 004).
     #[arg(long)]
     margin: Option<f32>,
+    /// Adam's learning rate (a finite number above 0). A run whose weights
+    /// stop being finite numbers ends in an error naming the epoch.
     #[arg(long, default_value_t = 0.001)]
     lr: f32,
-    /// Passes over the data; 0 writes the initial model (the word vectors as
-    /// given, random trigram rows), the untrained baseline for eval-sts.
+    /// Passes over the data (at most 10,000); 0 writes the initial model
+    /// (the word vectors as given, random trigram rows), the untrained
+    /// baseline for eval-sts.
     #[arg(long, default_value_t = 5)]
     epochs: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Trigram embedding size (default: the word vectors' size, else 300).
+    /// Trigram embedding size (default: the word vectors' size, else 300;
+    /// at most 8192).
     #[arg(long)]
     trigram_dim: Option<usize>,
     /// Trigrams seen fewer times in the data are left out.
@@ -96,7 +102,8 @@ pub struct TrainArgs {
     min_trigram_count: u64,
     #[arg(long, default_value_t = 100_000)]
     max_trigrams: usize,
-    /// Pairs held in the shuffle buffer while streaming.
+    /// Pairs held in the shuffle buffer while streaming (at most
+    /// 10,000,000).
     #[arg(long, default_value_t = 100_000)]
     shuffle_buffer: usize,
     /// Stop each epoch after this many pairs (0 = all).
@@ -106,9 +113,16 @@ pub struct TrainArgs {
     #[arg(long)]
     threads: Option<usize>,
     /// Where to write the model: a .pfe file for the averages, a directory
-    /// (model.safetensors + config.json) for a neural encoder.
+    /// (model.safetensors + config.json) for a neural encoder. It is made
+    /// beside this path and renamed here at the end.
     #[arg(long)]
     out: PathBuf,
+    /// Replace an existing --out (a file, or a directory that holds
+    /// something). An --out that is an input (--data, --init-vectors,
+    /// --dev, --sts, --checkpoint), holds one or lies inside one is refused
+    /// even so.
+    #[arg(long)]
+    overwrite: bool,
     /// How the file stores the tables: f32, or bf16 (half the size; read
     /// back as f32).
     #[arg(long, default_value = "f32")]
@@ -158,6 +172,10 @@ pub struct ExportArgs {
     /// GloVe-format text file to write (what `[scoring] vectors` loads).
     #[arg(long)]
     out: PathBuf,
+    /// Replace an existing --out; one that is (or holds, or lies inside)
+    /// --model is refused even so.
+    #[arg(long)]
+    overwrite: bool,
 }
 
 /// `--model`: one of the averages, or a neural encoder or combination.
@@ -187,9 +205,86 @@ impl std::str::FromStr for Encoder {
     }
 }
 
+/// The options' bounds, before anything is read or allocated: each limit
+/// is far above the papers' settings ([`paraforge_trainer::limits`]).
+fn check_train_args(a: &TrainArgs) -> Result<()> {
+    use paraforge_trainer::limits::*;
+    for (name, value) in [
+        ("--word-dim", a.word_dim),
+        ("--hidden", a.hidden),
+        ("--trigram-dim", a.trigram_dim),
+    ] {
+        if let Some(v) = value {
+            at_most(name, v, MAX_DIM)?;
+        }
+    }
+    at_most("--layers", a.layers, MAX_LAYERS)?;
+    at_most("--epochs", a.epochs, MAX_EPOCHS)?;
+    at_most("--batch-size", a.batch_size, MAX_MEGABATCH_PAIRS)?;
+    at_most("--shuffle-buffer", a.shuffle_buffer, MAX_SHUFFLE_BUFFER)?;
+    anyhow::ensure!(
+        a.megabatch.saturating_mul(a.batch_size) <= MAX_MEGABATCH_PAIRS,
+        "--megabatch {} x --batch-size {}: more than the limit of {MAX_MEGABATCH_PAIRS} pairs a mega-batch",
+        a.megabatch,
+        a.batch_size
+    );
+    // NaN or a negative rate would train to NaN weights (or away from the
+    // data) for a whole epoch before anything said so.
+    anyhow::ensure!(
+        a.lr.is_finite() && a.lr > 0.0,
+        "--lr {}: the learning rate must be a finite number above 0",
+        a.lr
+    );
+    for (name, v) in [
+        ("--margin", a.margin.map(f64::from)),
+        ("--lambda-c", Some(a.lambda_c)),
+        ("--lambda-w", Some(a.lambda_w)),
+        ("--lambda-kl", Some(a.lambda_kl)),
+    ] {
+        if let Some(v) = v {
+            anyhow::ensure!(
+                v.is_finite() && v >= 0.0,
+                "{name} {v}: must be a finite number, 0 or more"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What `train` reads, which its --out may never be.
+fn train_inputs(a: &TrainArgs) -> Vec<(&'static str, PathBuf)> {
+    let mut v = vec![
+        ("--data", a.data.clone()),
+        (
+            "--checkpoint",
+            train_options(a).checkpoint.unwrap_or_default(),
+        ),
+    ];
+    if let Some(p) = &a.init_vectors {
+        v.push(("--init-vectors", p.clone()));
+    }
+    if !a.no_dev && a.dev.exists() {
+        v.push(("--dev", a.dev.clone()));
+    }
+    if let Some(p) = &a.sts {
+        v.push(("--sts", p.clone()));
+    }
+    v
+}
+
 pub fn train(a: TrainArgs) -> Result<()> {
+    check_train_args(&a)?;
+    let inputs = train_inputs(&a);
+    let inputs: Vec<(&str, &std::path::Path)> =
+        inputs.iter().map(|(n, p)| (*n, p.as_path())).collect();
+    let out = crate::out::Out::claim("--out", &a.out, &inputs, a.overwrite)?;
     crate::threads(a.threads)?;
     let source = PairSource::open(&a.data)?;
+    if a.epochs > 0 {
+        // Before the vocabularies, whose messages would be about them.
+        paraforge_trainer::check_pairs(source.rows(), a.max_pairs)
+            .with_context(|| format!("--data {}", a.data.display()))?;
+    }
     // A neural encoder reads words; its table starts as a WORD model's.
     let kind = match &a.model {
         Encoder::Average(k) => *k,
@@ -253,7 +348,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
     };
     drop(init);
     if let Encoder::Neural(spec) = a.model.clone() {
-        return train_neural(a, spec, model, source);
+        return train_neural(a, spec, model, source, out);
     }
     let o = train_options(&a);
     let dev_sets = dev_sets(&a)?;
@@ -272,7 +367,8 @@ pub fn train(a: TrainArgs) -> Result<()> {
     };
     bar.finish_and_clear();
     model.notes = notes(&a, &report, serde_json::json!({}));
-    model.save_as(&a.out, a.precision)?;
+    model.save_as(&out.path(), a.precision)?;
+    out.commit()?;
     finish(
         &a,
         &report,
@@ -329,7 +425,7 @@ fn progress_bar(a: &TrainArgs, source: &PairSource) -> (ProgressBar, u64) {
     } else {
         source.rows()
     };
-    let bar = ProgressBar::new(per_epoch * a.epochs as u64);
+    let bar = ProgressBar::new(per_epoch.saturating_mul(a.epochs as u64));
     bar.set_style(
         ProgressStyle::with_template(
             "{elapsed_precise} [{bar:30}] {pos}/{len} pairs ({per_sec}, eta {eta}) {msg}",
@@ -363,7 +459,13 @@ fn print_epochs(report: &TrainReport) {
     }
 }
 
-fn train_neural(a: TrainArgs, spec: Spec, words: Model, source: PairSource) -> Result<()> {
+fn train_neural(
+    a: TrainArgs,
+    spec: Spec,
+    words: Model,
+    source: PairSource,
+    out: crate::out::Out,
+) -> Result<()> {
     let device = nn_model::device(&a.device)?;
     let hidden = a.hidden.unwrap_or(words.word_dim);
     let mut model = NeuralModel::init_spec(&spec, words, hidden, a.layers, a.seed, &device)
@@ -405,7 +507,8 @@ fn train_neural(a: TrainArgs, spec: Spec, words: Model, source: PairSource) -> R
             "lambda_kl": arch.is_gaussian().then_some(o.lambda_kl),
         }),
     );
-    model.save(&a.out)?;
+    model.save(&out.path())?;
+    out.commit()?;
     finish(&a, &report, &spec.name(), model.dim(), "word", |sets| {
         let table = model.embed_sets(sets);
         sts::evaluate(sets, &|s| table[s].clone())
@@ -435,7 +538,7 @@ fn finish(
     name: &str,
     dim: usize,
     units: &str,
-    evaluate: impl Fn(&[sts::StsSet]) -> Vec<sts::SetResult>,
+    evaluate: impl Fn(&[sts::StsSet]) -> Result<Vec<sts::SetResult>, paraforge_trainer::TrainError>,
 ) -> Result<()> {
     print_epochs(report);
     println!(
@@ -447,7 +550,9 @@ fn finish(
         report.skipped_unembeddable
     );
     if let Some(dir) = &a.sts {
-        let r = evaluate(&sts::load(dir)?);
+        let r = evaluate(&sts::load(dir)?).with_context(|| {
+            format!("evaluating {} on --sts {}", a.out.display(), dir.display())
+        })?;
         for (g, p, s) in sts::by_group(&r) {
             println!("  {g:<8} pearson {p:5.1}  spearman {s:5.1}");
         }
@@ -472,9 +577,12 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
                 |n| n.to_string_lossy().into_owned()
             )
         );
-        columns.push((name, sts::evaluate(&sets, &|s| m.embed(s))));
+        let r = sts::evaluate(&sets, &|s| m.embed(s))
+            .with_context(|| format!("--vectors {}", p.display()))?;
+        columns.push((name, r));
     }
     for p in &a.model {
+        let model = || format!("--model {}", p.display());
         if paraforge_scorer::transformer::TransformerEncoder::is_one(p) {
             use paraforge_core::SentenceEncoder;
             // Through the scorer's own path: the sentence's tokens, as
@@ -486,10 +594,8 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
                 enc.embed_tokens(&toks, &mut Default::default(), &mut out);
                 out
             };
-            columns.push((
-                format!("{} (transformer)", file_name(p)),
-                sts::evaluate(&sets, &embed),
-            ));
+            let r = sts::evaluate(&sets, &embed).with_context(model)?;
+            columns.push((format!("{} (transformer)", file_name(p)), r));
             anyhow::ensure!(
                 enc.failures() == 0,
                 "{}: the encoder failed on {} sentences (see the log)",
@@ -501,10 +607,8 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
         if NeuralModel::is_one(p) {
             let m = NeuralModel::load(p, &nn_model::cpu())?;
             let table = m.embed_sets(&sets);
-            columns.push((
-                format!("{} ({})", file_name(p), m.spec()),
-                sts::evaluate(&sets, &|s| table[s].clone()),
-            ));
+            let r = sts::evaluate(&sets, &|s| table[s].clone()).with_context(model)?;
+            columns.push((format!("{} ({})", file_name(p), m.spec()), r));
             continue;
         }
         let m = Model::load(p)?;
@@ -516,7 +620,8 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
             ),
             m.kind.name()
         );
-        columns.push((name, sts::evaluate(&sets, &|s| m.embed(s))));
+        let r = sts::evaluate(&sets, &|s| m.embed(s)).with_context(model)?;
+        columns.push((name, r));
     }
     for (metric, pick) in [("Pearson's r x 100", 0usize), ("Spearman's rho x 100", 1)] {
         println!("\n{metric}\n");
@@ -585,12 +690,19 @@ fn file_name(p: &std::path::Path) -> String {
 }
 
 pub fn export_vectors(a: ExportArgs) -> Result<()> {
+    let out = crate::out::Out::claim(
+        "--out",
+        &a.out,
+        &[("--model", a.model.as_path())],
+        a.overwrite,
+    )?;
     let m = if NeuralModel::is_one(&a.model) {
         NeuralModel::load(&a.model, &nn_model::cpu())?.word_model()?
     } else {
         Model::load(&a.model)?
     };
-    let n = paraforge_trainer::model::export_vectors(&m, &a.out)?;
+    let n = paraforge_trainer::model::export_vectors(&m, &out.path())?;
+    out.commit()?;
     println!(
         "{n} word vectors ({} dimensions) written to {}",
         m.word_dim,

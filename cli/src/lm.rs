@@ -17,15 +17,24 @@ pub struct LmTrainArgs {
     /// n-gram order.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=6))]
     order: u8,
-    /// The ARPA file to write.
+    /// The ARPA file to write (made beside this path, renamed here at the
+    /// end).
     #[arg(short = 'o', long)]
     out: PathBuf,
+    /// Replace an existing --out; one that is (or holds, or lies inside)
+    /// an input is refused even so.
+    #[arg(long)]
+    overwrite: bool,
 }
 
 pub fn train(a: LmTrainArgs) -> Result<()> {
+    let inputs: Vec<(&str, &std::path::Path)> =
+        a.inputs.iter().map(|p| ("input", p.as_path())).collect();
+    let out = crate::out::Out::claim("--out", &a.out, &inputs, a.overwrite)?;
     let (s, skipped) =
-        paraforge_core::lm::train_files(&a.inputs, a.column, a.order as usize, &a.out)
+        paraforge_core::lm::train_files(&a.inputs, a.column, a.order as usize, &out.path())
             .with_context(|| format!("training a {}-gram model", a.order))?;
+    out.commit()?;
     println!(
         "{} sentences, {} tokens{}; interpolated modified Kneser-Ney, {}-gram",
         s.sentences,

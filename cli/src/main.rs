@@ -4,6 +4,7 @@ mod classify;
 mod dataset;
 mod embed;
 mod lm;
+mod out;
 mod pipeline;
 mod translate;
 

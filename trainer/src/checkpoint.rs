@@ -3,10 +3,13 @@
 //! over the old, so a kill leaves the previous epoch's checkpoint whole).
 //!
 //! `state.json` holds the counters, the random generator's position, the
-//! report so far and the options the run was started with; `model.pfe` the
-//! current tables (f32, exact); `adam.f32` the Adam moments; `best.pfe` the
-//! best epoch's tables when a dev set chooses.
+//! report so far, the options the run was started with and the SHA-256 of
+//! every other file; `model.pfe` the current tables (f32, exact);
+//! `adam.f32` the Adam moments; `best.pfe` the best epoch's tables when a
+//! dev set chooses. `--resume` checks the digests first: a flipped byte in
+//! the weights is still a finite number, and would go on silently.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -17,7 +20,8 @@ use crate::model::{Model, Precision};
 use crate::train::EpochReport;
 use crate::TrainError;
 
-const VERSION: u32 = 1;
+/// Checkpoints of version 1 carried no digests: they are not resumed.
+pub const VERSION: u32 = 2;
 
 /// Everything about a run that must match for it to resume.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,6 +57,10 @@ pub struct State {
     pub epochs: Vec<EpochReport>,
     /// (epoch, dev score) of the best epoch so far.
     pub best: Option<(usize, f64)>,
+    /// SHA-256 of each other file, by its name in the directory ([`save`]
+    /// fills it in).
+    #[serde(default)]
+    pub sha256: BTreeMap<String, String>,
 }
 
 pub struct Checkpoint {
@@ -73,9 +81,11 @@ pub(crate) fn bad(dir: &Path, reason: String) -> TrainError {
 
 pub fn save(dir: &Path, c: &Checkpoint) -> Result<(), TrainError> {
     write_dir(dir, |tmp| {
+        let mut files = vec!["model.pfe", "adam.f32"];
         c.model.save_as(&tmp.join("model.pfe"), Precision::F32)?;
         if let Some(b) = &c.best {
             b.save_as(&tmp.join("best.pfe"), Precision::F32)?;
+            files.push("best.pfe");
         }
         let p = tmp.join("adam.f32");
         let mut f = std::io::BufWriter::new(std::fs::File::create(&p).map_err(io(&p))?);
@@ -88,8 +98,53 @@ pub fn save(dir: &Path, c: &Checkpoint) -> Result<(), TrainError> {
             .map_err(|e| TrainError::io(&p, e.into_error()))?
             .sync_all()
             .map_err(io(&p))?;
-        write_state(tmp, &c.state)
+        let state = State {
+            sha256: digests(tmp, &files)?,
+            ..c.state.clone()
+        };
+        write_state(tmp, &state)
     })
+}
+
+/// The SHA-256 of each of `files` in `dir`, by name.
+pub(crate) fn digests(dir: &Path, files: &[&str]) -> Result<BTreeMap<String, String>, TrainError> {
+    files
+        .iter()
+        .map(|f| {
+            let p = dir.join(f);
+            let sum = paraforge_core::layout::sha256_file(&p).map_err(io(&p))?;
+            Ok((f.to_string(), sum))
+        })
+        .collect()
+}
+
+/// Checks each of `files` in `dir` against the digest `recorded` for it:
+/// a file changed since the checkpoint was written, or one it does not
+/// list, is an error naming the file (and both digests).
+pub(crate) fn verify(
+    dir: &Path,
+    recorded: &BTreeMap<String, String>,
+    files: &[&str],
+) -> Result<(), TrainError> {
+    let listed = recorded.keys().map(|k| k.as_str());
+    let mut all: Vec<&str> = files.iter().copied().chain(listed).collect();
+    all.sort_unstable();
+    all.dedup();
+    for f in all {
+        let p = dir.join(f);
+        let Some(expected) = recorded.get(f) else {
+            return Err(bad(dir, format!("state.json records no SHA-256 of {f}")));
+        };
+        let actual = paraforge_core::layout::sha256_file(&p).map_err(io(&p))?;
+        if &actual != expected {
+            return Err(TrainError::CheckpointDigest {
+                path: p,
+                expected: expected.clone(),
+                actual,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `state` as `dir/state.json`.
@@ -185,6 +240,11 @@ pub(crate) fn read_state<S: serde::de::DeserializeOwned>(
 pub fn load(dir: &Path) -> Result<Checkpoint, TrainError> {
     let dir = &resolve(dir);
     let state: State = read_state(dir, |s: &State| s.version)?;
+    let mut files = vec!["model.pfe", "adam.f32"];
+    if dir.join("best.pfe").exists() {
+        files.push("best.pfe");
+    }
+    verify(dir, &state.sha256, &files)?;
     let model = Model::load(&dir.join("model.pfe"))?;
     let best = if dir.join("best.pfe").exists() {
         Some(Model::load(&dir.join("best.pfe"))?)

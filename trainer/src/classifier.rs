@@ -129,6 +129,18 @@ impl RefNet {
         d
     }
 
+    /// Every parameter by the name the saved file gives it.
+    pub fn named_params(&self) -> Vec<(String, &Param<Tensor<2>>)> {
+        let mut p = crate::nn_model::named_params(&self.enc);
+        p.extend(
+            ["head.w", "head.b"]
+                .map(String::from)
+                .into_iter()
+                .zip(&self.head),
+        );
+        p
+    }
+
     /// One logit per sentence: log P(reference) - log P(translation).
     pub fn logits(&self, b: &Batch) -> Tensor<1> {
         let g = self.enc.forward(b);
@@ -516,6 +528,9 @@ pub fn train(
             "epochs and pairs per batch must be at least 1".into(),
         ));
     }
+    use crate::limits::{at_most, MAX_EPOCHS, MAX_MEGABATCH_PAIRS};
+    at_most("--epochs", o.epochs, MAX_EPOCHS)?;
+    at_most("--batch-pairs", o.batch_pairs, MAX_MEGABATCH_PAIRS)?;
     let encoded: Vec<Encoded> = examples
         .iter()
         .filter_map(|e| {
@@ -611,6 +626,15 @@ pub fn train(
             done += chunk.len();
             let grads = GradientsParams::from_grads(loss.backward(), &net);
             net = opt.step(o.lr, net, grads);
+            let plain = net.valid();
+            if let Some(what) = crate::nn_model::first_non_finite(&plain.named_params()) {
+                return Err(TrainError::Diverged {
+                    epoch,
+                    pairs: done as u64,
+                    what,
+                    lr: o.lr.to_string(),
+                });
+            }
             progress(epoch, done, loss_sum / done as f64);
         }
         let plain = net.valid();

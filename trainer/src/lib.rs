@@ -11,6 +11,7 @@
 pub mod checkpoint;
 pub mod classifier;
 pub mod data;
+pub mod limits;
 mod linalg;
 pub mod lstm_scan;
 pub mod model;
@@ -49,18 +50,68 @@ pub enum TrainError {
         path: std::path::PathBuf,
         reason: String,
     },
+    /// An update left a weight that is not a finite number: what is
+    /// trained from there on, and any model written, would be NaN.
+    #[error("epoch {epoch}, after {pairs} pairs: {what} is no longer a finite number after the update (training diverged at --lr {lr}; lower --lr)")]
+    Diverged {
+        epoch: usize,
+        pairs: u64,
+        /// The parameter and its row.
+        what: String,
+        lr: String,
+    },
+    /// A checkpoint file that is not the one written: resuming from it
+    /// would go on from other weights than the run's.
+    #[error("{path}: SHA-256 {actual}, but the checkpoint recorded {expected} (the file changed or was damaged after it was written; remove the checkpoint to start over)")]
+    CheckpointDigest {
+        path: std::path::PathBuf,
+        expected: String,
+        actual: String,
+    },
 }
 
 /// A dev score that is not a number cannot pick an epoch (nothing is
 /// greater than NaN, so the first epoch would be kept silently): every dev
-/// similarity was the same, e.g. no dev sentence had a known word.
+/// similarity was the same, e.g. no dev sentence had a known word, or an
+/// embedding was not finite.
 pub(crate) fn check_dev_score(epoch: usize, score: f64) -> Result<(), TrainError> {
     if score.is_finite() {
         return Ok(());
     }
     Err(TrainError::Invalid(format!(
-        "epoch {epoch}: the dev score is {score} (every dev similarity the same, e.g. no dev sentence has a known word or trigram); it cannot choose an epoch"
+        "epoch {epoch}: the dev score is {score} (every dev similarity the same, e.g. no dev sentence has a known word or trigram, or a dev embedding is not a finite number); it cannot choose an epoch"
     )))
+}
+
+/// Training compares each pair with the other pairs of its mega-batch (a
+/// sentence's negative comes from another pair), so it needs two of them.
+pub fn check_pairs(rows: u64, max_pairs: u64) -> Result<(), TrainError> {
+    if rows < 2 {
+        return Err(TrainError::Invalid(format!(
+            "the data holds {rows} pair(s); training needs at least two (a pair's negative is a sentence of another pair)"
+        )));
+    }
+    if max_pairs == 1 {
+        return Err(TrainError::Invalid(
+            "--max-pairs 1: training needs at least two pairs an epoch (a pair's negative is a sentence of another pair)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// An epoch that ended without one mega-batch of two pairs: what the rows
+/// were, so that the message says which (empty, null, unknown words, or too
+/// few).
+pub(crate) fn no_usable_pairs(
+    read: &data::ReadStats,
+    unembeddable: u64,
+    usable: usize,
+    units: &str,
+) -> TrainError {
+    TrainError::Invalid(format!(
+        "{usable} usable pair(s) of {} rows read ({} with an empty side, {} null, {unembeddable} without a known {units}); training needs at least two",
+        read.rows, read.skipped_empty, read.skipped_null
+    ))
 }
 
 impl TrainError {

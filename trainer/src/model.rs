@@ -43,6 +43,7 @@ pub fn init(
     }
     let (mut t, mut tdim) = (Vec::new(), 0);
     if kind.trigrams() {
+        crate::limits::at_most("--trigram-dim", trigram_dim, crate::limits::MAX_DIM)?;
         if trigrams.is_empty() || trigram_dim == 0 {
             return Err(TrainError::Invalid(
                 "a trigram model needs a trigram vocabulary and a dimension".into(),
@@ -79,6 +80,7 @@ pub fn init_with_words(
             kind.name()
         )));
     }
+    crate::limits::at_most("--word-dim", word_dim, crate::limits::MAX_DIM)?;
     if let Some(v) = vectors {
         if v.dim() != word_dim {
             return Err(TrainError::Invalid(format!(

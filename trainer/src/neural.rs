@@ -282,6 +282,23 @@ impl Shape {
                 self.arch
             ));
         }
+        for (what, n, max) in [
+            ("word dimension", self.word_dim, crate::limits::MAX_DIM),
+            ("hidden size", self.hidden, crate::limits::MAX_DIM),
+            (
+                "trigram dimension",
+                self.trigram_dim,
+                crate::limits::MAX_DIM,
+            ),
+            ("layers", self.layers, crate::limits::MAX_LAYERS),
+        ] {
+            if n > max {
+                return bad(format!(
+                    "{}: {what} {n} is more than the limit of {max}",
+                    self.arch
+                ));
+            }
+        }
         if self.arch == Arch::Irnn && self.hidden != self.word_dim {
             return bad(format!(
                 "irnn starts as the word average, so its hidden size must equal the word dimension ({}), not {}",

@@ -3,19 +3,21 @@
 //! [`crate::checkpoint::write_dir`] (so a kill leaves a whole one).
 //!
 //! `state.json` holds the counters, the shuffle generator's position, the
-//! report so far, the run's key and the parameters' ids; `model/` the
+//! report so far, the run's key, the parameters' ids and the SHA-256 of
+//! every other file (checked at `--resume`); `model/` the
 //! current network (the encoder directory format, f32 and exact); `best/`
 //! the best epoch's when a dev set chooses; `adam.bpk` burn's Adam state
 //! (burnpack), keyed by parameter id, which is why the ids are kept: the
 //! network is rebuilt under them before the state is loaded.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use burn::module::{Param, ParamId};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{bad, read_state, resolve, write_dir, write_state};
+use crate::checkpoint::{bad, digests, read_state, resolve, verify, write_dir, write_state};
 use crate::data::ReadStats;
 use crate::neural::{Net, Sampling, Shape};
 use crate::nn_model::NeuralModel;
@@ -60,6 +62,19 @@ pub struct NeuralState {
     pub best: Option<(usize, f64)>,
     /// Ids of the word table and of each compositional parameter.
     pub param_ids: Vec<u64>,
+    /// SHA-256 of each other file, by its path in the directory ([`save`]
+    /// fills it in).
+    #[serde(default)]
+    pub sha256: BTreeMap<String, String>,
+}
+
+/// The files of a checkpoint whose digests `state.json` records.
+fn files(best: bool) -> Vec<&'static str> {
+    let mut f = vec!["model/model.safetensors", "model/config.json", "adam.bpk"];
+    if best {
+        f.extend(["best/model.safetensors", "best/config.json"]);
+    }
+    f
 }
 
 /// The ids of `net`'s parameters, word table first.
@@ -113,7 +128,11 @@ pub fn save(
         }
         let p = tmp.join("adam.bpk");
         std::fs::write(&p, adam).map_err(|e| TrainError::io(&p, e))?;
-        write_state(tmp, state)
+        let state = NeuralState {
+            sha256: digests(tmp, &files(best.is_some()))?,
+            ..state.clone()
+        };
+        write_state(tmp, &state)
     })
 }
 
@@ -128,6 +147,7 @@ pub struct Loaded {
 pub fn load(dir: &Path, dev: &Device) -> Result<Loaded, TrainError> {
     let dir = &resolve(dir);
     let state: NeuralState = read_state(dir, |s: &NeuralState| s.version)?;
+    verify(dir, &state.sha256, &files(dir.join("best").exists()))?;
     let mut model = NeuralModel::load(&dir.join("model"), dev)?;
     model.net = with_ids(model.net, &state.param_ids).map_err(|m| bad(dir, m))?;
     let best = if dir.join("best").exists() {

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use burn::module::Param;
 use burn::tensor::{DType, Tensor};
 use paraforge_core::encoder::{Encoded, Kind};
 
@@ -423,11 +424,51 @@ impl<'a> TensorFile<'a> {
                 t.shape()
             )));
         }
-        Ok(t.data()
+        let vals: Vec<f64> = t
+            .data()
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
-            .collect())
+            .collect();
+        if let Some(i) = vals.iter().position(|x| !x.is_finite()) {
+            return Err(bad(format!(
+                "tensor {name:?} row {} holds {}; a model whose weights are not finite numbers cannot score",
+                i / dims[1].max(1),
+                vals[i]
+            )));
+        }
+        Ok(vals)
     }
+}
+
+/// `net`'s parameters by the names the saved file gives them, word table
+/// first.
+pub fn named_params(net: &Net) -> Vec<(String, &Param<Tensor<2>>)> {
+    std::iter::once(("emb".to_string(), &net.emb))
+        .chain(net.comp_names().into_iter().zip(&net.comp))
+        .collect()
+}
+
+/// The first of `params` holding a value that is not a finite number, as
+/// "parameter NAME row R (VALUE)".
+pub fn first_non_finite(params: &[(String, &Param<Tensor<2>>)]) -> Option<String> {
+    // x * 0 is 0 for every finite x and NaN otherwise: products and sums on
+    // the device, and one number read back, tell whether every parameter is
+    // finite (this runs after every step); only then is each read to name
+    // the row.
+    let flag = params
+        .iter()
+        .map(|(_, p)| p.val().mul_scalar(0.0).sum())
+        .reduce(|a, b| a + b)?;
+    if flag.into_scalar::<f64>() == 0.0 {
+        return None;
+    }
+    params.iter().find_map(|(name, p)| {
+        let t = p.val();
+        let cols = t.dims()[1].max(1);
+        let v = table(t);
+        let i = v.iter().position(|x| !x.is_finite())?;
+        Some(format!("parameter {name:?} row {} ({})", i / cols, v[i]))
+    })
 }
 
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
@@ -445,6 +486,86 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), TrainError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A parameter's values, rows and columns.
+    type Values = (Vec<f64>, usize, usize);
+
+    /// A network's parameters as `Net::from_values` takes them.
+    fn values(net: &Net) -> (Vec<f64>, Vec<Values>) {
+        let f64s = |t: Tensor<2>| table(t).into_iter().map(f64::from).collect::<Vec<f64>>();
+        let comp = net
+            .comp
+            .iter()
+            .map(|p| {
+                let [r, c] = p.val().dims();
+                (f64s(p.val()), r, c)
+            })
+            .collect();
+        (f64s(net.emb.val()), comp)
+    }
+
+    /// A saved encoder holding a value that is not a finite number is
+    /// refused at load, naming the file, the tensor and the row, instead of
+    /// scoring NaN.
+    #[test]
+    fn weights_that_are_not_finite_are_refused_at_load() {
+        let words: Vec<String> = ["a", "man", "plays"].map(String::from).to_vec();
+        let (wm, _) =
+            crate::model::init_with_words(Kind::Word, words, 3, None, vec![], 0, 2).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+
+        let m = NeuralModel::init(Arch::Lstm, wm.clone(), 4, 1, 4, &cpu()).unwrap();
+        let (emb, mut comp) = values(&m.net);
+        let cols = comp[1].2;
+        comp[1].0[2 * cols + 1] = f64::NAN;
+        let bad = NeuralModel {
+            net: Net::from_values(m.net.shape.clone(), &emb, &comp, &cpu(), DType::F32),
+            words: wm.clone(),
+            notes: serde_json::Value::Null,
+        };
+        let out = dir.path().join("lstm");
+        bad.save(&out).unwrap();
+        let e = NeuralModel::load(&out, &cpu()).unwrap_err().to_string();
+        let name = &m.net.comp_names()[1];
+        assert!(
+            e.contains("model.safetensors") && e.contains(name.as_str()) && e.contains("row 2"),
+            "{e}"
+        );
+    }
+
+    /// The same for a reference/translation classifier, which would give
+    /// NaN for every P(reference).
+    #[test]
+    fn a_classifier_with_weights_that_are_not_finite_is_refused_at_load() {
+        use crate::classifier::{ClassifierKind, RefNet, ReferenceClassifier};
+        let words: Vec<String> = ["a", "man", "plays"].map(String::from).to_vec();
+        let (wm, _) =
+            crate::model::init_with_words(Kind::Word, words, 3, None, vec![], 0, 2).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let c = ReferenceClassifier::init(ClassifierKind::Avg, wm.clone(), 3, 1, &cpu()).unwrap();
+        let (emb, mut comp) = values(&c.net.enc);
+        for p in &c.net.head {
+            let [r, k] = p.val().dims();
+            comp.push((table(p.val()).into_iter().map(f64::from).collect(), r, k));
+        }
+        let at = comp.len() - 2;
+        comp[at].0[1] = f64::INFINITY;
+        let bad = ReferenceClassifier {
+            net: RefNet::from_values(c.net.enc.shape.clone(), &emb, &comp, &cpu(), DType::F32),
+            words: wm,
+            notes: serde_json::Value::Null,
+        };
+        let out = dir.path().join("classifier");
+        bad.save(&out).unwrap();
+        let e = ReferenceClassifier::load(&out, &cpu())
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("model.safetensors") && e.contains("head.w") && e.contains("row 1"),
+            "{e}"
+        );
+    }
 
     /// A Gaussian encoder and a combination with a trigram part save and
     /// load back to the same embeddings (the config keeps the trigrams).

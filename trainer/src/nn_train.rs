@@ -14,10 +14,10 @@ use crate::data::{PairSource, ReadStats};
 use crate::model::Encoded;
 use crate::neural::{objective, regulariser, Batch, Net, Sampling};
 use crate::nn_checkpoint::{self, NeuralKey, NeuralState};
-use crate::nn_model::{embed_encoded, NeuralModel};
-use crate::train::{check_negatives, nearest_of_other_pair, next_megabatch};
+use crate::nn_model::{embed_encoded, first_non_finite, named_params, NeuralModel};
+use crate::train::{check_negatives, check_options, nearest_of_other_pair, next_megabatch};
 use crate::train::{EpochReport, Progress, TrainOptions, TrainReport};
-use crate::{check_dev_score, TrainError};
+use crate::{check_dev_score, check_pairs, no_usable_pairs, TrainError};
 
 #[derive(Debug, Clone)]
 pub struct NeuralOptions {
@@ -161,11 +161,8 @@ pub fn train(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<TrainReport, TrainError> {
     let b = &o.base;
-    if b.batch_size < 1 || b.megabatch < 1 || b.epochs < 1 {
-        return Err(TrainError::Invalid(
-            "batch size, mega-batch size and epochs must be at least 1".into(),
-        ));
-    }
+    check_options(b)?;
+    check_pairs(source.rows(), b.max_pairs)?;
     if !(0.0..=1.0).contains(&o.scramble) {
         return Err(TrainError::Invalid(format!(
             "scramble rate {} is not a probability",
@@ -237,7 +234,7 @@ pub fn train(
         let (mut pairs, mut loss_sum) = (0u64, 0f64);
         let mut it = source.epoch(b.shuffle_buffer, &mut rng, &mut stats);
         let mut mrng = rand_chacha::ChaCha8Rng::seed_from_u64(b.seed ^ (epoch as u64) << 32);
-        let mut done = false;
+        let (mut done, mut usable) = (false, 0);
         while !done {
             let mb = next_megabatch(&mut it, b, pairs, &mut skipped, &mut done, |x, y| {
                 let ids = |t: &str| {
@@ -252,6 +249,7 @@ pub fn train(
                 (!ea.words.is_empty() && !eb.words.is_empty()).then_some((ea, eb))
             })?;
             if mb.len() < 2 {
+                usable = mb.len();
                 break;
             }
             let neg = negatives(&net.valid(), &mb, o.sampling, &mut mrng);
@@ -311,6 +309,16 @@ pub fn train(
                 loss_sum += value;
                 let grads = GradientsParams::from_grads(loss.backward(), &net);
                 net = opt.step(b.lr as f64, net, grads);
+                // After every update, the last of an epoch included:
+                // nothing later would see it before the model is written.
+                if let Some(what) = first_non_finite(&named_params(&net.valid())) {
+                    return Err(TrainError::Diverged {
+                        epoch,
+                        pairs: pairs + hi as u64,
+                        what,
+                        lr: b.lr.to_string(),
+                    });
+                }
             }
             pairs += mb.len() as u64;
             progress(Progress {
@@ -323,9 +331,7 @@ pub fn train(
         drop(it);
         let secs = started.elapsed().as_secs_f64();
         if pairs == 0 {
-            return Err(TrainError::Invalid(
-                "no usable training pairs (every row was empty, null or had no known word)".into(),
-            ));
+            return Err(no_usable_pairs(&stats, skipped, usable, "word"));
         }
         model.net = net.valid();
         let score = dev_score.map(|f| f(model));
@@ -338,7 +344,7 @@ pub fn train(
         }
         if let Some(dir) = &b.checkpoint {
             let state = NeuralState {
-                version: 1,
+                version: crate::checkpoint::VERSION,
                 key: key.clone(),
                 epoch,
                 rng_word_pos: rng.get_word_pos().to_string(),
@@ -347,6 +353,7 @@ pub fn train(
                 epochs: report.clone(),
                 best: best.as_ref().map(|x| (x.0, x.1)),
                 param_ids: nn_checkpoint::param_ids(&model.net),
+                sha256: Default::default(),
             };
             let best_model = best.as_ref().map(|x| NeuralModel {
                 net: x.2.clone(),
@@ -363,6 +370,14 @@ pub fn train(
         model.net = n;
         e
     });
+    if let Some(what) = first_non_finite(&named_params(&model.net)) {
+        return Err(TrainError::Diverged {
+            epoch: report.last().map_or(0, |e| e.epoch),
+            pairs: report.last().map_or(0, |e| e.pairs),
+            what,
+            lr: b.lr.to_string(),
+        });
+    }
     Ok(TrainReport {
         epochs: report,
         read: stats,

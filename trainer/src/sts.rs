@@ -59,11 +59,17 @@ fn bad(path: &Path, reason: String) -> TrainError {
 
 fn semeval_set(group: &str, name: &str, input: &Path, gold: &Path) -> Result<StsSet, TrainError> {
     let (inp, gs) = (read_lines(input)?, read_lines(gold)?);
-    let gs: Vec<&String> = gs.iter().collect();
-    if inp.len() < gs.len() {
+    // Line i of one is line i of the other: a file a line short (or cut)
+    // pairs every later score with another pair's sentences.
+    if inp.len() != gs.len() {
         return Err(bad(
             gold,
-            format!("{} gold lines but only {} input lines", gs.len(), inp.len()),
+            format!(
+                "{} gold lines, but the input {} has {} lines: the files are not aligned",
+                gs.len(),
+                input.display(),
+                inp.len()
+            ),
         ));
     }
     let mut pairs = Vec::new();
@@ -72,12 +78,7 @@ fn semeval_set(group: &str, name: &str, input: &Path, gold: &Path) -> Result<Sts
         if g.is_empty() {
             continue;
         }
-        let score: f64 = g.parse().map_err(|_| {
-            bad(
-                gold,
-                format!("line {}: gold score {g:?} is not a number", i + 1),
-            )
-        })?;
+        let score = gold_score(g, gold, i)?;
         let cols: Vec<&str> = inp[i].split('\t').collect();
         if cols.len() < 2 {
             return Err(bad(
@@ -87,7 +88,7 @@ fn semeval_set(group: &str, name: &str, input: &Path, gold: &Path) -> Result<Sts
         }
         pairs.push((cols[0].to_string(), cols[1].to_string(), score));
     }
-    at_least_two(gold, &pairs)?;
+    correlatable(gold, &pairs)?;
     Ok(StsSet {
         group: group.into(),
         name: name.into(),
@@ -95,15 +96,37 @@ fn semeval_set(group: &str, name: &str, input: &Path, gold: &Path) -> Result<Sts
     })
 }
 
-/// A correlation needs two scored pairs: a set with fewer would report
-/// NaN (or pick a dev epoch by NaN) instead of failing.
-fn at_least_two(path: &Path, pairs: &[(String, String, f64)]) -> Result<(), TrainError> {
+/// The gold score on line `i` (0-based) of `path`: a finite number (NaN
+/// would make every correlation NaN, or rank as the largest score).
+fn gold_score(text: &str, path: &Path, i: usize) -> Result<f64, TrainError> {
+    match text.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() => Ok(x),
+        _ => Err(bad(
+            path,
+            format!("line {}: gold score {text:?} is not a finite number", i + 1),
+        )),
+    }
+}
+
+/// A correlation needs two scored pairs whose gold scores differ: a set
+/// with fewer, or with one score for all, would report NaN (or pick a dev
+/// epoch by NaN) instead of failing.
+fn correlatable(path: &Path, pairs: &[(String, String, f64)]) -> Result<(), TrainError> {
     if pairs.len() < 2 {
         return Err(bad(
             path,
             format!(
                 "{} scored pair(s); a correlation needs at least two",
                 pairs.len()
+            ),
+        ));
+    }
+    if pairs.iter().all(|p| p.2 == pairs[0].2) {
+        return Err(bad(
+            path,
+            format!(
+                "every gold score is the same ({}); a correlation with it is undefined",
+                pairs[0].2
             ),
         ));
     }
@@ -134,15 +157,10 @@ fn tsv_set(
                 ),
             ));
         }
-        let score: f64 = c[cols.2].trim().parse().map_err(|_| {
-            bad(
-                path,
-                format!("line {}: score {:?} is not a number", i + 1, c[cols.2]),
-            )
-        })?;
+        let score = gold_score(c[cols.2], path, i)?;
         pairs.push((c[cols.0].to_string(), c[cols.1].to_string(), score));
     }
-    at_least_two(path, &pairs)?;
+    correlatable(path, &pairs)?;
     Ok(StsSet {
         group: group.into(),
         name: path
@@ -253,10 +271,13 @@ pub fn load_dev(path: &Path) -> Result<Vec<StsSet>, TrainError> {
     Ok(if dev.is_empty() { sets } else { dev })
 }
 
-/// Mean Pearson x 100 over `sets`.
+/// Mean Pearson x 100 over `sets`; NaN when an embedding is not a finite
+/// number (the caller refuses a NaN dev score, saying so).
 pub fn dev_score(sets: &[StsSet], embed: &(dyn Fn(&str) -> Vec<f32> + Sync)) -> f64 {
-    let r = evaluate(sets, embed);
-    r.iter().map(|r| r.pearson).sum::<f64>() / r.len().max(1) as f64
+    match evaluate(sets, embed) {
+        Ok(r) => r.iter().map(|r| r.pearson).sum::<f64>() / r.len().max(1) as f64,
+        Err(_) => f64::NAN,
+    }
 }
 
 /// Every dataset found under `dir` (see the module docs for the layout).
@@ -335,25 +356,56 @@ pub fn spearman(x: &[f64], y: &[f64]) -> f64 {
     pearson(&ranks(x), &ranks(y))
 }
 
-/// Correlations of `embed`'s cosines with the gold scores on each set.
-pub fn evaluate(sets: &[StsSet], embed: &(dyn Fn(&str) -> Vec<f32> + Sync)) -> Vec<SetResult> {
+/// Correlations of `embed`'s cosines with the gold scores on each set. An
+/// embedding or cosine that is not a finite number is an error naming the
+/// set and the sentence: NaN similarities give a NaN Pearson but a finite
+/// Spearman (NaN ranks as the largest), a score that only looks like one.
+pub fn evaluate(
+    sets: &[StsSet],
+    embed: &(dyn Fn(&str) -> Vec<f32> + Sync),
+) -> Result<Vec<SetResult>, TrainError> {
     sets.iter()
         .map(|s| {
             let sims: Vec<f64> = s
                 .pairs
                 .par_iter()
-                .map(|(a, b, _)| cosine(&embed(a), &embed(b)) as f64)
-                .collect();
+                .map(|(a, b, _)| {
+                    let (ea, eb) = (embed(a), embed(b));
+                    for (text, e) in [(a, &ea), (b, &eb)] {
+                        if let Some(x) = e.iter().find(|x| !x.is_finite()) {
+                            return Err(not_finite(
+                                s,
+                                format!("the embedding of {text:?} holds {x}"),
+                            ));
+                        }
+                    }
+                    let c = cosine(&ea, &eb);
+                    if !c.is_finite() {
+                        return Err(not_finite(
+                            s,
+                            format!("the cosine of {a:?} and {b:?} is {c} (their norms overflow)"),
+                        ));
+                    }
+                    Ok(c as f64)
+                })
+                .collect::<Result<_, _>>()?;
             let gold: Vec<f64> = s.pairs.iter().map(|p| p.2).collect();
-            SetResult {
+            Ok(SetResult {
                 group: s.group.clone(),
                 name: s.name.clone(),
                 pairs: s.pairs.len(),
                 pearson: 100.0 * pearson(&sims, &gold),
                 spearman: 100.0 * spearman(&sims, &gold),
-            }
+            })
         })
         .collect()
+}
+
+fn not_finite(set: &StsSet, what: String) -> TrainError {
+    TrainError::Invalid(format!(
+        "{} {}: {what}; a model whose embeddings are not finite numbers has no correlation",
+        set.group, set.name
+    ))
 }
 
 /// (group, mean Pearson, mean Spearman) in the order the groups appear:
@@ -500,6 +552,68 @@ mod tests {
             (sets[0].group.as_str(), sets[0].pairs[1].2),
             ("STS2017", 1.5)
         );
+    }
+
+    /// An input and a gold file of other lengths are not aligned: an error
+    /// naming both files and both counts, whichever is longer.
+    #[test]
+    fn input_and_gold_files_of_other_lengths_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let y = dir.path().join("STS2015");
+        std::fs::create_dir_all(&y).unwrap();
+        let input: String = (0..750).map(|i| format!("a{i} b\tc d{i}\n")).collect();
+        std::fs::write(y.join("STS.input.x.txt"), input).unwrap();
+        for gold_lines in [749, 300] {
+            let gold: String = (0..gold_lines).map(|i| format!("{}\n", i % 6)).collect();
+            std::fs::write(y.join("STS.gs.x.txt"), gold).unwrap();
+            let e = load(dir.path()).map(|_| ()).unwrap_err().to_string();
+            assert!(
+                e.contains("STS.input.x.txt")
+                    && e.contains("STS.gs.x.txt")
+                    && e.contains("750")
+                    && e.contains(&gold_lines.to_string()),
+                "{e}"
+            );
+        }
+    }
+
+    /// A gold score that is not a finite number names its file and line; a
+    /// gold column of one value has no correlation (its variance is 0).
+    #[test]
+    fn non_finite_and_constant_gold_scores_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let y = dir.path().join("STS2015");
+        std::fs::create_dir_all(&y).unwrap();
+        std::fs::write(y.join("STS.input.x.txt"), "a\tb\nc\td\ne\tf\n").unwrap();
+        for bad in ["NaN", "inf", "-infinity"] {
+            std::fs::write(y.join("STS.gs.x.txt"), format!("1.0\n{bad}\n2.0\n")).unwrap();
+            let e = load(dir.path()).map(|_| ()).unwrap_err().to_string();
+            assert!(
+                e.contains("STS.gs.x.txt") && e.contains("line 2"),
+                "{bad}: {e}"
+            );
+        }
+        std::fs::write(y.join("STS.gs.x.txt"), "3.0\n3.0\n3.0\n").unwrap();
+        let e = load(dir.path()).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("STS.gs.x.txt") && e.contains("same"), "{e}");
+        // The TSV layouts alike.
+        let b = dir.path().join("stsbenchmark");
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::write(y.join("STS.gs.x.txt"), "3.0\n2.0\n1.0\n").unwrap();
+        std::fs::write(
+            b.join("sts-test.csv"),
+            "g\tf\t2017\t1\t2.5\tA\tB\ng\tf\t2017\t2\tnan\tC\tD\n",
+        )
+        .unwrap();
+        let e = load(dir.path()).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("sts-test.csv") && e.contains("line 2"), "{e}");
+        std::fs::write(
+            b.join("sts-test.csv"),
+            "g\tf\t2017\t1\t2.5\tA\tB\ng\tf\t2017\t2\t2.5\tC\tD\n",
+        )
+        .unwrap();
+        let e = load(dir.path()).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("sts-test.csv") && e.contains("same"), "{e}");
     }
 
     /// A set with fewer than two scored pairs has no correlation: an error

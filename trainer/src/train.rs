@@ -19,7 +19,7 @@ use rustc_hash::FxHashMap;
 use crate::checkpoint;
 use crate::data::{PairSource, ReadStats};
 use crate::model::{cosine, for_each_trigram, trigram_text, Encoded, Model};
-use crate::{check_dev_score, TrainError};
+use crate::{check_dev_score, check_pairs, limits, no_usable_pairs, TrainError};
 
 #[derive(Debug, Clone)]
 pub struct TrainOptions {
@@ -201,10 +201,21 @@ impl Adam {
         }
     }
 
-    fn update(&mut self, table: &mut [f32], dim: usize, grads: &Grads, lr: f32, step: u64) {
+    /// Updates the rows `grads` touched; returns the first of them left
+    /// holding a value that is not a finite number (checked as it is
+    /// written: the rows are in cache, and the other rows did not change).
+    fn update(
+        &mut self,
+        table: &mut [f32],
+        dim: usize,
+        grads: &Grads,
+        lr: f32,
+        step: u64,
+    ) -> Option<u32> {
         let c1 = 1.0 - B1.powf(step as f32);
         let c2 = 1.0 - B2.powf(step as f32);
         let a = lr * c2.sqrt() / c1;
+        let mut bad: Option<u32> = None;
         for (&row, &off) in &grads.rows {
             let g = &grads.values[off..off + dim];
             let r = row as usize * dim..(row as usize + 1) * dim;
@@ -218,7 +229,26 @@ impl Adam {
                 v[k] = B2 * v[k] + (1.0 - B2) * g[k] * g[k];
                 p[k] -= a * m[k] / (v[k].sqrt() + EPS);
             }
+            // The smallest row, so that the error does not depend on the
+            // map's order.
+            if p.iter().any(|x| !x.is_finite()) && bad.is_none_or(|b| row < b) {
+                bad = Some(row);
+            }
         }
+        bad
+    }
+}
+
+/// What a row of `model` is, for messages: the table, the row and its word
+/// or trigram.
+fn row_name(model: &Model, word_table: bool, row: u32) -> String {
+    let r = row as usize;
+    if word_table {
+        let w = model.words().get(r).map_or("UNK", |w| w.as_str());
+        format!("the word table's row {r} ({w:?})")
+    } else {
+        let t = model.trigrams().get(r).map_or("?", |t| t.as_str());
+        format!("the trigram table's row {r} ({t:?})")
     }
 }
 
@@ -566,6 +596,31 @@ pub(crate) fn next_megabatch<T>(
 /// Scores a model on the dev set (higher is better).
 pub type DevScore<'a> = &'a (dyn Fn(&Model) -> f64 + Sync);
 
+/// The options' bounds, before anything is allocated for them.
+pub(crate) fn check_options(o: &TrainOptions) -> Result<(), TrainError> {
+    if o.batch_size < 1 || o.megabatch < 1 || o.epochs < 1 {
+        return Err(TrainError::Invalid(
+            "batch size, mega-batch size and epochs must be at least 1".into(),
+        ));
+    }
+    limits::at_most("--epochs", o.epochs, limits::MAX_EPOCHS)?;
+    limits::at_most("--batch-size", o.batch_size, limits::MAX_MEGABATCH_PAIRS)?;
+    let mega = o.megabatch.saturating_mul(o.batch_size);
+    if mega > limits::MAX_MEGABATCH_PAIRS {
+        return Err(TrainError::Invalid(format!(
+            "--megabatch {} x --batch-size {}: more than the limit of {} pairs a mega-batch",
+            o.megabatch,
+            o.batch_size,
+            limits::MAX_MEGABATCH_PAIRS
+        )));
+    }
+    limits::at_most(
+        "--shuffle-buffer",
+        o.shuffle_buffer,
+        limits::MAX_SHUFFLE_BUFFER,
+    )
+}
+
 fn run_key(model: &Model, source: &PairSource, o: &TrainOptions) -> checkpoint::RunKey {
     checkpoint::RunKey {
         kind: model.kind.name().to_string(),
@@ -596,11 +651,8 @@ pub fn train(
     dev: Option<DevScore>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<TrainReport, TrainError> {
-    if o.batch_size < 1 || o.megabatch < 1 || o.epochs < 1 {
-        return Err(TrainError::Invalid(
-            "batch size, mega-batch size and epochs must be at least 1".into(),
-        ));
-    }
+    check_options(o)?;
+    check_pairs(source.rows(), o.max_pairs)?;
     let key = run_key(model, source, o);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(o.seed);
     let mut stats = ReadStats::default();
@@ -643,13 +695,14 @@ pub fn train(
         let started = Instant::now();
         let (mut pairs, mut loss_sum) = (0u64, 0f64);
         let mut it = source.epoch(o.shuffle_buffer, &mut rng, &mut stats);
-        let mut done = false;
+        let (mut done, mut usable) = (false, 0);
         while !done {
             let mb = next_megabatch(&mut it, o, pairs, &mut skipped, &mut done, |a, b| {
                 let (ea, eb) = (model.encode(a), model.encode(b));
                 (!ea.is_empty() && !eb.is_empty()).then_some((ea, eb))
             })?;
             if mb.len() < 2 {
+                usable = mb.len();
                 break;
             }
             let neg = negatives(model, &mb);
@@ -658,8 +711,25 @@ pub fn train(
                 let hi = (lo + o.batch_size).min(mb.len());
                 loss_sum += minibatch_grads(model, &mb, &neg, lo..hi, o.margin, &mut gw, &mut gt);
                 step += 1;
-                adam_w.update(&mut model.w, wd, &gw, o.lr, step);
-                adam_t.update(&mut model.t, td, &gt, o.lr, step);
+                // Checked after every update, the last of an epoch
+                // included: nothing later would see it before the model is
+                // written.
+                let mut bad = adam_w
+                    .update(&mut model.w, wd, &gw, o.lr, step)
+                    .map(|r| (true, r));
+                if bad.is_none() {
+                    bad = adam_t
+                        .update(&mut model.t, td, &gt, o.lr, step)
+                        .map(|r| (false, r));
+                }
+                if let Some((word_table, row)) = bad {
+                    return Err(TrainError::Diverged {
+                        epoch,
+                        pairs: pairs + hi as u64,
+                        what: row_name(model, word_table, row),
+                        lr: o.lr.to_string(),
+                    });
+                }
             }
             pairs += mb.len() as u64;
             progress(Progress {
@@ -672,10 +742,7 @@ pub fn train(
         drop(it);
         let secs = started.elapsed().as_secs_f64();
         if pairs == 0 {
-            return Err(TrainError::Invalid(
-                "no usable training pairs (every row was empty, null or had no known word or trigram)"
-                    .into(),
-            ));
+            return Err(no_usable_pairs(&stats, skipped, usable, "word or trigram"));
         }
         let score = dev.map(|f| f(model));
         report.push(EpochReport::logged(epoch, pairs, loss_sum, secs, score));
@@ -690,7 +757,7 @@ pub fn train(
                 dir,
                 &checkpoint::Checkpoint {
                     state: checkpoint::State {
-                        version: 1,
+                        version: checkpoint::VERSION,
                         key: key.clone(),
                         epoch,
                         step,
@@ -699,6 +766,7 @@ pub fn train(
                         skipped,
                         epochs: report.clone(),
                         best: best.as_ref().map(|b| (b.0, b.1)),
+                        sha256: Default::default(),
                     },
                     model: model.clone(),
                     adam: [
@@ -716,6 +784,16 @@ pub fn train(
         *model = m;
         e
     });
+    // One pass over what the caller will write (a resumed run's weights
+    // came from a file).
+    if let Some(at) = model.first_non_finite() {
+        return Err(TrainError::Diverged {
+            epoch: report.last().map_or(0, |e| e.epoch),
+            pairs: report.last().map_or(0, |e| e.pairs),
+            what: at.to_string(),
+            lr: o.lr.to_string(),
+        });
+    }
     Ok(TrainReport {
         epochs: report,
         read: stats,
