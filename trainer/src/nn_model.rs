@@ -451,15 +451,15 @@ pub fn named_params(net: &Net) -> Vec<(String, &Param<Tensor<2>>)> {
 /// The first of `params` holding a value that is not a finite number, as
 /// "parameter NAME row R (VALUE)".
 pub fn first_non_finite(params: &[(String, &Param<Tensor<2>>)]) -> Option<String> {
-    // x * 0 is 0 for every finite x and NaN otherwise: products and sums on
-    // the device, and one number read back, tell whether every parameter is
-    // finite (this runs after every step); only then is each read to name
-    // the row.
-    let flag = params
+    // This runs after every step: one sum per parameter on the device and
+    // one number read back. A NaN or infinity makes the sum non-finite;
+    // only then is each parameter read to name the row (a sum that merely
+    // overflowed finds none and is let go).
+    let total = params
         .iter()
-        .map(|(_, p)| p.val().mul_scalar(0.0).sum())
+        .map(|(_, p)| p.val().sum())
         .reduce(|a, b| a + b)?;
-    if flag.into_scalar::<f64>() == 0.0 {
+    if total.into_scalar::<f64>().is_finite() {
         return None;
     }
     params.iter().find_map(|(name, p)| {
