@@ -96,7 +96,7 @@ done
 first_seed=${SEEDS%% *}
 if [ ! -f "$OUT/rescored/_manifest.json" ]; then
   log "export and rescore"
-  $BIN export-vectors --model "$OUT/models/mb-word-M20-s$first_seed.pfe" --out "$OUT/trained-vectors.txt"
+  $BIN export-vectors --model "$OUT/models/mb-word-M20-s$first_seed.pfe" --out "$OUT/trained-vectors.txt" --overwrite
   $BIN rescore --data "$OUT/corpus" --vectors "$OUT/trained-vectors.txt" --out "$OUT/rescored" \
     | tee "$OUT/rescore.log"
 fi
