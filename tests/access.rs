@@ -211,6 +211,46 @@ async fn oversized_messages_are_refused() {
     c.stop().await;
 }
 
+/// `[filters] dedup_sources` on a shard of 3,000 copies of one line under
+/// a 4 KiB message limit: the dropped lines travel as one bit each, so the
+/// lease passes the limit (as 3,000 varints it did not, and every lease was
+/// refused) and the job ends with the copies dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_dropping_thousands_of_lines_passes_the_message_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lines, _) = sample_lines(3);
+    let mut text: Vec<&str> = lines.iter().map(String::as_str).collect();
+    text.extend(std::iter::repeat_n(lines[0].as_str(), 3000));
+    let input = dir.path().join("input.tsv");
+    std::fs::write(&input, text.join("\n") + "\n").unwrap();
+    let toml = job_toml(
+        "dedup",
+        &input.display().to_string(),
+        &dir.path().join("out").display().to_string(),
+        "shard_pairs = 5000",
+        "beam = 2\nmax_new_tokens = 16",
+        "[filters]\ndedup_sources = true\n[coordinator]\nmax_message_bytes = 4096",
+    );
+    let cfg = JobConfig::parse(&toml, Path::new("dedup.toml")).unwrap();
+    let c = serve(&cfg).await;
+    let o = WorkerOptions {
+        coordinator: format!("http://{}", c.grpc_addr),
+        name: "w".into(),
+        connect_attempts: 2,
+        access: ClientAccess {
+            max_message_bytes: Some(4096),
+            ..Default::default()
+        },
+        device: None,
+        model_dir: None,
+    };
+    let s = run_worker(o, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap();
+    assert_eq!((s.shards_committed, s.pairs), (1, 3));
+    c.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_job_runs_over_tls_with_a_token() {
     let dir = tempfile::tempdir().unwrap();

@@ -134,6 +134,77 @@ pub enum PlanError {
         reference: String,
         reference_lines: u64,
     },
+    /// A shard whose lease would be refused by the message limit on every
+    /// try: the job could never finish.
+    #[error("shard {shard} ({input}, {lines} lines from line {first_line}) needs a lease message of about {bytes} bytes, more than the {limit} bytes {who}: {fix}")]
+    LeaseTooLarge {
+        shard: u64,
+        input: String,
+        first_line: u64,
+        lines: u64,
+        bytes: usize,
+        limit: usize,
+        who: &'static str,
+        fix: String,
+    },
+}
+
+/// A shard as its lease carries it.
+pub fn wire_spec(s: &ShardSpec) -> paraforge_rpc::proto::ShardSpec {
+    paraforge_rpc::proto::ShardSpec {
+        shard_id: s.shard_id,
+        input_url: s.input.clone(),
+        range: Some(s.range.into()),
+        drop_bitmap: paraforge_rpc::proto::drop_bitmap(s.range.first_line, &s.drop_lines),
+    }
+}
+
+/// A lease's bytes besides its shard: the token, the attempt, the model
+/// digest, field tags and gRPC's frame header, with room to spare.
+const LEASE_OVERHEAD: usize = 512;
+
+/// Refuses a plan with a shard whose lease cannot pass the message limit:
+/// the coordinator's `coordinator.max_message_bytes`, and the default
+/// limit remote workers decode with (they have no setting of their own).
+fn check_lease_sizes(cfg: &JobConfig, shards: &[ShardSpec]) -> Result<(), PlanError> {
+    use paraforge_job::config::DEFAULT_MAX_MESSAGE_BYTES;
+    use prost::Message;
+    let configured = cfg.coordinator.max_message_bytes;
+    let limit = configured.min(DEFAULT_MAX_MESSAGE_BYTES);
+    for s in shards {
+        let bytes = wire_spec(s).encoded_len() + LEASE_OVERHEAD;
+        if bytes <= limit {
+            continue;
+        }
+        let (who, fix) = if configured < DEFAULT_MAX_MESSAGE_BYTES {
+            (
+                "coordinator.max_message_bytes allows",
+                format!(
+                    "lower job.shard_pairs (now {}) or raise coordinator.max_message_bytes (now {configured})",
+                    cfg.job.shard_pairs
+                ),
+            )
+        } else {
+            (
+                "a worker accepts",
+                format!(
+                    "lower job.shard_pairs (now {}; [filters] dedup_sources sends one bit per line of a shard)",
+                    cfg.job.shard_pairs
+                ),
+            )
+        };
+        return Err(PlanError::LeaseTooLarge {
+            shard: s.shard_id,
+            input: s.input.clone(),
+            first_line: s.range.first_line,
+            lines: s.range.lines,
+            bytes,
+            limit,
+            who,
+            fix,
+        });
+    }
+    Ok(())
 }
 
 /// Lines in a (possibly compressed) file; a last line without a newline
@@ -263,6 +334,7 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
             "sources repeated in the job found; the workers will drop them"
         );
     }
+    check_lease_sizes(cfg, &out)?;
     Ok(Plan {
         shards: out,
         inputs: prints,
@@ -365,6 +437,48 @@ mod tests {
         let e = plan(&cfg).unwrap_err().to_string();
         assert!(
             e.contains("c.cs has 5 lines but its reference file") && e.contains("c.en has 6"),
+            "{e}"
+        );
+    }
+
+    /// `[filters] dedup_sources` on a shard of one repeated line: the
+    /// dropped lines travel as one bit each, and a shard whose lease still
+    /// cannot pass the message limit fails the plan, naming the shard and
+    /// the keys to change, instead of being refused at every lease.
+    #[test]
+    fn every_lease_fits_the_message_limit_or_the_plan_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.tsv");
+        std::fs::write(&input, "a\t1\tJedna.\tOne.\n".repeat(20_000)).unwrap();
+        let cfg = |per: u64, max: usize| {
+            let text = format!(
+                "[job]\nname = \"t\"\noutput = \"out\"\nshard_pairs = {per}\n[input]\npaths = [{:?}]\nformat = \"czeng16\"\n[model]\ndir = \"m\"\n[filters]\ndedup_sources = true\n[coordinator]\nmax_message_bytes = {max}\n",
+                input.display().to_string()
+            );
+            JobConfig::parse(&text, Path::new("t.toml")).unwrap()
+        };
+        // 10,000 dropped lines a shard: 1,250 bytes as bits (20 KB as the
+        // varint list leases once carried).
+        let plan = plan_job(&cfg(10_000, 2048)).unwrap();
+        assert_eq!(plan.shards.len(), 2);
+        for s in &plan.shards {
+            let wire = wire_spec(s);
+            assert!(wire.drop_bitmap.len() <= 1250, "{}", wire.drop_bitmap.len());
+            let range = wire.range.unwrap();
+            let back = paraforge_rpc::proto::dropped_lines(&range, &wire.drop_bitmap).unwrap();
+            assert_eq!(back, s.drop_lines);
+            let first = s.range.first_line.max(2);
+            assert_eq!(
+                back,
+                (first..s.range.first_line + 10_000).collect::<Vec<_>>()
+            );
+        }
+        let e = plan_job(&cfg(20_000, 2048)).unwrap_err().to_string();
+        assert!(
+            e.starts_with("shard 0 (")
+                && e.contains("20000 lines from line 1")
+                && e.contains("job.shard_pairs (now 20000)")
+                && e.contains("coordinator.max_message_bytes (now 2048)"),
             "{e}"
         );
     }

@@ -750,12 +750,7 @@ impl Coordinator for CoordinatorService {
             Some(l) => {
                 tracing::info!(worker = %r.worker_id, shard = l.spec.shard_id, token = l.token, attempt = l.attempt, "shard leased");
                 lease_shard_response::Result::Lease(pb::Lease {
-                    shard: Some(pb::ShardSpec {
-                        shard_id: l.spec.shard_id,
-                        input_url: l.spec.input.clone(),
-                        range: Some(l.spec.range.into()),
-                        drop_lines: l.spec.drop_lines.clone(),
-                    }),
+                    shard: Some(crate::plan::wire_spec(&l.spec)),
                     lease_token: l.token,
                     attempt: l.attempt,
                 })

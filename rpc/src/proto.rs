@@ -25,6 +25,43 @@ impl From<Range> for paraforge_job::bitext::Range {
     }
 }
 
+/// `ShardSpec.drop_bitmap` for a shard whose range starts at `first_line`:
+/// bit i, least significant first, marks line `first_line + i`; no
+/// trailing zero bytes. Lines before `first_line` are not the shard's and
+/// are left out.
+pub fn drop_bitmap(first_line: u64, lines: &[u64]) -> Vec<u8> {
+    let Some(last) = lines.iter().filter(|&&l| l >= first_line).max() else {
+        return Vec::new();
+    };
+    let mut bits = vec![0u8; ((last - first_line) / 8 + 1) as usize];
+    for &l in lines.iter().filter(|&&l| l >= first_line) {
+        let i = l - first_line;
+        bits[(i / 8) as usize] |= 1 << (i % 8);
+    }
+    bits
+}
+
+/// The lines a `drop_bitmap` marks, ascending; an error when one lies past
+/// the range's `lines` (a range of 0 lines reads to the end of its file).
+pub fn dropped_lines(range: &Range, bitmap: &[u8]) -> Result<Vec<u64>, String> {
+    let mut out = Vec::new();
+    for (byte, &b) in bitmap.iter().enumerate() {
+        for bit in (0..8).filter(|bit| b & (1 << bit) != 0) {
+            let i = byte as u64 * 8 + bit;
+            if range.lines > 0 && i >= range.lines {
+                return Err(format!(
+                    "the drop bitmap marks line {} of a range of {} lines from line {}",
+                    i + 1,
+                    range.lines,
+                    range.first_line
+                ));
+            }
+            out.push(range.first_line + i);
+        }
+    }
+    Ok(out)
+}
+
 /// Upper bounds, in seconds, of the batch-duration buckets that
 /// [`WorkerMetrics::batch_buckets`] counts: fixed here rather than sent, so
 /// a worker cannot make the coordinator show buckets of its choosing. From
@@ -37,6 +74,28 @@ pub const BATCH_SECONDS_BOUNDS: [f64; 12] = [
 mod tests {
     use super::*;
     use prost::Message;
+
+    #[test]
+    fn drop_bitmaps_round_trip_and_stay_within_a_bit_a_line() {
+        let range = Range::from(paraforge_job::bitext::Range::lines(1001, 5000));
+        for lines in [
+            vec![],
+            vec![1001],
+            vec![1008, 1009, 6000],
+            (1001..6001).collect(),
+        ] {
+            let bits = drop_bitmap(1001, &lines);
+            assert!(bits.len() <= 5000 / 8, "{} bytes", bits.len());
+            assert_ne!(bits.last(), Some(&0));
+            assert_eq!(dropped_lines(&range, &bits).unwrap(), lines);
+        }
+        // Past the range: a lease no coordinator of this version sends.
+        let e = dropped_lines(&range, &drop_bitmap(1001, &[6001])).unwrap_err();
+        assert!(e.contains("line 5001 of a range of 5000 lines"), "{e}");
+        // A range to the end of its file takes any line.
+        let open = Range::from(paraforge_job::bitext::Range::lines(3, 0));
+        assert_eq!(dropped_lines(&open, &drop_bitmap(3, &[90])).unwrap(), [90]);
+    }
 
     #[test]
     fn lease_responses_round_trip_through_the_wire_format() {

@@ -272,8 +272,9 @@ impl Job {
         })
     }
 
-    /// What the worker reads for a leased shard.
-    fn input(&self, spec: &pb::ShardSpec, range: pb::Range) -> ShardInput {
+    /// What the worker reads for a leased shard; an error for a drop
+    /// bitmap that marks lines outside the shard.
+    fn input(&self, spec: &pb::ShardSpec, range: pb::Range) -> Result<ShardInput, String> {
         let idx = self
             .cfg
             .input
@@ -281,16 +282,16 @@ impl Job {
             .iter()
             .position(|p| *p == spec.input_url)
             .unwrap_or(0);
-        let mut drop_lines = spec.drop_lines.clone();
-        drop_lines.sort_unstable();
-        ShardInput {
+        let drop_lines = pb::dropped_lines(&range, &spec.drop_bitmap)
+            .map_err(|e| format!("shard {}: {e}", spec.shard_id))?;
+        Ok(ShardInput {
             path: paraforge_job::storage::local_path(&spec.input_url)
                 .map_or_else(|| spec.input_url.clone(), |p| p.display().to_string()),
             format: self.cfg.format(idx),
             range: Some(range.into()),
             max_chars: self.cfg.input.max_chars,
             drop_lines,
-        }
+        })
     }
 }
 
@@ -411,7 +412,8 @@ async fn attempt(
     job: &Job,
     l: &Leased,
 ) -> Result<(Vec<pb::OutputFile>, Counts), (String, bool)> {
-    let input = job.input(&l.spec, l.range);
+    // A lease no retry can read differently.
+    let input = job.input(&l.spec, l.range).map_err(|e| (e, false))?;
     tracing::info!(worker = %s.worker_id, shard = l.spec.shard_id, token = l.lease.lease_token, attempt = l.lease.attempt, "processing shard");
     let progress = Arc::new(Progress::default());
     let revoked = Arc::new(AtomicBool::new(false));
