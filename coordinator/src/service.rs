@@ -139,6 +139,9 @@ pub struct Shared {
     pub skips_blank_lines: bool,
     pub heartbeat: Duration,
     pub started: std::time::Instant,
+    /// `[filters]`: a job whose rules drop more than `max_drop_rate` of its
+    /// lines fails at its end (`paraforge_job::filters::check_drop_rate`).
+    pub filters: paraforge_job::filters::Filters,
     /// Counted as things happen; `/metrics` adds what the state says.
     pub metrics: Metrics,
     storage: std::sync::OnceLock<paraforge_job::storage::Storage>,
@@ -227,6 +230,7 @@ impl Shared {
             storage: std::sync::OnceLock::new(),
             registered: AtomicU64::new(0),
         }
+            filters: Default::default(),
     }
 
     /// The output storage, opened on first use.

@@ -475,6 +475,23 @@ impl JobConfig {
                 }
             }
         }
+        for (key, list) in [
+            ("input.paths", &self.input.paths),
+            ("input.reference_paths", &self.input.reference_paths),
+        ] {
+            let mut seen: std::collections::HashMap<String, usize> = Default::default();
+            for (i, p) in list.iter().enumerate() {
+                if let Some(first) = seen.insert(same_input(p), i) {
+                    return bad(
+                        key,
+                        format!(
+                            "entry {i} ({p}) is entry {first} ({}) again: the file would be read twice and every pair in it doubled",
+                            list[first]
+                        ),
+                    );
+                }
+            }
+        }
         match self.input.format {
             FormatName::Aligned if self.input.reference_paths.len() != self.input.paths.len() => {
                 return bad(
@@ -719,12 +736,44 @@ impl JobConfig {
             put("model.beam_candidates", &self.model.beam_candidates);
         }
         put("scoring", &self.scoring);
-        // Left out when empty, so jobs from before `[filters]` keep their key.
-        if !self.filters.is_empty() {
-            put("filters", &self.filters);
+        // Left out when empty, so jobs from before `[filters]` keep their
+        // key. `max_drop_rate` decides the verdict, not the output.
+        let filters = crate::filters::Filters {
+            max_drop_rate: None,
+            ..self.filters.clone()
+        };
+        if !filters.is_empty() {
+            put("filters", &filters);
         }
         out
     }
+}
+
+/// What names one input file however it is spelled: a local path (or
+/// `file://` URL) made absolute with `.` and `..` resolved, through
+/// symbolic links when it exists here; an object-store URL with repeated
+/// slashes in its key collapsed.
+fn same_input(p: &str) -> String {
+    let Some(local) = crate::storage::local_path(p) else {
+        let (scheme, rest) = p.split_once("://").unwrap_or(("", p));
+        let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+        return format!("{}://{}", scheme.to_ascii_lowercase(), parts.join("/"));
+    };
+    if let Ok(real) = std::fs::canonicalize(local) {
+        return real.display().to_string();
+    }
+    let abs = std::path::absolute(local).unwrap_or_else(|_| local.to_path_buf());
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out.display().to_string()
 }
 
 /// Any serializable value as compact JSON text.
@@ -769,6 +818,68 @@ dir = "models/tiny-cs-en"
         assert_eq!(c.format(0), Format::Czeng16);
         // Round trip through TOML keeps everything.
         assert_eq!(parse(&c.to_toml()).unwrap(), c);
+    }
+
+    /// The same file twice in `input.paths`, however spelled, would double
+    /// every pair of it.
+    #[test]
+    fn an_input_listed_twice_is_refused_naming_the_key_and_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.tsv");
+        std::fs::write(&a, "").unwrap();
+        let a = a.display().to_string();
+        let with = |paths: &[String]| {
+            let list: Vec<String> = paths.iter().map(|p| format!("{p:?}")).collect();
+            parse(&MINIMAL.replace("[\"a.tsv\"]", &format!("[{}]", list.join(", "))))
+        };
+        let parent = dir.path().file_name().unwrap().to_str().unwrap();
+        for twice in [
+            a.clone(),
+            format!("file://{a}"),
+            format!("{}/./a.tsv", dir.path().display()),
+            format!("{}/../{parent}/a.tsv", dir.path().display()),
+        ] {
+            let e = with(&[a.clone(), "b.tsv".into(), twice.clone()])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("`input.paths`")
+                    && e.contains(&format!("entry 2 ({twice}) is entry 0 ({a}) again")),
+                "{e}"
+            );
+        }
+        // Files that do not exist here (a worker's view) compare as written.
+        let e = with(&["x/a.tsv".into(), "x//./a.tsv".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("entry 1 (x//./a.tsv) is entry 0 (x/a.tsv) again"),
+            "{e}"
+        );
+        let e = with(&["s3://b/k/a.tsv".into(), "s3://b/k//a.tsv".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("input.paths"), "{e}");
+        with(&[a.clone(), "s3://b/a.tsv".into(), "b.tsv".into()]).unwrap();
+    }
+
+    /// `filters.max_drop_rate` is checked at load and, deciding only the
+    /// verdict, leaves the keys a resumed job compares alone.
+    #[test]
+    fn max_drop_rate_is_validated_and_not_an_output_key() {
+        let e = parse(&format!("{MINIMAL}[filters]\nmax_drop_rate = 1.5\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("job.toml: `filters.max_drop_rate`"), "{e}");
+        let plain = parse(&format!("{MINIMAL}[filters]\nmin_tokens = 2\n")).unwrap();
+        let set = parse(&format!(
+            "{MINIMAL}[filters]\nmin_tokens = 2\nmax_drop_rate = 0.9\n"
+        ))
+        .unwrap();
+        assert_eq!(set.filters.max_drop_rate, Some(0.9));
+        assert_eq!(set.output_keys(), plain.output_keys());
+        let only = parse(&format!("{MINIMAL}[filters]\nmax_drop_rate = 0.9\n")).unwrap();
+        assert_eq!(only.output_keys(), parse(MINIMAL).unwrap().output_keys());
     }
 
     #[test]

@@ -55,6 +55,55 @@ pub struct Filters {
     /// detector knows (about 70) when one is.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lang_candidates: Vec<String>,
+    /// Largest share of the job's input lines the rules may drop before the
+    /// job ends incomplete instead of successful (0-1; default
+    /// [`DEFAULT_MAX_DROP_RATE`]; 1 turns the check off). Duplicates are
+    /// not counted ([`counted_drops`]). Rules that drop most of a corpus are
+    /// nearly always set wrong (swapped `source_lang` and
+    /// `reference_lang` drop nine pairs in ten), and `job.max_reject_rate`
+    /// counts malformed lines only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_drop_rate: Option<f64>,
+}
+
+/// `filters.max_drop_rate` when the key is left out: `job.max_reject_rate`'s
+/// default, for the same reason (most of the input gone is a mistake).
+pub const DEFAULT_MAX_DROP_RATE: f64 = 0.5;
+
+/// The drops that count against `filters.max_drop_rate`, from a job's
+/// rejects by reason code: every `[filters]` rule's but `duplicate`. A
+/// repeated source drops a pair the job keeps once; how many a corpus has
+/// says nothing about the rules' settings.
+pub fn counted_drops(by_reason: &std::collections::BTreeMap<String, u64>) -> u64 {
+    by_reason
+        .iter()
+        .filter(|(code, _)| RejectReason::is_filter_code(code) && *code != "duplicate")
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// The end-of-job check of `filters.max_drop_rate`: `dropped_by_filters`
+/// (see [`counted_drops`]) of the job's `lines` input lines. The error
+/// says what to change; the job must then end incomplete, not successful.
+pub fn check_drop_rate(dropped_by_filters: u64, lines: u64, cfg: &Filters) -> Result<(), String> {
+    let limit = cfg.max_drop_rate.unwrap_or(DEFAULT_MAX_DROP_RATE);
+    let rate = dropped_by_filters as f64 / lines.max(1) as f64;
+    if rate <= limit {
+        return Ok(());
+    }
+    let lang = if cfg.source_lang.is_some() || cfg.reference_lang.is_some() {
+        format!(
+            "check that filters.source_lang ({}) and filters.reference_lang ({}) name the source and reference columns' languages (swapped, they drop nearly every pair), then",
+            cfg.source_lang.as_deref().unwrap_or("not set"),
+            cfg.reference_lang.as_deref().unwrap_or("not set")
+        )
+    } else {
+        "check".to_string()
+    };
+    Err(format!(
+        "the [filters] rules dropped {:.1}% of the input lines ({dropped_by_filters} of {lines}; duplicates not counted), more than filters.max_drop_rate = {limit} allows: {lang} the other [filters] keys (see _rejects/ and rejects_by_reason), or raise filters.max_drop_rate",
+        100.0 * rate
+    ))
 }
 
 /// A `[filters]` key with a value it cannot take; `key` is the config key
@@ -142,6 +191,14 @@ impl PreFilter {
             .as_deref()
             .map(|c| lang("filters.reference_lang", c))
             .transpose()?;
+        if let Some(r) = cfg.max_drop_rate {
+            if !(0.0..=1.0).contains(&r) {
+                return bad(
+                    "filters.max_drop_rate",
+                    format!("{r} is not a share between 0 and 1"),
+                );
+            }
+        }
         let lang_min_confidence = cfg.lang_min_confidence.unwrap_or(DEFAULT_LANG_CONFIDENCE);
         if !(0.0..=1.0).contains(&lang_min_confidence) {
             return bad(
@@ -388,6 +445,40 @@ mod tests {
         }
     }
 
+    /// Swapped languages: most pairs dropped by the language rule. The
+    /// job must not end as a success; duplicates do not count.
+    #[test]
+    fn dropping_most_lines_fails_the_drop_rate_naming_key_and_languages() {
+        let swapped: Filters =
+            toml::from_str("source_lang = \"eng\"\nreference_lang = \"ces\"").unwrap();
+        let e = check_drop_rate(920, 1000, &swapped).unwrap_err();
+        assert!(
+            e.contains("92.0% of the input lines (920 of 1000")
+                && e.contains("filters.max_drop_rate = 0.5")
+                && e.contains("filters.source_lang (eng)")
+                && e.contains("filters.reference_lang (ces)"),
+            "{e}"
+        );
+        assert_eq!(check_drop_rate(500, 1000, &swapped), Ok(()));
+        assert_eq!(check_drop_rate(0, 0, &swapped), Ok(()));
+        let lenient: Filters = toml::from_str("min_tokens = 3\nmax_drop_rate = 0.95").unwrap();
+        assert_eq!(check_drop_rate(920, 1000, &lenient), Ok(()));
+        let e = check_drop_rate(960, 1000, &lenient).unwrap_err();
+        assert!(e.contains("= 0.95") && !e.contains("source_lang"), "{e}");
+        let off: Filters = toml::from_str("max_drop_rate = 1.0").unwrap();
+        assert_eq!(check_drop_rate(1000, 1000, &off), Ok(()));
+        let by_reason = [
+            ("language", 600),
+            ("duplicate", 300),
+            ("columns", 50),
+            ("copy", 10),
+        ]
+        .into_iter()
+        .map(|(c, n)| (c.to_string(), n))
+        .collect();
+        assert_eq!(counted_drops(&by_reason), 610);
+    }
+
     #[test]
     fn bad_keys_are_named() {
         for (text, key) in [
@@ -402,6 +493,8 @@ mod tests {
                 "lang_min_confidence",
             ),
             ("lang_candidates = [\"ces\"]", "lang_candidates"),
+            ("max_drop_rate = 1.5", "max_drop_rate"),
+            ("max_drop_rate = -0.1", "max_drop_rate"),
             (
                 "source_lang = \"ces\"\nlang_candidates = [\"eng\"]",
                 "lang_candidates",
