@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use paraforge_job::bitext::{looks_legacy_8bit, open_text, LEGACY_HINT};
+use paraforge_job::bitext::{
+    looks_legacy_8bit, open_text, read_line_limited, LineRead, LEGACY_HINT,
+};
 use paraforge_job::config::{MAX_BATCH_SIZE, MAX_BATCH_TOKENS, MAX_BEAM};
 use paraforge_nmt::{Device, Flag, GenerateOptions, LoadOptions, TopKOn, Translator};
 
@@ -108,7 +110,17 @@ pub struct Args {
     /// discard them, as the benchmark warms its peers up (with --timing).
     #[arg(long, hide = true, default_value_t = 0)]
     warmup: usize,
+    /// Longest input line in bytes; a longer one stops the run, naming its
+    /// line (a model reads a few hundred tokens of a sentence; a line of
+    /// gigabytes would otherwise be read whole into memory).
+    #[arg(long, default_value_t = DEFAULT_MAX_LINE_BYTES)]
+    max_line_bytes: usize,
 }
+
+/// `--max-line-bytes`' default: ten times what a model with 512 positions
+/// reads of a sentence, and small enough that a block of [`BLOCK`] lines
+/// stays within a few hundred megabytes.
+const DEFAULT_MAX_LINE_BYTES: usize = 64 << 10;
 
 /// Lines are read and translated in blocks of this many, so memory stays
 /// bounded on inputs of any size.
@@ -166,7 +178,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     // The same reader as `run`'s, so .gz and .zst inputs are decompressed.
     let (mut reader, total): (Box<dyn BufRead>, Option<u64>) = match &a.input {
-        Some(p) => (open_text(p)?, Some(count_lines(p)?)),
+        Some(p) => (open_text(p)?, Some(count_lines(p, a.max_line_bytes)?)),
         None => (Box::new(BufReader::new(std::io::stdin().lock())), None),
     };
     let mut model = Translator::load(&a.model, &load)
@@ -177,12 +189,14 @@ pub fn run(a: Args) -> Result<()> {
         .map_or("<stdin>".to_string(), |p| p.display().to_string());
     let mut warmed = 0;
     if let Some(p) = a.input.as_ref().filter(|_| a.warmup > 0) {
-        let first: Vec<String> = open_text(p)?
-            .split(b'\n')
-            .take(a.warmup)
-            .map(|l| l.map(|b| String::from_utf8_lossy(&b).trim_end().to_string()))
-            .collect::<std::io::Result<_>>()
-            .with_context(|| format!("reading {name}"))?;
+        let mut r = open_text(p)?;
+        let mut first = Vec::new();
+        let mut buf = Vec::new();
+        while first.len() < a.warmup
+            && next_line(&mut r, &mut buf, a.max_line_bytes, &name, first.len() + 1)?
+        {
+            first.push(String::from_utf8_lossy(&buf).trim_end().to_string());
+        }
         model.translate(&first, &opts)?;
         model.reset_profile();
         warmed = first.len();
@@ -210,15 +224,9 @@ pub fn run(a: Args) -> Result<()> {
         let mut texts = Vec::with_capacity(BLOCK);
         let mut bad = Vec::new();
         while texts.len() < BLOCK {
-            buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut buf)
-                .with_context(|| format!("reading {name}"))?;
-            if n == 0 {
+            let at = line_no + texts.len() + 1;
+            if !next_line(&mut reader, &mut buf, a.max_line_bytes, &name, at)? {
                 break;
-            }
-            while matches!(buf.last(), Some(b'\n' | b'\r')) {
-                buf.pop();
             }
             match std::str::from_utf8(&buf) {
                 Ok(s) => {
@@ -339,6 +347,9 @@ fn check_options(a: &Args) -> Result<()> {
         if k == 0 || k > a.beam {
             bail!("--nbest {k}: must be between 1 and --beam ({})", a.beam);
         }
+    }
+    if a.max_line_bytes == 0 {
+        bail!("--max-line-bytes 0: must be at least 1");
     }
     if a.warmup > 0 && a.input.is_none() {
         bail!(
@@ -471,21 +482,124 @@ impl Write for Output {
     }
 }
 
-/// Lines of `p` after decompression, for the progress bar; a last line
-/// without a newline counts.
-fn count_lines(p: &Path) -> Result<u64> {
+/// Line `line` of `name` into `buf`, without its line ending; `false` at
+/// the end of the input. A line longer than `max` bytes is an error naming
+/// it, found without reading the line into memory.
+fn next_line(
+    r: &mut dyn BufRead,
+    buf: &mut Vec<u8>,
+    max: usize,
+    name: &str,
+    line: usize,
+) -> Result<bool> {
+    match read_line_limited(r, buf, max).with_context(|| format!("reading {name}"))? {
+        LineRead::Eof => Ok(false),
+        LineRead::TooLong { .. } => Err(too_long(name, line as u64, max)),
+        LineRead::Line { .. } => {
+            while matches!(buf.last(), Some(b'\n' | b'\r')) {
+                buf.pop();
+            }
+            Ok(true)
+        }
+    }
+}
+
+fn too_long(name: &str, line: u64, max: usize) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{name}:{line}: the line is longer than {max} bytes (--max-line-bytes): give one sentence per line, or raise the limit"
+    )
+}
+
+/// Lines of `p` after decompression, for the progress bar (a last line
+/// without a newline counts), read in blocks; the first line longer than
+/// `max` bytes is an error here already, before the model loads.
+fn count_lines(p: &Path, max: usize) -> Result<u64> {
     let mut r = open_text(p)?;
     let mut buf = vec![0u8; 1 << 16];
-    let (mut lines, mut last) = (0u64, b'\n');
+    // `len`: bytes of the current line so far, its newline left out.
+    let (mut lines, mut len) = (0u64, 0usize);
+    let name = p.display().to_string();
     loop {
         let n = r
             .read(&mut buf)
-            .with_context(|| format!("reading {}", p.display()))?;
+            .with_context(|| format!("reading {name}"))?;
         if n == 0 {
             break;
         }
-        lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
-        last = buf[n - 1];
+        let mut rest = &buf[..n];
+        while let Some(i) = rest.iter().position(|&b| b == b'\n') {
+            len += i;
+            if len > max {
+                return Err(too_long(&name, lines + 1, max));
+            }
+            lines += 1;
+            len = 0;
+            rest = &rest[i + 1..];
+        }
+        len += rest.len();
+        if len > max {
+            return Err(too_long(&name, lines + 1, max));
+        }
     }
-    Ok(lines + u64::from(last != b'\n'))
+    Ok(lines + u64::from(len > 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// A line of megabytes stops the run with its file and line: from a
+    /// file before the model loads (the model here does not exist), from
+    /// standard input as it is read; never read whole.
+    #[test]
+    fn a_line_past_max_line_bytes_is_an_error_naming_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.txt");
+        let mut text = b"Dobry den.\n".to_vec();
+        text.extend(std::iter::repeat_n(b'x', 4 << 20));
+        text.extend_from_slice(b"\nAhoj.\n");
+        std::fs::write(&input, &text).unwrap();
+        let run_with = |extra: &[&str]| {
+            let mut argv = vec!["translate", "--model", "/nonexistent/model"];
+            argv.extend_from_slice(extra);
+            argv.push(input.to_str().unwrap());
+            run(Cli::try_parse_from(argv).unwrap().args)
+                .unwrap_err()
+                .to_string()
+        };
+        let e = run_with(&[]);
+        assert!(
+            e.contains("in.txt:2: the line is longer than 65536 bytes (--max-line-bytes)"),
+            "{e}"
+        );
+        // A last line without a newline is checked too.
+        std::fs::write(&input, &text[..text.len() - 7]).unwrap();
+        let e = run_with(&["--max-line-bytes", "100"]);
+        assert!(
+            e.contains("in.txt:2: the line is longer than 100 bytes"),
+            "{e}"
+        );
+        // Within the limit, the run gets as far as the model.
+        let e = run_with(&["--max-line-bytes", "5000000"]);
+        assert!(e.contains("/nonexistent/model"), "{e}");
+
+        let mut stdin = std::io::Cursor::new(text);
+        let mut buf = Vec::new();
+        assert!(next_line(&mut stdin, &mut buf, 100, "<stdin>", 1).unwrap());
+        assert_eq!(buf, b"Dobry den.");
+        let e = next_line(&mut stdin, &mut buf, 100, "<stdin>", 2).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("<stdin>:2: the line is longer than 100 bytes"),
+            "{e}"
+        );
+        assert!(buf.capacity() < 1 << 20, "{} bytes held", buf.capacity());
+    }
 }
