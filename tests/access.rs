@@ -133,14 +133,33 @@ async fn a_tls_coordinator_refuses_plain_text_and_unknown_authorities() {
             .unwrap();
         assert_eq!(s.shards_total, 2, "{host}");
     }
-    // Plain text to a TLS port fails.
+    // Plain text to a TLS port fails, naming the mismatch (it was an
+    // "h2 protocol error"), for a worker too, at once.
     let e = status(
         &ClientAccess::default(),
         &format!("http://127.0.0.1:{port}"),
     )
     .await
     .unwrap_err();
-    assert!(!e.is_empty());
+    assert!(
+        e.contains(&format!(
+            "the coordinator speaks TLS: use https://127.0.0.1:{port}"
+        )) && e.contains("--ca-cert"),
+        "{e}"
+    );
+    let o = WorkerOptions {
+        coordinator: format!("http://localhost:{port}"),
+        name: "plain".into(),
+        connect_attempts: 5,
+        access: ClientAccess::default(),
+        device: None,
+        model_dir: None,
+    };
+    let e = run_worker(o, Arc::new(AtomicBool::new(false)))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("speaks TLS: use https://localhost:"), "{e}");
     // A certificate from another authority is not trusted.
     let other = ClientAccess {
         ca_cert: Some(tls("other-ca.pem")),
@@ -176,6 +195,176 @@ async fn a_tls_coordinator_refuses_plain_text_and_unknown_authorities() {
     );
     let e = start_err(&bad).await;
     assert!(e.contains("garbage.pem"), "{e}");
+}
+
+/// TLS on the client and not on the coordinator: named, not "corrupt message".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_of_a_plain_coordinator_is_told_to_use_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = serve(&config(dir.path(), "")).await;
+    let port = c.grpc_addr.port();
+    let tls_client = ClientAccess {
+        ca_cert: Some(tls("ca.pem")),
+        ..Default::default()
+    };
+    let e = status(&tls_client, &format!("https://127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains(&format!(
+            "does not speak TLS (it has no tls_cert): use http://127.0.0.1:{port}"
+        )),
+        "{e}"
+    );
+    // An https:// URL without a CA certificate to check the server by.
+    let e = status(
+        &ClientAccess::default(),
+        &format!("https://127.0.0.1:{port}"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.contains("needs the CA certificate") && e.contains("--ca-cert"),
+        "{e}"
+    );
+    c.stop().await;
+}
+
+/// A certificate made by `openssl req -x509`, which marks it a CA, used as
+/// the coordinator's own and trusted as itself (the README's self-signed
+/// setup): WebPKI refuses a CA as a server certificate
+/// (`CaUsedAsEndEntity`); the client accepts exactly the certificate it was
+/// given, for the names it holds, and nothing else it did not sign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_signed_ca_certificate_is_trusted_as_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let make = |name: &str| -> Option<(PathBuf, PathBuf)> {
+        let (cert, key) = (
+            dir.path().join(format!("{name}.pem")),
+            dir.path().join(format!("{name}.key")),
+        );
+        let out = std::process::Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+            ])
+            .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+            .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+            .args(["-addext", "basicConstraints=critical,CA:TRUE"])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .ok()?;
+        assert!(
+            out.status.success(),
+            "openssl: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some((cert, key))
+    };
+    let Some((cert, key)) = make("self") else {
+        eprintln!("skipped: no openssl on PATH to make a self-signed certificate with");
+        return;
+    };
+    let (other, _) = make("other").unwrap();
+    let cfg = config(
+        dir.path(),
+        &format!(
+            "tls_cert = \"{}\"\ntls_key = \"{}\"",
+            cert.display(),
+            key.display()
+        ),
+    );
+    let c = serve(&cfg).await;
+    let port = c.grpc_addr.port();
+    let trusting = |ca: &Path, domain: Option<&str>| ClientAccess {
+        ca_cert: Some(ca.to_path_buf()),
+        domain: domain.map(str::to_string),
+        ..Default::default()
+    };
+    for host in ["localhost", "127.0.0.1"] {
+        let s = status(&trusting(&cert, None), &format!("https://{host}:{port}"))
+            .await
+            .unwrap_or_else(|e| panic!("{host}: {e}"));
+        assert_eq!(s.shards_total, 2);
+    }
+    let url = format!("https://localhost:{port}");
+    // Not for a name it does not hold, nor trusted by another certificate.
+    let e = status(&trusting(&cert, Some("elsewhere.example")), &url)
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("elsewhere.example") || e.contains("NotValidForName"),
+        "{e}"
+    );
+    let e = status(&trusting(&other, None), &url).await.unwrap_err();
+    assert!(
+        e.contains("marked a CA (basicConstraints CA:TRUE) and is not one of the certificates this client trusts"),
+        "{e}"
+    );
+    c.stop().await;
+}
+
+/// With TLS on, the line `paraforge coordinator` prints on start names the
+/// URLs a worker and a scraper use: https, not grpc:// and http://.
+#[test]
+fn the_coordinators_start_line_names_the_schemes_it_serves() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let line = |coordinator: &str| -> String {
+        let cfg = dir.path().join("job.toml");
+        let input = dir.path().join("input.tsv");
+        std::fs::write(&input, sample_lines(4).0.join("\n") + "\n").unwrap();
+        let listen = format!(
+            "listen = \"127.0.0.1:{}\"\nmetrics = \"127.0.0.1:{}\"\n",
+            paraforge_tests::procs::free_port(),
+            paraforge_tests::procs::free_port()
+        );
+        let text = job_toml(
+            "start-line",
+            &input.display().to_string(),
+            &dir.path().join("out").display().to_string(),
+            "",
+            "",
+            &format!("[coordinator]\n{listen}{coordinator}"),
+        );
+        std::fs::write(&cfg, text).unwrap();
+        let _ = std::fs::remove_dir_all(dir.path().join("out"));
+        let mut child = std::process::Command::new(paraforge_tests::paraforge_bin())
+            .args(["coordinator", "--config"])
+            .arg(&cfg)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        line
+    };
+    let tls = line(&format!(
+        "tls_cert = \"{}\"\ntls_key = \"{}\"\n",
+        tls("server.pem").display(),
+        tls("server.key").display()
+    ));
+    assert!(
+        tls.contains(" on https://127.0.0.1:") && tls.contains("(metrics https://127.0.0.1:"),
+        "{tls}"
+    );
+    let plain = line("");
+    assert!(
+        plain.contains(" on http://127.0.0.1:") && plain.contains("(metrics http://127.0.0.1:"),
+        "{plain}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

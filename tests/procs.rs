@@ -60,8 +60,8 @@ impl Proc {
     }
 }
 
-/// Starts `paraforge coordinator`; returns it and its gRPC URL (from the
-/// line it prints when it is serving).
+/// Starts `paraforge coordinator`; returns it and its gRPC URL (the one
+/// the line it prints when it is serving names).
 pub fn coordinator(config: &Path) -> (Proc, String) {
     let mut child = Command::new(paraforge_bin())
         .args(["coordinator", "--config"])
@@ -74,10 +74,11 @@ pub fn coordinator(config: &Path) -> (Proc, String) {
     BufReader::new(child.stdout.as_mut().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let addr = line
-        .split("grpc://")
+    let url = line
+        .split(" on ")
         .nth(1)
         .and_then(|r| r.split_whitespace().next())
+        .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
         .unwrap_or_else(|| panic!("coordinator said {line:?}"))
         .to_string();
     (
@@ -85,7 +86,7 @@ pub fn coordinator(config: &Path) -> (Proc, String) {
             child,
             name: "coordinator".into(),
         },
-        format!("http://{addr}"),
+        url,
     )
 }
 

@@ -302,8 +302,15 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
         let job = Job::start(&cfg, None, None)
             .await
             .context("starting the coordinator")?;
+        // The URLs a worker and a scraper use: both ports serve TLS with
+        // the job's certificate when it has one.
+        let scheme = if cfg.coordinator.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         println!(
-            "coordinator for job {} on grpc://{} (metrics http://{}/metrics)",
+            "coordinator for job {} on {scheme}://{} (metrics {scheme}://{}/metrics)",
             cfg.job.name,
             job.grpc_addr(),
             job.http_addr()

@@ -7,10 +7,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
 use crate::proto::coordinator_client::CoordinatorClient;
@@ -159,6 +164,167 @@ pub fn init_tls() {
     });
 }
 
+/// rustls's WebPKI verifier that also takes a self-signed certificate the
+/// client was given to trust as the server's own.
+///
+/// `openssl req -x509` marks the certificate it makes a CA (basic
+/// constraints CA:TRUE), and WebPKI refuses a CA certificate as a server's
+/// (`CaUsedAsEndEntity`), although trusting the server's own self-signed
+/// certificate is the simplest TLS setup there is. So when WebPKI's one
+/// objection is that, and the server presented, byte for byte, a
+/// certificate the client trusts, it is accepted if it names the host:
+/// WebPKI checks the validity dates before the CA flag, and the handshake
+/// signature, checked by WebPKI's own code below, proves the server holds
+/// its key.
+#[derive(Debug)]
+struct PinnedSelfSigned {
+    webpki: Arc<WebPkiServerVerifier>,
+    trusted: Vec<CertificateDer<'static>>,
+}
+
+impl ServerCertVerifier for PinnedSelfSigned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let refused = match self.webpki.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        ) {
+            Ok(ok) => return Ok(ok),
+            Err(e) => e,
+        };
+        let ca_as_leaf = matches!(
+            &refused,
+            rustls::Error::InvalidCertificate(CertificateError::Other(other))
+                if matches!(other.0.downcast_ref::<webpki::Error>(), Some(webpki::Error::CaUsedAsEndEntity))
+        );
+        if !ca_as_leaf {
+            return Err(refused);
+        }
+        if !self
+            .trusted
+            .iter()
+            .any(|c| c.as_ref() == end_entity.as_ref())
+        {
+            // WebPKI stops at the CA flag before it looks for an issuer.
+            return Err(rustls::Error::General(
+                "the server's certificate is marked a CA (basicConstraints CA:TRUE) and is not one of the certificates this client trusts".into(),
+            ));
+        }
+        let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_name(&cert, server_name)?;
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
+
+/// The verifier for the certificates in the PEM file `ca`.
+fn verifier(ca: &Path) -> Result<Arc<PinnedSelfSigned>, AccessError> {
+    let bad = |message: String| AccessError::File {
+        path: ca.to_path_buf(),
+        message,
+    };
+    let pem = read_file(ca)?;
+    let trusted = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(format!("not a PEM certificate file: {e}")))?;
+    if trusted.is_empty() {
+        return Err(bad("holds no PEM certificate".into()));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for c in &trusted {
+        roots
+            .add(c.clone())
+            .map_err(|e| bad(format!("not a usable CA certificate: {e}")))?;
+    }
+    let webpki = WebPkiServerVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .map_err(|e| bad(e.to_string()))?;
+    Ok(Arc::new(PinnedSelfSigned { webpki, trusted }))
+}
+
+/// What a server answered the HTTP/2 connection preface with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Speaks {
+    /// A TLS record (an alert): a TLS server reading plain text.
+    Tls,
+    /// An HTTP/2 frame: a plain-text gRPC server.
+    PlainHttp2,
+}
+
+/// Sends the HTTP/2 preface to `authority` and reads the first bytes of the
+/// answer, to name a TLS mismatch instead of leaving the client with an
+/// "h2 protocol error" or a failed handshake; `None` when the answer (or
+/// its absence, within a short time) says neither.
+async fn probe(authority: &str) -> Option<Speaks> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut s = tokio::net::TcpStream::connect(authority).await.ok()?;
+        // The preface, then an empty SETTINGS frame.
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+            .await
+            .ok()?;
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head).await.ok()?;
+        match head {
+            // Content type alert or handshake, protocol version 3.x.
+            [0x15 | 0x16, 0x03, ..] => Some(Speaks::Tls),
+            // A frame header: 24-bit length, then type SETTINGS.
+            [_, _, _, 0x04, _] => Some(Speaks::PlainHttp2),
+            _ => None,
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), ask)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// `host:port` of a coordinator URL (the scheme's port when it names none).
+fn authority(ep: &Endpoint) -> Option<String> {
+    let uri = ep.uri();
+    let host = uri.host()?;
+    let default = if uri.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
+    let port = uri.port_u16().unwrap_or(default);
+    Some(format!("{host}:{port}"))
+}
+
 impl ClientAccess {
     pub async fn connect(&self, url: &str) -> Result<Client, AccessError> {
         let url_err = |message: String| AccessError::Url {
@@ -168,27 +334,65 @@ impl ClientAccess {
         let mut ep = Endpoint::from_shared(url.to_string())
             .map_err(|e| url_err(e.to_string()))?
             .connect_timeout(Duration::from_secs(10));
+        let tls = url.starts_with("https://");
         if let Some(ca) = &self.ca_cert {
             init_tls();
-            if !url.starts_with("https://") {
+            if !tls {
                 return Err(url_err(
                     "TLS is on (a CA certificate is set): use an https:// URL".into(),
                 ));
             }
-            let mut tls =
-                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read_file(ca)?));
+            let mut config = ClientTlsConfig::new();
             if let Some(d) = &self.domain {
-                tls = tls.domain_name(d.clone());
+                config = config.domain_name(d.clone());
             }
-            ep = ep.tls_config(tls).map_err(|e| AccessError::File {
-                path: ca.clone(),
-                message: e.to_string(),
-            })?;
+            ep = ep
+                .tls_config_with_verifier(config, verifier(ca)?)
+                .map_err(|e| AccessError::File {
+                    path: ca.clone(),
+                    message: e.to_string(),
+                })?;
+        } else if tls {
+            return Err(url_err(
+                "an https:// URL needs the CA certificate that signed the coordinator's (--ca-cert or PARAFORGE_CA_CERT)".into(),
+            ));
         }
-        let channel = ep.connect().await.map_err(|e| AccessError::Connect {
-            url: url.to_string(),
-            message: format!("{e}: {}", source_chain(&e)),
-        })?;
+        let addr = authority(&ep);
+        // A plain-text client's first request to a TLS server fails with an
+        // "h2 protocol error" that names nothing: ask first (one round trip).
+        if !tls {
+            if let Some(Speaks::Tls) = match &addr {
+                Some(a) => probe(a).await,
+                None => None,
+            } {
+                return Err(url_err(format!(
+                    "the coordinator speaks TLS: use https://{} with --ca-cert (or PARAFORGE_CA_CERT) naming the CA certificate that signed its certificate",
+                    addr.as_deref().unwrap_or_default()
+                )));
+            }
+        }
+        let channel = match ep.connect().await {
+            Ok(c) => c,
+            Err(e) => {
+                // A TLS handshake with a plain-text server fails on the
+                // server's first frame: say so rather than "corrupt message".
+                if tls {
+                    if let Some(Speaks::PlainHttp2) = match &addr {
+                        Some(a) => probe(a).await,
+                        None => None,
+                    } {
+                        return Err(url_err(format!(
+                            "the coordinator does not speak TLS (it has no tls_cert): use http://{}, without --ca-cert",
+                            addr.as_deref().unwrap_or_default()
+                        )));
+                    }
+                }
+                return Err(AccessError::Connect {
+                    url: url.to_string(),
+                    message: format!("{e}: {}", source_chain(&e)),
+                });
+            }
+        };
         let token = match &self.token {
             Some(t) => Some(
                 format!("Bearer {t}")
