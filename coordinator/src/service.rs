@@ -222,6 +222,7 @@ impl Shared {
             device,
             lease,
             max_reject_rate: 0.5,
+            filters: Default::default(),
             beam_candidates: 1,
             skips_blank_lines: false,
             heartbeat: (lease / 4).max(Duration::from_millis(100)),
@@ -230,7 +231,6 @@ impl Shared {
             storage: std::sync::OnceLock::new(),
             registered: AtomicU64::new(0),
         }
-            filters: Default::default(),
     }
 
     /// The output storage, opened on first use.
