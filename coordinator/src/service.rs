@@ -131,6 +131,9 @@ pub struct Shared {
     pub lease: Duration,
     /// `job.max_reject_rate`: a job that rejects more fails at its end.
     pub max_reject_rate: f64,
+    /// `[filters]`: a job whose rules drop more than `max_drop_rate` of its
+    /// lines fails at its end (`paraforge_job::filters::check_drop_rate`).
+    pub filters: paraforge_job::filters::Filters,
     /// `model.beam_candidates`: rows per kept pair in every pairs file.
     pub beam_candidates: u64,
     /// The input format skips some lines without a record (CzEng 2.0's
@@ -139,9 +142,6 @@ pub struct Shared {
     pub skips_blank_lines: bool,
     pub heartbeat: Duration,
     pub started: std::time::Instant,
-    /// `[filters]`: a job whose rules drop more than `max_drop_rate` of its
-    /// lines fails at its end (`paraforge_job::filters::check_drop_rate`).
-    pub filters: paraforge_job::filters::Filters,
     /// Counted as things happen; `/metrics` adds what the state says.
     pub metrics: Metrics,
     storage: std::sync::OnceLock<paraforge_job::storage::Storage>,
