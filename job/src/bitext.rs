@@ -220,7 +220,7 @@ impl std::fmt::Display for RejectReason {
                 reference,
             } => write!(
                 f,
-                "{} takes {bytes} bytes, more than the {max}-byte limit that input.max_chars sets; skipped unread",
+                "{} takes {bytes} bytes, more than the limit of {max} that input.max_chars sets (8 bytes a character and 64 KiB); skipped unread",
                 if *reference {
                     "the reference file's line"
                 } else {
@@ -1252,7 +1252,7 @@ mod tests {
             let why = j.reason.to_string();
             assert!(
                 why.contains(&format!("takes {} bytes", huge.len() + 14))
-                    && why.contains(&format!("{limit}-byte limit"))
+                    && why.contains(&format!("more than the limit of {limit} that"))
                     && why.contains("input.max_chars"),
                 "{why}"
             );
