@@ -167,6 +167,7 @@ async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
         .lease_shard(LeaseShardRequest {
             worker_id: reg.worker_id,
             worker_secret: reg.worker_secret,
+            model_sha256: reg.model_sha256,
         })
         .await
         .unwrap()

@@ -7,6 +7,8 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use arrow_array::{Array, Float32Array, Int32Array, StringArray};
+use paraforge_core::dataset::testing::seal;
+use paraforge_core::layout::ManifestKind;
 use paraforge_core::schema::{col, dataset_files, PairReader};
 use paraforge_core::PairRow;
 use paraforge_dataset::bins::{self, BinOptions, PARA_RANGES};
@@ -206,6 +208,7 @@ fn duplicates_and_length_filters_are_dropped_and_counted() {
         std::fs::copy(&f, doubled.path().join(&name)).unwrap();
         std::fs::copy(&f, doubled.path().join(format!("copy-{name}"))).unwrap();
     }
+    seal(doubled.path(), ManifestKind::Job);
     let out = tempfile::tempdir().unwrap();
     let mut o = BinOptions::new(doubled.path().to_path_buf(), out.path().to_path_buf());
     o.dedup = true;
@@ -254,6 +257,7 @@ fn bad_parquet_input_gives_clear_errors() {
     .unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
+    seal(dir.path(), ManifestKind::Job);
     let out = tempfile::tempdir().unwrap();
     let e = bins::run(&BinOptions::new(
         dir.path().to_path_buf(),
@@ -266,7 +270,8 @@ fn bad_parquet_input_gives_clear_errors() {
         "{msg}"
     );
 
-    // Not Parquet at all.
+    // Not Parquet at all (after the manifest was written: its digest
+    // refuses it before anything parses it).
     std::fs::write(&p, b"not parquet").unwrap();
     let e = bins::run(&BinOptions::new(
         dir.path().to_path_buf(),
@@ -282,7 +287,7 @@ fn bad_parquet_input_gives_clear_errors() {
         out.path().to_path_buf(),
     ))
     .unwrap_err();
-    assert!(e.to_string().contains("no Parquet files"), "{e}");
+    assert!(e.to_string().contains("no _manifest.json"), "{e}");
     let mut o = BinOptions::new(dataset().0.path().to_path_buf(), out.path().to_path_buf());
     o.deciles = vec!["bleu".into()];
     assert!(bins::run(&o).unwrap_err().to_string().contains("bleu"));
@@ -307,6 +312,7 @@ fn nan_and_null_scores_are_unranked_not_fatal() {
     let mut w = PairFileWriter::create(&dir.path().join("p.parquet"), schema(), &[]).unwrap();
     w.write(&b.finish()).unwrap();
     w.close().unwrap();
+    seal(dir.path(), ManifestKind::Job);
     let out = tempfile::tempdir().unwrap();
     let m = bins::run(&BinOptions::new(
         dir.path().to_path_buf(),
@@ -318,10 +324,10 @@ fn nan_and_null_scores_are_unranked_not_fatal() {
     assert_eq!(m.deciles["para_score"].ranked, 40);
 }
 
-/// Bins replace an earlier bins output whole (a training sample of an
-/// earlier run does not survive a run without one), refuse a directory of
-/// other files, and fail, leaving what was there, when nothing has a
-/// para_score.
+/// Bins replace an earlier bins output whole with --overwrite (a training
+/// sample of an earlier run does not survive a run without one) and not
+/// without it, refuse a directory of other files, and fail, leaving what
+/// was there, when nothing has a para_score.
 #[test]
 fn bins_replace_earlier_bins_whole_and_never_end_empty() {
     use paraforge_core::schema::{schema, PairFileWriter};
@@ -342,6 +348,9 @@ fn bins_replace_earlier_bins_whole_and_never_end_empty() {
         .unwrap()
         .is_empty());
     o.train_sample = None;
+    let e = bins::run(&o).unwrap_err().to_string();
+    assert!(e.contains("--overwrite"), "{e}");
+    o.overwrite = true;
     let m = bins::run(&o).unwrap();
     assert!(m.train.is_none());
     assert!(
@@ -358,7 +367,7 @@ fn bins_replace_earlier_bins_whole_and_never_end_empty() {
     std::fs::create_dir_all(&busy).unwrap();
     std::fs::write(busy.join("notes.txt"), "mine").unwrap();
     let e = bins::run(&BinOptions::new(dir.path().to_path_buf(), busy.clone())).unwrap_err();
-    assert!(e.to_string().contains("not an earlier bins output"), "{e}");
+    assert!(e.to_string().contains("not a paraforge dataset"), "{e}");
     assert!(busy.join("notes.txt").is_file());
 
     // An output scored by nothing: every para_score null.
@@ -372,7 +381,10 @@ fn bins_replace_earlier_bins_whole_and_never_end_empty() {
     let mut w = PairFileWriter::create(&unscored.path().join("p.parquet"), schema(), &[]).unwrap();
     w.write(&b.finish()).unwrap();
     w.close().unwrap();
-    let e = bins::run(&BinOptions::new(unscored.path().to_path_buf(), out.clone())).unwrap_err();
+    seal(unscored.path(), ManifestKind::Job);
+    let mut u = BinOptions::new(unscored.path().to_path_buf(), out.clone());
+    u.overwrite = true;
+    let e = bins::run(&u).unwrap_err();
     assert!(
         e.to_string()
             .contains("none of the 20 kept rows has a para_score"),
@@ -384,6 +396,7 @@ fn bins_replace_earlier_bins_whole_and_never_end_empty() {
     );
     // Length limits that keep nothing.
     let mut o = BinOptions::new(dir.path().to_path_buf(), out.clone());
+    o.overwrite = true;
     o.max_tokens = Some(0);
     let e = bins::run(&o).unwrap_err();
     assert!(e.to_string().contains("none of its"), "{e}");
@@ -509,7 +522,7 @@ fn filter_keeps_the_rows_within_bounds_and_counts_each_rule() {
 
     let out = tempfile::tempdir().unwrap();
     let target = out.path().join("filtered");
-    let m = filter::run(dir.path(), &rules, &target).unwrap();
+    let m = filter::run(dir.path(), &rules, &target, false).unwrap();
     assert_eq!(m.input_rows, N as u64);
     assert_eq!(m.kept_rows, want_kept.len() as u64);
     assert_eq!(m.dropped_rows, N as u64 - m.kept_rows);
@@ -557,16 +570,16 @@ fn filter_keeps_the_rows_within_bounds_and_counts_each_rule() {
     assert_eq!(b.input_rows, m.kept_rows);
 
     // Refusals.
-    let e = filter::run(dir.path(), &rules, &target)
+    let e = filter::run(dir.path(), &rules, &target, false)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("not empty"), "{e}");
+    assert!(e.contains("--overwrite"), "{e}");
     let bad = [Rule::parse(Side::Min, "bleu=1").unwrap()];
-    let e = filter::run(dir.path(), &bad, &out.path().join("x"))
+    let e = filter::run(dir.path(), &bad, &out.path().join("x"), false)
         .unwrap_err()
         .to_string();
     assert!(e.contains("\"bleu\""), "{e}");
-    let e = filter::run(dir.path(), &rules, &dir.path().join("inside"))
+    let e = filter::run(dir.path(), &rules, &dir.path().join("inside"), true)
         .unwrap_err()
         .to_string();
     assert!(e.contains("inside"), "{e}");
@@ -578,7 +591,7 @@ fn filter_keeps_the_rows_within_bounds_and_counts_each_rule() {
         job.join("part-0.parquet"),
     )
     .unwrap();
-    let e = filter::run(&job, &rules, &out.path().join("y"))
+    let e = filter::run(&job, &rules, &out.path().join("y"), false)
         .unwrap_err()
         .to_string();
     assert!(e.contains("_SUCCESS"), "{e}");

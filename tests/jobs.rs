@@ -332,6 +332,123 @@ async fn a_second_job_cannot_take_an_output_and_lost_files_are_redone() {
     assert_eq!(sorted(got), sorted(ids));
 }
 
+/// A committed file changed in place after `_SUCCESS` (one byte, same
+/// size: only its digest tells) is found when the job runs again: the
+/// finished output loses `_SUCCESS`, the shard is written anew, and the
+/// output is whole again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_file_changed_in_place_is_found_and_written_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, ids) = job(dir.path(), "flip", 30, 10, "");
+    let out = dir.path().join("out");
+    let storage = Storage::open(&cfg.job.output).unwrap();
+    let c = coordinator(&cfg).await.unwrap();
+    work(&c).await;
+    let m = finalize(&c.shared, &storage).await.unwrap();
+    c.stop().await;
+    let part = out.join(&m.files[1].path);
+    let mut bytes = std::fs::read(&part).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x20;
+    std::fs::write(&part, &bytes).unwrap();
+    let e = paraforge_core::dataset::open(&out).unwrap_err().to_string();
+    assert!(e.contains("SHA-256"), "readers refuse it: {e}");
+
+    let c = coordinator(&cfg).await.unwrap();
+    assert_eq!(c.shared.state.lock().unwrap().counts().pending, 1);
+    assert!(
+        !out.join("_SUCCESS").exists(),
+        "an output with a damaged file is not finished"
+    );
+    work(&c).await;
+    finalize(&c.shared, &storage).await.unwrap();
+    c.stop().await;
+    let got: Vec<String> = output_rows(&out).into_iter().map(|r| r.0).collect();
+    assert_eq!(sorted(got), sorted(ids));
+}
+
+/// One corpus, one model: a worker given another model (one config byte
+/// changed) stops naming both digests and commits nothing; a job whose
+/// model files change between runs refuses to resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_or_a_resume_with_another_model_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cfg, ids) = job(dir.path(), "one-model", 20, 10, "");
+    let copy = |to: &Path| {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(&cfg.model.dir).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+        }
+    };
+    let (model, other) = (dir.path().join("model"), dir.path().join("other"));
+    copy(&model);
+    copy(&other);
+    let g = other.join("generation_config.json");
+    let text = std::fs::read_to_string(&g).unwrap() + "\n";
+    std::fs::write(&g, text).unwrap();
+    cfg.model.dir = model.display().to_string();
+    let c = coordinator(&cfg).await.unwrap();
+    let o = |name: &str, model_dir: Option<PathBuf>| WorkerOptions {
+        coordinator: format!("http://{}", c.grpc_addr),
+        name: name.into(),
+        connect_attempts: 5,
+        access: Default::default(),
+        device: None,
+        model_dir,
+    };
+    let e = run_worker(
+        o("other", Some(other.clone())),
+        Arc::new(AtomicBool::new(false)),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    let (job_model, theirs) = (
+        paraforge_core::model_digest::model_digest(&model).unwrap(),
+        paraforge_core::model_digest::model_digest(&other).unwrap(),
+    );
+    assert!(
+        e.contains(&job_model) && e.contains(&theirs),
+        "both digests named: {e}"
+    );
+    assert_eq!(c.shared.state.lock().unwrap().counts().committed, 0);
+    work(&c).await;
+    let storage = Storage::open(&cfg.job.output).unwrap();
+    finalize(&c.shared, &storage).await.unwrap();
+    c.stop().await;
+    let got: Vec<String> = output_rows(&dir.path().join("out"))
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(sorted(got), sorted(ids));
+
+    // The model's files replaced between two runs of the job.
+    std::fs::copy(&g, model.join("generation_config.json")).unwrap();
+    let e = coordinator(&cfg).await.err().expect("a changed model");
+    assert!(
+        matches!(e, RunError::ModelChanged { .. }) && e.to_string().contains(&theirs),
+        "{e}"
+    );
+}
+
+/// `[filters]` that drop most of the input (here the two languages
+/// swapped) fail the job naming `filters.max_drop_rate`, instead of
+/// ending with a corpus of a tenth of its pairs.
+#[test]
+fn filters_that_drop_most_lines_fail_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cfg, _) = job(dir.path(), "swapped", 40, 20, "");
+    cfg.filters.source_lang = Some("eng".into());
+    cfg.filters.reference_lang = Some("ces".into());
+    cfg.bins = None;
+    let o = paraforge_run(dir.path(), cfg);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "the job succeeded: {err}");
+    assert!(err.contains("filters.max_drop_rate"), "{err}");
+    assert!(!dir.path().join("out/_SUCCESS").exists());
+}
+
 /// An output path that is a regular file gets an error that says so (it
 /// was a redb error about the state file).
 #[tokio::test]

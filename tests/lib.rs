@@ -148,6 +148,8 @@ pub fn scored_dataset_with(
         w.write(&b.finish()).expect("write");
         w.close().expect("close");
     }
+    // A finished dataset, as a job leaves it: readers verify what they read.
+    paraforge_core::dataset::testing::seal(dir, paraforge_core::layout::ManifestKind::Job);
     rows
 }
 

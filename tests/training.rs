@@ -725,6 +725,7 @@ fn reference_classifier_tells_references_from_translations() {
     let mut w = PairFileWriter::create(&file, schema(), &[]).unwrap();
     w.write(&b.finish()).unwrap();
     w.close().unwrap();
+    paraforge_core::dataset::testing::seal(&data, paraforge_core::layout::ManifestKind::Job);
     let before = std::fs::read(&file).unwrap();
 
     let examples = read_examples(&data, usize::MAX).unwrap();

@@ -81,6 +81,7 @@ async fn lease(c: &mut Client, w: &pb::RegisterWorkerResponse) -> pb::Lease {
         .lease_shard(pb::LeaseShardRequest {
             worker_id: w.worker_id.clone(),
             worker_secret: w.worker_secret.clone(),
+            model_sha256: w.model_sha256.clone(),
         })
         .await
         .unwrap()
@@ -106,7 +107,14 @@ fn sha(b: &[u8]) -> String {
 
 /// A well-formed output Parquet file with `n` rows, as bytes.
 fn parquet_rows(n: usize) -> Vec<u8> {
-    use paraforge_core::schema::{schema, writer_properties};
+    let job_model =
+        paraforge_core::model_digest::model_digest(&paraforge_tests::model("tiny-cs-en")).unwrap();
+    parquet_rows_of(n, &job_model)
+}
+
+/// `n` rows whose footer says model `model` translated them.
+fn parquet_rows_of(n: usize, model: &str) -> Vec<u8> {
+    use paraforge_core::schema::{meta, schema, writer_properties};
     use paraforge_core::{PairRow, RowsBuilder, Scorer};
     let mut b = RowsBuilder::default();
     let mut scorer = Scorer::new(None);
@@ -124,9 +132,8 @@ fn parquet_rows(n: usize) -> Vec<u8> {
         });
     }
     let mut out = Vec::new();
-    let mut w =
-        parquet::arrow::ArrowWriter::try_new(&mut out, schema(), Some(writer_properties(&[])))
-            .unwrap();
+    let props = writer_properties(&[(meta::MODEL_SHA256, model.to_string())]);
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, schema(), Some(props)).unwrap();
     w.write(&b.finish()).unwrap();
     w.close().unwrap();
     out
@@ -252,6 +259,7 @@ async fn a_forged_completion_under_another_workers_id_is_refused() {
             .lease_shard(pb::LeaseShardRequest {
                 worker_id: w.worker_id.clone(),
                 worker_secret: secret.clone(),
+                model_sha256: w.model_sha256.clone(),
             })
             .await
             .unwrap_err();
@@ -290,6 +298,7 @@ async fn a_forged_completion_under_another_workers_id_is_refused() {
         .lease_shard(pb::LeaseShardRequest {
             worker_id: "w999-nobody".into(),
             worker_secret: "x".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -362,6 +371,15 @@ async fn completions_their_files_do_not_back_are_refused_and_the_shard_is_redone
     lies.push((
         "model.beam_candidates",
         complete(&mut cl, &w, &l, files, 3, 0).await,
+    ));
+    // Rows from another model, under the job's lease.
+    let other = parquet_rows_of(4, &"0".repeat(64));
+    let l = lease(&mut cl, &w).await;
+    let mut files = put_attempt(&storage, &l, &other, b"").await;
+    files[0].rows = 4;
+    lies.push((
+        "translated by model",
+        complete(&mut cl, &w, &l, files, 4, 0).await,
     ));
     // Files and totals agree, but not with the 60 lines the shard was
     // planned with: an input that shrank under the job, or a reader that
@@ -609,6 +627,7 @@ async fn a_silent_worker_expires_and_must_register_again() {
         .lease_shard(pb::LeaseShardRequest {
             worker_id: silent.worker_id.clone(),
             worker_secret: silent.worker_secret.clone(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -7,13 +7,19 @@ use paraforge_dataset::bins::{self, BinOptions};
 
 #[derive(clap::Args)]
 pub struct BinArgs {
-    /// A dataset: a directory of paraforge Parquet output (its `_manifest.json`
-    /// lists the files; without one every `*.parquet` below it is read) or one file.
+    /// A finished dataset: a directory of paraforge Parquet output (its
+    /// `_manifest.json` lists the files, each checked against its rows and
+    /// SHA-256 before it is read), one bins partition, or one Parquet file.
     #[arg(long)]
     data: PathBuf,
-    /// Where to write the partitions and `_manifest.json`.
+    /// A new or empty directory for the partitions and `_manifest.json`
+    /// (they appear there only when complete).
     #[arg(long)]
     out: PathBuf,
+    /// Replace the finished dataset at --out (never a job output, a model
+    /// or an input).
+    #[arg(long)]
+    overwrite: bool,
     /// Skip the five para_score ranges.
     #[arg(long)]
     no_ranges: bool,
@@ -52,6 +58,7 @@ pub fn bin(a: BinArgs) -> Result<()> {
         dedup: a.dedup,
         min_tokens: a.min_tokens,
         max_tokens: a.max_tokens,
+        overwrite: a.overwrite,
         ..BinOptions::new(a.data.clone(), a.out.clone())
     };
     let m = bins::run(&o).with_context(|| format!("binning {}", a.data.display()))?;
@@ -92,9 +99,14 @@ pub struct FilterArgs {
     #[arg(long)]
     data: PathBuf,
     /// A new or empty directory for the filtered dataset (same file layout,
-    /// its own `_manifest.json`); the input is only read.
+    /// its own `_manifest.json`; it appears only when complete); the input
+    /// is only read.
     #[arg(long)]
     out: PathBuf,
+    /// Replace the finished dataset at --out (never a job output, a model
+    /// or an input).
+    #[arg(long)]
+    overwrite: bool,
     /// Keep rows with COLUMN >= VALUE (any numeric column, e.g.
     /// sentence_bleu=10); repeatable.
     #[arg(long = "min", value_name = "COLUMN=VALUE")]
@@ -131,7 +143,7 @@ pub fn filter(a: FilterArgs) -> Result<()> {
             }
         }
     }
-    let m = filter::run(&a.data, &rules, &a.out)
+    let m = filter::run(&a.data, &rules, &a.out, a.overwrite)
         .with_context(|| format!("filtering {}", a.data.display()))?;
     println!(
         "{} rows read, {} kept, {} dropped",
@@ -197,9 +209,14 @@ pub struct RescoreArgs {
     #[arg(long, required_unless_present_any = ["model", "vectors"])]
     classifier: Option<PathBuf>,
     /// A new, empty directory or object-store prefix for the rescored
-    /// dataset (same layout, own `_manifest.json`); the input is only read.
+    /// dataset (same layout, own `_manifest.json`; it appears only when
+    /// complete); the input is only read.
     #[arg(long)]
     out: String,
+    /// Replace the finished dataset at --out (never a job output, a model
+    /// or an input); on an object store also one a killed rescore left.
+    #[arg(long)]
+    overwrite: bool,
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -268,31 +285,12 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
     };
     let out = match (&staging, &rt) {
         (Some(dir), Some(rt)) if remote_out => {
-            let listed = rt.block_on(async {
-                paraforge_job::storage::Storage::open(&a.out)?
-                    .list("")
-                    .await
-            });
-            let listed = listed.with_context(|| format!("listing {}", a.out))?;
-            anyhow::ensure!(
-                listed.is_empty(),
-                "{}: output is not empty ({} objects; rescore writes a new dataset, pick a new prefix)",
-                a.out,
-                listed.len()
-            );
+            rt.block_on(claim_remote(&a.out, a.overwrite))?;
             dir.path().join("output")
         }
         _ => local_path(&a.out),
     };
-
-    let files = paraforge_core::schema::dataset_files(&input)
-        .with_context(|| format!("listing {}", a.data))?;
-    let total: u64 = files
-        .iter()
-        .filter_map(|f| paraforge_core::PairReader::open(f, &[]).ok())
-        .map(|r| r.num_rows().max(0) as u64)
-        .sum();
-    let bar = indicatif::ProgressBar::new(total).with_style(
+    let bar = indicatif::ProgressBar::new(0).with_style(
         indicatif::ProgressStyle::with_template(
             "rescoring {bar:30} {human_pos}/{human_len} pairs ({per_sec}, eta {eta})",
         )
@@ -315,7 +313,11 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
         class,
         &out,
         remote_in.then_some(a.data.as_str()),
-        &|n| bar.inc(n),
+        a.overwrite,
+        &|p| match p {
+            rescore::Progress::Total(n) => bar.set_length(n),
+            rescore::Progress::Done(n) => bar.inc(n),
+        },
     )
     .with_context(|| format!("rescoring {} with {name}", a.data))?;
     bar.finish_and_clear();
@@ -344,10 +346,11 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
     Ok(())
 }
 
-/// Downloads a dataset on an object store to `local`: the files its
-/// `_manifest.json` lists (each checked against the manifest's SHA-256) and
-/// the manifest, or without a manifest every `.parquet` outside `_` folders.
-/// A job output without `_SUCCESS` is refused, as `dataset_files` refuses it.
+/// Downloads a finished dataset on an object store to `local`: the files
+/// its `_manifest.json` lists (each checked against the manifest's
+/// SHA-256), the manifest and `_SUCCESS`, so that the local copy is read
+/// and verified as any local dataset is. A prefix without both (a job or
+/// command that did not finish, or no dataset) is refused.
 async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
     use paraforge_core::layout::{ManifestHead, CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE};
     let store = paraforge_job::storage::Storage::open(url)?;
@@ -359,38 +362,103 @@ async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
         .map(|(p, _)| p)
         .collect();
     anyhow::ensure!(!listed.is_empty(), "{url}: no objects (not a dataset)");
+    let has = |f: &str| listed.iter().any(|p| p == f);
     anyhow::ensure!(
-        !listed.iter().any(|p| p == CLAIM_FILE) || listed.iter().any(|p| p == SUCCESS_FILE),
+        has(SUCCESS_FILE) || !has(CLAIM_FILE),
         "{url}: a paraforge job output without {SUCCESS_FILE}: the job is incomplete"
     );
+    anyhow::ensure!(
+        has(MANIFEST_FILE) && has(SUCCESS_FILE),
+        "{url}: no {MANIFEST_FILE} and {SUCCESS_FILE}: not a finished paraforge dataset (every command writes them last)"
+    );
+    let bytes = store.get(MANIFEST_FILE).await?;
+    let head =
+        ManifestHead::parse(&bytes).map_err(|e| anyhow::anyhow!("{url}/{MANIFEST_FILE}: {e}"))?;
+    anyhow::ensure!(
+        !head.is_bins(),
+        "{url}: a bins output holds several datasets: name one of them (e.g. {url}/train)"
+    );
     let mut want: Vec<(String, Option<String>)> = Vec::new();
-    if listed.iter().any(|p| p == MANIFEST_FILE) {
-        let bytes = store.get(MANIFEST_FILE).await?;
-        let head = ManifestHead::parse(&bytes)
-            .map_err(|e| anyhow::anyhow!("{url}/{MANIFEST_FILE}: {e}"))?;
+    for f in head.files {
+        let sha = f.sha256.filter(|s| !s.is_empty());
         anyhow::ensure!(
-            !head.is_bins(),
-            "{url}: a bins output holds several datasets: name one of them (e.g. {url}/train)"
+            sha.is_some(),
+            "{url}/{MANIFEST_FILE}: lists no SHA-256 for {}: it cannot be verified",
+            f.path
         );
-        for f in head.files {
-            // An empty digest (a hand-made manifest) is no digest.
-            want.push((f.path, f.sha256.filter(|s| !s.is_empty())));
-        }
-        want.push((MANIFEST_FILE.into(), None));
-    } else {
-        want.extend(
-            listed
-                .into_iter()
-                .filter(|p| p.ends_with(".parquet") && !p.split('/').any(|c| c.starts_with('_')))
-                .map(|p| (p, None)),
-        );
+        want.push((f.path, sha));
     }
+    want.push((MANIFEST_FILE.into(), None));
+    want.push((SUCCESS_FILE.into(), None));
     Ok(store.download_checked(&want, local, || {}).await?)
 }
 
-/// Uploads a rescored dataset, `_manifest.json` last: a reader that finds
-/// the manifest finds every file it lists.
+/// Claims an object-store prefix for a new dataset: `_writer.json` put if
+/// absent, so that a second rescore into it is refused. A prefix holding a
+/// finished command dataset, or what a killed rescore left (its claim and
+/// no `_SUCCESS`), is cleared first with `--overwrite` (`_SUCCESS` and the
+/// manifest first, so no reader takes it as finished meanwhile); anything
+/// else is refused.
+async fn claim_remote(url: &str, overwrite: bool) -> Result<()> {
+    use paraforge_core::layout::{
+        ManifestHead, ManifestKind, CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE,
+    };
+    const WRITER: &str = "_writer.json";
+    let store = paraforge_job::storage::Storage::open(url)?;
+    let listed = store
+        .list("")
+        .await
+        .with_context(|| format!("listing {url}"))?;
+    if !listed.is_empty() {
+        let has = |f: &str| listed.iter().any(|(p, _)| p == f);
+        anyhow::ensure!(
+            !has(CLAIM_FILE),
+            "{url}: holds a job's output, which no command writes over; choose another prefix"
+        );
+        let finished = has(SUCCESS_FILE)
+            && match store.get(MANIFEST_FILE).await {
+                Ok(b) => ManifestHead::parse(&b)
+                    .is_ok_and(|h| h.kind.is_some_and(|k| k != ManifestKind::Job) || h.is_bins()),
+                Err(_) => false,
+            };
+        let what = if finished {
+            "a finished dataset"
+        } else if has(WRITER) {
+            "what a rescore that did not finish wrote (or one running now)"
+        } else {
+            anyhow::bail!(
+                "{url}: holds {} objects that are not a paraforge dataset; choose a new prefix",
+                listed.len()
+            )
+        };
+        anyhow::ensure!(
+            overwrite,
+            "{url}: holds {what}; choose a new prefix, or give --overwrite to replace it"
+        );
+        for f in [SUCCESS_FILE, MANIFEST_FILE] {
+            if has(f) {
+                store.delete(f).await?;
+            }
+        }
+        for (p, _) in &listed {
+            if p != SUCCESS_FILE && p != MANIFEST_FILE {
+                store.delete(p).await?;
+            }
+        }
+    }
+    let who = format!("paraforge rescore, pid {}", std::process::id());
+    anyhow::ensure!(
+        store.put_if_absent(WRITER, who.into()).await?,
+        "{url}: another paraforge run claimed it just now; choose another prefix"
+    );
+    Ok(())
+}
+
+/// Uploads a rescored dataset, `_manifest.json` and `_SUCCESS` last (a
+/// reader that finds them finds every file listed), then drops the claim.
 async fn upload_dataset(dir: &std::path::Path, url: &str) -> Result<usize> {
     let store = paraforge_job::storage::Storage::open(url)?;
-    Ok(store.upload_dir(dir).await?)
+    let n = store.upload_dir(dir).await?;
+    store.delete("_writer.json").await?;
+    Ok(n)
 }

@@ -170,6 +170,8 @@ async fn main() {
                         .lease_shard(pb::LeaseShardRequest {
                             worker_id: id.clone(),
                             worker_secret: secret.clone(),
+                            // No model here: the first lease fixes this one.
+                            model_sha256: "ab".repeat(32),
                         })
                         .await
                         .unwrap()

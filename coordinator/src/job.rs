@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use paraforge_core::layout::MANIFEST_FILE;
+use paraforge_core::layout::{MANIFEST_FILE, SUCCESS_FILE};
 use paraforge_dataset::bins::{BinError, BinManifest, BinOptions};
 use paraforge_dataset::report::Summary;
 use paraforge_job::config::JobConfig;
@@ -215,6 +215,8 @@ impl Job {
                 o.deciles = b.deciles.clone();
                 o.train_sample = b.train_sample;
                 o.dedup = b.dedup;
+                // The job's own bins: a rerun of the job writes them again.
+                o.overwrite = true;
                 let manifest =
                     tokio::task::spawn_blocking(move || paraforge_dataset::bins::run(&o))
                         .await
@@ -269,9 +271,10 @@ async fn stage(storage: &Storage, m: &Manifest) -> Result<tempfile::TempDir, Job
 }
 
 /// Uploads new bins to an object-store prefix. A prefix holding an earlier
-/// bins output is replaced: its manifest goes first (readers then see no
-/// complete bins), then every object the new bins do not have, then the
-/// new files, manifest last. A prefix holding anything else is refused.
+/// bins output is replaced: its `_SUCCESS` and manifest go first (readers
+/// then see no complete bins), then every object the new bins do not have,
+/// then the new files, manifest and `_SUCCESS` last. A prefix holding
+/// anything else is refused.
 async fn replace_remote_bins(target: &str, local_bins: &Path) -> Result<usize, JobError> {
     let storage = Storage::open(target)?;
     let old = storage.list("").await?;
@@ -279,6 +282,9 @@ async fn replace_remote_bins(target: &str, local_bins: &Path) -> Result<usize, J
         let manifest = storage.get(MANIFEST_FILE).await.ok();
         if !manifest.is_some_and(|b| paraforge_dataset::bins::is_bins_manifest(&b)) {
             return Err(JobError::Bins(BinError::NotBins(PathBuf::from(target))));
+        }
+        if storage.exists(SUCCESS_FILE).await? {
+            storage.delete(SUCCESS_FILE).await?;
         }
         storage.delete(MANIFEST_FILE).await?;
         let mut new = std::collections::BTreeSet::new();
@@ -303,7 +309,7 @@ async fn replace_remote_bins(target: &str, local_bins: &Path) -> Result<usize, J
             }
         }
         for (rel, _) in old {
-            if rel != MANIFEST_FILE && !new.contains(&rel) {
+            if rel != MANIFEST_FILE && rel != SUCCESS_FILE && !new.contains(&rel) {
                 storage.delete(&rel).await?;
             }
         }

@@ -56,6 +56,18 @@ pub enum RunError {
     },
     #[error("job output {output} {why}: another job's output is never written over; choose another output, or delete it if it is no longer needed")]
     OutputClaimed { output: String, why: String },
+    #[error("model.dir {dir}: its files changed since the job was planned (model digest {was}, now {now}): one corpus is translated by one model. Restore the model, or start a new job (new output and state file)")]
+    ModelChanged {
+        dir: String,
+        was: String,
+        now: String,
+    },
+    #[error("model.dir {dir}: {source}")]
+    ModelUnreadable {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Incomplete(#[from] Incomplete),
 }
@@ -120,34 +132,119 @@ async fn claim_output(cfg: &JobConfig, storage: &Storage, claim: &Claim) -> Resu
     )))
 }
 
+/// The committed files that are not in the output as they were committed:
+/// (shard, path, what is wrong). Sizes come from one listing; every file of
+/// the right size is hashed (streamed, a few at a time), because a
+/// same-size change (a flipped byte, a file copied over another with the
+/// same row count) shows only in its digest.
+async fn damaged(
+    storage: &Storage,
+    committed: Vec<(u64, crate::state::OutputFile)>,
+) -> Result<Vec<(u64, String, String)>, RunError> {
+    use futures::StreamExt;
+    if committed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let listing: std::collections::HashMap<String, u64> =
+        storage.list("").await?.into_iter().collect();
+    let checks = committed.into_iter().map(|(shard, f)| {
+        let size = listing.get(&f.path).copied();
+        async move {
+            let why = match size {
+                None => Some("missing".to_string()),
+                Some(n) if n != f.bytes => Some(format!("{n} bytes, committed with {}", f.bytes)),
+                Some(_) => {
+                    let got = storage.sha256(&f.path).await?;
+                    (got != f.sha256).then(|| format!("SHA-256 {got}, committed with {}", f.sha256))
+                }
+            };
+            Ok::<_, RunError>(why.map(|w| (shard, f.path, w)))
+        }
+    });
+    let mut out = Vec::new();
+    let mut results = futures::stream::iter(checks).buffer_unordered(8);
+    while let Some(r) = results.next().await {
+        out.extend(r?);
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn committed_files(state: &JobState) -> Vec<(u64, crate::state::OutputFile)> {
+    state
+        .shards()
+        .filter_map(|s| match &s.status {
+            Status::Committed { files, .. } => Some((s.spec.shard_id, files.clone())),
+            _ => None,
+        })
+        .flat_map(|(id, files)| files.into_iter().map(move |f| (id, f)))
+        .collect()
+}
+
 /// Puts back in the queue every committed shard whose files are no longer
-/// in the output (deleted by hand, or by an older paraforge's second job),
-/// so that a resumed job writes them again instead of listing files that do
-/// not exist.
+/// in the output as committed (deleted or damaged by hand, or by an older
+/// paraforge's second job), so that a resumed job writes them again instead
+/// of listing files that do not hold what was committed. An output that was
+/// finished loses its `_SUCCESS` and manifest first: it is not complete.
 async fn reconcile(state: &mut JobState, storage: &Storage) -> Result<(), RunError> {
-    let mut gone = Vec::new();
-    let mut listing = None;
-    for s in state.shards() {
-        if let Status::Committed { files, .. } = &s.status {
-            if listing.is_none() {
-                let l: std::collections::HashMap<String, u64> =
-                    storage.list("").await?.into_iter().collect();
-                listing = Some(l);
-            }
-            let l = listing.as_ref().expect("listed above");
-            if files.iter().any(|f| l.get(&f.path) != Some(&f.bytes)) {
-                gone.push(s.spec.shard_id);
-            }
+    let bad = damaged(storage, committed_files(state)).await?;
+    if bad.is_empty() {
+        return Ok(());
+    }
+    for f in [SUCCESS_FILE, MANIFEST_FILE] {
+        if storage.exists(f).await? {
+            storage.delete(f).await?;
         }
     }
-    for id in gone {
+    let mut shards: Vec<u64> = bad.iter().map(|(id, _, _)| *id).collect();
+    shards.dedup();
+    for (id, path, why) in &bad {
         tracing::warn!(
             shard = id,
-            "a committed shard's files are missing from the output: it is written again"
+            %path,
+            %why,
+            "a committed file is missing or changed in the output: its shard is written again"
         );
-        state.requeue(id, "its committed files went missing from the output")?;
+    }
+    for id in shards {
+        state.requeue(
+            id,
+            "its committed files went missing or changed in the output",
+        )?;
     }
     Ok(())
+}
+
+/// Fixes the job's model digest when it is planned and checks it when the
+/// job resumes, where the coordinator can read `model.dir`; where it cannot
+/// (a cluster that mounts the model on workers only), the first worker to
+/// lease fixes it and every later one must match (`service::check_model`).
+async fn fix_model(cfg: &JobConfig, state: &mut JobState) -> Result<(), RunError> {
+    let dir = PathBuf::from(&cfg.model.dir);
+    if !dir.exists() {
+        tracing::warn!(dir = %dir.display(), "model.dir is not readable by the coordinator: the first worker's model fixes the job's model digest");
+        return Ok(());
+    }
+    let d = dir.clone();
+    let now = tokio::task::spawn_blocking(move || paraforge_core::model_digest::model_digest(&d))
+        .await
+        .map_err(|e| RunError::ModelUnreadable {
+            dir: cfg.model.dir.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?
+        .map_err(|source| RunError::ModelUnreadable {
+            dir: cfg.model.dir.clone(),
+            source,
+        })?;
+    match state.model_sha256() {
+        Some(was) if !was.eq_ignore_ascii_case(&now) => Err(RunError::ModelChanged {
+            dir: cfg.model.dir.clone(),
+            was: was.to_string(),
+            now,
+        }),
+        Some(_) => Ok(()),
+        None => Ok(state.set_model_sha256(&now)?),
+    }
 }
 
 /// Checks a resumed job against its plan: the same output-deciding config
@@ -312,6 +409,7 @@ async fn serve(
         return Err(e);
     }
     let mut state = state;
+    fix_model(cfg, &mut state).await?;
     reconcile(&mut state, &storage).await?;
     let mut shared = Shared::new(
         state,
@@ -321,6 +419,7 @@ async fn serve(
         Duration::from_secs(cfg.job.lease_seconds as u64),
     );
     shared.max_reject_rate = cfg.job.max_reject_rate;
+    shared.filters = cfg.filters.clone();
     shared.beam_candidates = cfg.model.beam_candidates as u64;
     shared.skips_blank_lines = cfg.input.format == paraforge_job::config::FormatName::Czeng20;
     let shared = Arc::new(shared);
@@ -469,18 +568,19 @@ pub struct Manifest {
 /// so that running the job again redoes them. Safe to run again.
 pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, RunError> {
     let (mut files, mut rejects_files, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+    let committed = {
+        let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        committed_files(&st)
+    };
+    let lost = damaged(storage, committed).await?;
     let listing: std::collections::HashMap<String, u64> =
         storage.list("").await?.into_iter().collect();
-    let mut lost = Vec::new();
     let (counts, job, issued) = {
         let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
         for s in st.shards() {
             match &s.status {
                 Status::Committed { files: fs, .. } => {
                     for f in fs {
-                        if listing.get(&f.path) != Some(&f.bytes) {
-                            lost.push((s.spec.shard_id, f.path.clone()));
-                        }
                         let m = ManifestFile {
                             path: f.path.clone(),
                             shard: s.spec.shard_id,
@@ -533,18 +633,25 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
         .collect();
     if !lost.is_empty() {
         let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        let mut shards: Vec<u64> = lost.iter().map(|(id, _)| *id).collect();
+        let mut shards: Vec<u64> = lost.iter().map(|(id, _, _)| *id).collect();
         shards.dedup();
         for id in shards {
-            st.requeue(id, "its committed files went missing from the output")?;
+            st.requeue(
+                id,
+                "its committed files went missing or changed in the output",
+            )?;
         }
-        problems.extend(lost.iter().map(|(id, p)| {
-            format!("shard {id}'s committed file {p} is missing or changed in the output")
+        problems.extend(lost.iter().map(|(id, p, why)| {
+            format!("shard {id}'s committed file {p} is missing or changed in the output ({why}); it is written again when the job runs again")
         }));
     }
     let k = shared.beam_candidates.max(1);
     let lines = counts.pairs / k + counts.rejects;
     if counts.committed == counts.total && problems.is_empty() {
+        // Rules that drop most of a corpus are more likely wrong (swapped
+        // languages) than right, whether or not some pairs are left.
+        let dropped = paraforge_job::filters::counted_drops(&counts.rejects_by_reason);
+        let drops = paraforge_job::filters::check_drop_rate(dropped, lines, &shared.filters);
         if counts.pairs == 0 {
             problems.push(format!(
                 "no pairs were written ({} lines read, {} rejected)",
@@ -571,6 +678,7 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
                 ));
             }
         }
+        problems.extend(drops.err());
     }
     if !problems.is_empty() || counts.committed < counts.total {
         if problems.is_empty() {

@@ -46,6 +46,12 @@ pub enum ServiceError {
     VersionMismatch { worker: String, coordinator: String },
     #[error("invalid request: {0}")]
     Invalid(String),
+    #[error("worker {worker:?} loaded a model with digest {worker_model}, the job's model has {job_model}: one corpus is translated by one model; start the worker with the job's model.dir, or --model-dir naming an exact copy of it")]
+    ModelMismatch {
+        worker: String,
+        worker_model: String,
+        job_model: String,
+    },
     #[error("invalid request: {field} is {len} bytes; the limit is {max}")]
     TooLong {
         field: &'static str,
@@ -68,7 +74,9 @@ impl From<ServiceError> for Status {
             // on it, so an unknown shard must not share the code.
             ServiceError::UnknownWorker(_) => Status::not_found(msg),
             ServiceError::WrongSecret(_) => Status::permission_denied(msg),
-            ServiceError::VersionMismatch { .. } => Status::failed_precondition(msg),
+            ServiceError::VersionMismatch { .. } | ServiceError::ModelMismatch { .. } => {
+                Status::failed_precondition(msg)
+            }
             ServiceError::Invalid(_) | ServiceError::TooLong { .. } => {
                 Status::invalid_argument(msg)
             }
@@ -346,6 +354,12 @@ enum Mismatch {
         line: u64,
         message: String,
     },
+    #[error("pairs file {path} was translated by model {found:?} (its footer's paraforge.model_sha256), the job's model is {job}")]
+    Model {
+        path: String,
+        found: String,
+        job: String,
+    },
     #[error("pairs file {path} has {rows} rows, not a multiple of model.beam_candidates = {k} (every kept pair has that many)")]
     Candidates { path: String, rows: u64, k: u64 },
     #[error("the shard was planned as {planned} input lines from line {first_line}, the completion read {read}")]
@@ -410,8 +424,8 @@ fn count_reasons(path: &str, bytes: &[u8]) -> Result<BTreeMap<String, u64>, Mism
 }
 
 /// Rows of a pairs file by its Parquet footer, which must describe a
-/// paraforge output file.
-fn parquet_rows(path: &str, bytes: &bytes::Bytes) -> Result<u64, Mismatch> {
+/// paraforge output file, and the model digest the footer names.
+fn parquet_rows(path: &str, bytes: &bytes::Bytes) -> Result<(u64, Option<String>), Mismatch> {
     let md = parquet::file::metadata::ParquetMetaDataReader::new()
         .parse_and_finish(bytes)
         .map_err(|e| Mismatch::Parquet {
@@ -446,7 +460,12 @@ fn parquet_rows(path: &str, bytes: &bytes::Bytes) -> Result<u64, Mismatch> {
             message: format!("the footer says {total} rows, its row groups {in_groups}"),
         });
     }
-    Ok(total as u64)
+    let model = md.file_metadata().key_value_metadata().and_then(|kv| {
+        kv.iter()
+            .find(|k| k.key == paraforge_core::schema::meta::MODEL_SHA256)
+            .and_then(|k| k.value.clone())
+    });
+    Ok((total as u64, model))
 }
 
 /// Lines of a JSON-lines file (a last line without its newline counts).
@@ -460,6 +479,7 @@ fn check_file(
     claimed: &pb::OutputFile,
     kind: FileKind,
     bytes: &bytes::Bytes,
+    job_model: Option<&str>,
 ) -> Result<(u64, String, BTreeMap<String, u64>), Mismatch> {
     use sha2::Digest;
     let path = claimed.path.clone();
@@ -481,7 +501,17 @@ fn check_file(
         });
     }
     let rows = if kind == FileKind::Pairs {
-        parquet_rows(&path, bytes)?
+        let (rows, model) = parquet_rows(&path, bytes)?;
+        if let Some(job) = job_model {
+            if model.as_deref() != Some(job) {
+                return Err(Mismatch::Model {
+                    path,
+                    found: truncate(model.as_deref().unwrap_or("none"), 80),
+                    job: job.to_string(),
+                });
+            }
+        }
+        rows
     } else {
         line_count(bytes)
     };
@@ -506,6 +536,33 @@ fn check_file(
         BTreeMap::new()
     };
     Ok((rows, sha, by_reason))
+}
+
+/// The job's model digest, which `worker`'s must equal: fixed by the
+/// first worker to ask when planning could not read the model.
+fn check_model(st: &mut JobState, worker: &str, theirs: &str) -> Result<String, ServiceError> {
+    if theirs.len() != 64 || !theirs.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ServiceError::Invalid(format!(
+            "model_sha256 {:?} is not a SHA-256 digest (a worker of another version?)",
+            truncate(theirs, 80)
+        )));
+    }
+    match st.model_sha256() {
+        Some(job) if job.eq_ignore_ascii_case(theirs) => Ok(job.to_string()),
+        Some(job) => {
+            tracing::warn!(worker, worker_model = %theirs, job_model = %job, "lease refused: the worker has another model");
+            Err(ServiceError::ModelMismatch {
+                worker: worker.to_string(),
+                worker_model: theirs.to_string(),
+                job_model: job.to_string(),
+            })
+        }
+        None => {
+            tracing::info!(worker, model = %theirs, "the job's model digest is fixed by the first worker (the coordinator could not read model.dir)");
+            st.set_model_sha256(theirs)?;
+            Ok(theirs.to_string())
+        }
+    }
 }
 
 /// The tonic service.
@@ -599,9 +656,12 @@ impl CoordinatorService {
             };
             // Hashing and parsing a shard's file is CPU work.
             let (claimed, b) = (claimed.clone(), bytes.clone());
-            let verdict = tokio::task::spawn_blocking(move || check_file(&claimed, kind, &b))
-                .await
-                .map_err(|e| ServiceError::Invalid(format!("checking {temp}: {e}")))?;
+            let job_model = self.state().model_sha256().map(str::to_string);
+            let verdict = tokio::task::spawn_blocking(move || {
+                check_file(&claimed, kind, &b, job_model.as_deref())
+            })
+            .await
+            .map_err(|e| ServiceError::Invalid(format!("checking {temp}: {e}")))?;
             let (rows, sha256, by_reason) = match verdict {
                 Ok(v) => v,
                 Err(m) => return Ok(Err(m)),
@@ -730,12 +790,22 @@ impl Coordinator for CoordinatorService {
             );
         }
         tracing::info!(worker = %id, name = %r.name, "worker registered");
+        // One lock for both: a second guard in the same expression would
+        // wait on the first.
+        let (job_id, model_sha256) = {
+            let st = self.state();
+            (
+                st.job_id().to_string(),
+                st.model_sha256().unwrap_or_default().to_string(),
+            )
+        };
         Ok(Response::new(pb::RegisterWorkerResponse {
             worker_id: id,
-            job_id: self.state().job_id().to_string(),
+            job_id,
             config_toml: self.shared.config_toml.clone(),
             heartbeat_interval_ms: self.shared.heartbeat.as_millis() as u32,
             worker_secret: secret.0,
+            model_sha256,
         }))
     }
 
@@ -747,6 +817,7 @@ impl Coordinator for CoordinatorService {
         let r = req.into_inner();
         self.authenticate(&r.worker_id, &r.worker_secret)?;
         let mut st = self.state();
+        let job_model = check_model(&mut st, &r.worker_id, &r.model_sha256)?;
         let lease = st
             .lease(&r.worker_id, now_ms(), self.shared.lease.as_millis() as u64)
             .map_err(ServiceError::from)?;
@@ -757,6 +828,7 @@ impl Coordinator for CoordinatorService {
                     shard: Some(crate::plan::wire_spec(&l.spec)),
                     lease_token: l.token,
                     attempt: l.attempt,
+                    model_sha256: job_model,
                 })
             }
             None if st.finished() => {
@@ -1100,6 +1172,7 @@ mod tests {
         c.lease_shard(pb::LeaseShardRequest {
             worker_id: worker.worker_id.clone(),
             worker_secret: worker.worker_secret.clone(),
+            model_sha256: "ab".repeat(32),
         })
         .await
         .unwrap()
@@ -1133,9 +1206,19 @@ mod tests {
             });
         }
         let mut pq = Vec::new();
-        let mut w =
-            parquet::arrow::ArrowWriter::try_new(&mut pq, paraforge_core::schema::schema(), None)
-                .unwrap();
+        // Translated by the model the tests' leases name.
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_key_value_metadata(Some(vec![parquet::file::metadata::KeyValue::new(
+                paraforge_core::schema::meta::MODEL_SHA256.to_string(),
+                "ab".repeat(32),
+            )]))
+            .build();
+        let mut w = parquet::arrow::ArrowWriter::try_new(
+            &mut pq,
+            paraforge_core::schema::schema(),
+            Some(props),
+        )
+        .unwrap();
         w.write(&b.finish()).unwrap();
         w.close().unwrap();
         let storage = shared.storage().unwrap();

@@ -247,6 +247,8 @@ pub struct JobState {
     run_id: String,
     inputs: Vec<InputFingerprint>,
     config_key: String,
+    /// The job's model digest once fixed (paraforge_core::model_digest).
+    model_sha256: Option<String>,
     created: bool,
     retried_failed: usize,
     /// Leases expired since this open (a metric; not stored).
@@ -320,6 +322,7 @@ impl JobState {
             run_id: String::new(),
             inputs: Vec::new(),
             config_key: String::new(),
+            model_sha256: None,
             created: false,
             retried_failed: 0,
             leases_expired: 0,
@@ -442,6 +445,29 @@ impl JobState {
             .map_err(|e| store_err(&p, e))?;
         self.config_key =
             String::from_utf8_lossy(&text("config")?.unwrap_or_default()).into_owned();
+        self.model_sha256 = text("model_sha256")?.map(|b| String::from_utf8_lossy(&b).into_owned());
+        Ok(())
+    }
+
+    /// The digest of the model every shard of the job is translated with,
+    /// once fixed (at planning, or by the first worker when the coordinator
+    /// cannot read the model).
+    pub fn model_sha256(&self) -> Option<&str> {
+        self.model_sha256.as_deref()
+    }
+
+    /// Fixes the job's model digest (durably): from now on only a worker
+    /// with this model gets a lease.
+    pub fn set_model_sha256(&mut self, digest: &str) -> Result<(), StateError> {
+        let p = self.path.clone();
+        let tx = self.db.begin_write().map_err(|e| store_err(&p, e))?;
+        {
+            let mut m = tx.open_table(META).map_err(|e| store_err(&p, e))?;
+            m.insert("model_sha256", digest.as_bytes())
+                .map_err(|e| store_err(&p, e))?;
+        }
+        tx.commit().map_err(|e| store_err(&p, e))?;
+        self.model_sha256 = Some(digest.to_string());
         Ok(())
     }
 

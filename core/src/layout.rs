@@ -55,6 +55,9 @@ pub fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {
 pub struct ListedFile {
     pub path: String,
     pub rows: u64,
+    /// Its size, where the writer lists it (a cheap first check).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
 }
@@ -113,6 +116,7 @@ fn listed_files<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ListedFile
                 ListedFile {
                     path: path.to_string(),
                     rows,
+                    bytes: None,
                     sha256: None,
                 }
             }
@@ -306,6 +310,7 @@ mod tests {
             [ListedFile {
                 path: "shard=000000/part-t1.parquet".into(),
                 rows: 5,
+                bytes: Some(9),
                 sha256: Some("ab".into())
             }]
         );

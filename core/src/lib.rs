@@ -3,9 +3,11 @@
 //! models, the output table and where its files live.
 
 pub mod bleu;
+pub mod dataset;
 pub mod encoder;
 pub mod layout;
 pub mod lm;
+pub mod model_digest;
 pub mod rejects;
 pub mod schema;
 pub mod score;

@@ -8,8 +8,6 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::layout::{ManifestHead, CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE};
-
 use arrow_array::builder::{BooleanBuilder, Float32Builder, Int32Builder, StringBuilder};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -471,69 +469,5 @@ pub fn column<'a, T: Array + 'static>(
         })
 }
 
-/// The Parquet files of a dataset directory: those named in its
-/// `_manifest.json` when there is one, else every `*.parquet` below it
-/// (Hive partitions included), in path order so that reads are repeatable.
-pub fn dataset_files(root: &Path) -> Result<Vec<PathBuf>, DataError> {
-    if root.is_file() {
-        return Ok(vec![root.to_path_buf()]);
-    }
-    // A job's output without its success marker is partial: binning or
-    // training on it would pass part of a corpus off as the whole.
-    if root.join(CLAIM_FILE).is_file() && !root.join(SUCCESS_FILE).is_file() {
-        return Err(DataError::Invalid {
-            path: root.to_path_buf(),
-            reason: format!("a paraforge job output without {SUCCESS_FILE}: the job is incomplete (run it again to finish it)"),
-        });
-    }
-    let manifest = root.join(MANIFEST_FILE);
-    if manifest.is_file() {
-        let bytes = std::fs::read(&manifest).map_err(|e| DataError::io(&manifest, e))?;
-        let head = ManifestHead::parse(&bytes).map_err(|reason| DataError::Invalid {
-            path: manifest.clone(),
-            reason,
-        })?;
-        // A bins output is several datasets; read as one, every pair would
-        // come back once per partition that holds it.
-        if head.is_bins() {
-            return Err(DataError::Invalid {
-                path: root.to_path_buf(),
-                reason: format!(
-                    "a bins output holds several datasets (ranges, folds, the training sample): \
-                     read one of them, e.g. {}",
-                    root.join("train").display()
-                ),
-            });
-        }
-        if !head.files.is_empty() {
-            return Ok(head.files.iter().map(|f| root.join(&f.path)).collect());
-        }
-    }
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let rd = std::fs::read_dir(&dir).map_err(|e| DataError::io(&dir, e))?;
-        for e in rd {
-            let e = e.map_err(|e| DataError::io(&dir, e))?;
-            let p = e.path();
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with('_') || name.starts_with('.') {
-                continue;
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else if name.ends_with(".parquet") {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    if out.is_empty() {
-        return Err(DataError::Invalid {
-            path: root.to_path_buf(),
-            reason: "no Parquet files here".into(),
-        });
-    }
-    Ok(out)
-}
+/// Readers verify what they read: see [`crate::dataset`].
+pub use crate::dataset::dataset_files;

@@ -22,11 +22,11 @@ use std::path::{Path, PathBuf};
 use arrow_array::{Array, BooleanArray, Float32Array, Int32Array, RecordBatch, StringArray};
 use arrow_select::filter::filter_record_batch;
 use paraforge_core::layout::{self, OutputLayout};
-use paraforge_core::schema::{
-    self, col, dataset_files, DataError, PairFileWriter, PairReader, SCORE_COLUMNS,
-};
+use paraforge_core::schema::{self, col, DataError, PairFileWriter, PairReader, SCORE_COLUMNS};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
+
+use crate::output::NewDataset;
 
 /// The paper's para_score ranges; the first is open below.
 pub const PARA_RANGES: [(f32, f32, &str); 5] = [
@@ -66,6 +66,9 @@ pub struct BinOptions {
     /// Keep only pairs whose two sides have at least / at most this many tokens.
     pub min_tokens: Option<i32>,
     pub max_tokens: Option<i32>,
+    /// Replace a finished dataset at `output` (`--overwrite`; a job
+    /// rewriting its own bins).
+    pub overwrite: bool,
 }
 
 impl BinOptions {
@@ -81,6 +84,7 @@ impl BinOptions {
             dedup: false,
             min_tokens: None,
             max_tokens: None,
+            overwrite: false,
         }
     }
 }
@@ -97,8 +101,8 @@ pub enum BinError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{output}: is inside the dataset {input} it would bin; choose an output outside it")]
-    InsideInput { output: PathBuf, input: PathBuf },
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
     #[error("{0}: is not empty and is not an earlier bins output (no bins _manifest.json); choose a new or empty directory")]
     NotBins(PathBuf),
     #[error("{input}: none of its {rows} rows was kept (length limits dropped {length}, duplicates {duplicates}); nothing binned")]
@@ -281,9 +285,9 @@ fn pair_hash(reference: &str, translation: &str) -> u128 {
 /// histograms, fine histograms at the boundaries, the training sample's
 /// draw, and the writes.
 ///
-/// The bins are written under a temporary name next to `o.output` and take
-/// its place only when complete and checked: an earlier bins output there
-/// is replaced whole (no stale partition survives), anything else is
+/// The bins are staged and take the place of `o.output` only when complete
+/// and checked (`crate::output`): an earlier dataset there is replaced
+/// whole with `o.overwrite` (no stale partition survives), anything else is
 /// refused, and a failed run leaves what was there before.
 pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
     for d in &o.deciles {
@@ -291,69 +295,17 @@ pub fn run(o: &BinOptions) -> Result<BinManifest, BinError> {
             return Err(BinError::UnknownScore(d.clone()));
         }
     }
-    let target = o.output.clone();
-    check_output(&o.input, &target)?;
-    let partial = sibling(&target, "partial");
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| BinError::Io { path, source }
-    };
-    if partial.exists() {
-        std::fs::remove_dir_all(&partial).map_err(io(&partial))?;
-    }
+    // Verified before anything is claimed or written.
+    let files = paraforge_core::dataset::dataset_files(&o.input)?;
+    let staged = NewDataset::create(&o.output, &[&o.input], o.overwrite, "bin")?;
     let inner = BinOptions {
-        output: partial.clone(),
+        output: staged.dir().to_path_buf(),
         ..o.clone()
     };
-    let m = match run_passes(&inner).and_then(|m| check_result(o, m)) {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&partial);
-            return Err(e);
-        }
-    };
-    let old = sibling(&target, "old");
-    if target.exists() {
-        std::fs::rename(&target, &old).map_err(io(&target))?;
-    }
-    std::fs::rename(&partial, &target).map_err(io(&target))?;
-    if old.exists() {
-        std::fs::remove_dir_all(&old).map_err(io(&old))?;
-    }
+    let m = run_passes(&inner, &files).and_then(|m| check_result(o, m))?;
+    let text = serde_json::to_string_pretty(&m).unwrap_or_default();
+    staged.publish(text.as_bytes())?;
     Ok(m)
-}
-
-/// `<parent>/.<name>.<what>-<pid>`: beside the output, so the final rename
-/// stays on one file system, and hidden from readers of the parent.
-fn sibling(target: &Path, what: &str) -> PathBuf {
-    let name = target
-        .file_name()
-        .map_or_else(|| "bins".into(), |n| n.to_string_lossy().into_owned());
-    target.with_file_name(format!(".{name}.{what}-{}", std::process::id()))
-}
-
-/// The output may be new, empty, or an earlier bins output (replaced
-/// whole); never inside the input, never someone else's files.
-fn check_output(input: &Path, out: &Path) -> Result<(), BinError> {
-    match crate::output::check_new_output(input, out) {
-        Ok(None) => Ok(()),
-        Ok(Some(crate::output::Refusal::InsideInput)) => Err(BinError::InsideInput {
-            output: out.to_path_buf(),
-            input: input.to_path_buf(),
-        }),
-        Ok(Some(crate::output::Refusal::NotEmpty)) => {
-            let manifest = std::fs::read(out.join(layout::MANIFEST_FILE)).ok();
-            if manifest.is_some_and(|b| is_bins_manifest(&b)) {
-                Ok(())
-            } else {
-                Err(BinError::NotBins(out.to_path_buf()))
-            }
-        }
-        Err(source) => Err(BinError::Io {
-            path: input.to_path_buf(),
-            source,
-        }),
-    }
 }
 
 /// Whether `bytes` are a bins `_manifest.json` (so the directory or prefix
@@ -397,13 +349,14 @@ fn check_result(o: &BinOptions, m: BinManifest) -> Result<BinManifest, BinError>
     Ok(m)
 }
 
-/// The four passes, writing into `o.output`.
-fn run_passes(o: &BinOptions) -> Result<BinManifest, BinError> {
+/// The four passes over `files`, writing into `o.output` (all but the
+/// manifest, which publishing writes).
+fn run_passes(o: &BinOptions, files: &[PathBuf]) -> Result<BinManifest, BinError> {
+    let files = files.to_vec();
     let mut scores: Vec<String> = o.deciles.clone();
     if o.train_sample.is_some() && !scores.iter().any(|d| d == col::PARA_SCORE) {
         scores.push(col::PARA_SCORE.into());
     }
-    let files = dataset_files(&o.input)?;
     let mut m = BinManifest {
         kind: layout::ManifestKind::Bins,
         input: o.input.display().to_string(),
@@ -413,7 +366,7 @@ fn run_passes(o: &BinOptions) -> Result<BinManifest, BinError> {
     let bounds = boundaries(&files, &scores, &first, &mut m)?;
     let chosen = draw_training_sample(o, &files, &scores, &first.kept, &bounds, &mut m)?;
     let configs = write_partitions(o, &files, &scores, &first.kept, &bounds, &chosen, &mut m)?;
-    write_card_and_manifest(o, &configs, &mut m)?;
+    write_card(o, &configs, &mut m)?;
     Ok(m)
 }
 
@@ -765,10 +718,16 @@ fn write_partitions(
     let mut configs = Vec::new();
     for (rel, w) in writers {
         let rows = w.close()?;
+        let path = out.join(&rel);
+        let io = |source| BinError::Io {
+            path: path.clone(),
+            source,
+        };
         m.files.push(layout::ListedFile {
             path: rel.clone(),
             rows,
-            sha256: None,
+            bytes: Some(std::fs::metadata(&path).map_err(io)?.len()),
+            sha256: Some(layout::sha256_file(&path).map_err(io)?),
         });
         configs.push(OutputLayout::bin_config(&rel));
     }
@@ -776,8 +735,8 @@ fn write_partitions(
     Ok(configs)
 }
 
-/// The dataset card (every bin a config) and `_manifest.json`, last.
-fn write_card_and_manifest(
+/// The dataset card (every bin a config); the deciles the manifest lists.
+fn write_card(
     o: &BinOptions,
     configs: &[(String, String)],
     m: &mut BinManifest,
@@ -796,12 +755,6 @@ fn write_card_and_manifest(
         source: e,
     })?;
     m.deciles.retain(|k, _| o.deciles.contains(k));
-    let manifest = out.join(layout::MANIFEST_FILE);
-    let text = serde_json::to_string_pretty(&*m).unwrap_or_default();
-    std::fs::write(&manifest, text).map_err(|e| BinError::Io {
-        path: manifest.clone(),
-        source: e,
-    })?;
     Ok(())
 }
 

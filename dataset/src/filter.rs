@@ -3,7 +3,7 @@
 //! sentence BLEU, perplexity, translation cost, lengths), written as a new
 //! dataset with the same file layout and a `_manifest.json` saying what was
 //! kept and which rule dropped the rest. The input is only read; a job
-//! output without `_SUCCESS` is refused (`dataset_files`).
+//! output without `_SUCCESS` is refused (`paraforge_core::dataset`).
 //!
 //! A row is kept when it passes every rule: `min COL=V` keeps `COL >= V`,
 //! `max COL=V` keeps `COL <= V`; a null or NaN value passes no rule on its
@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use arrow_array::RecordBatch;
 use arrow_array::{Array, BooleanArray, Float32Array, Float64Array, Int32Array, Int64Array};
 use arrow_select::filter::filter_record_batch;
-use paraforge_core::schema::{dataset_files, DataError, PairFileWriter, PairReader};
+use paraforge_core::schema::{DataError, PairFileWriter, PairReader};
+
+use crate::output::{NewDataset, OutputError};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -95,10 +97,10 @@ pub enum FilterError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{out}: the output must not be the input or lie inside it ({input})")]
-    OutputInsideInput { out: PathBuf, input: PathBuf },
-    #[error("{out}: output directory is not empty (filter writes a new dataset)")]
-    OutputNotEmpty { out: PathBuf },
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    #[error("{input}: the dataset has no rows to filter")]
+    Empty { input: PathBuf },
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> FilterError + '_ {
@@ -184,29 +186,21 @@ fn file_sha256(path: &Path) -> Result<String, FilterError> {
 }
 
 /// Filters `input` (a local dataset directory or file) into `out` (a new
-/// or empty directory), file by file.
-pub fn run(input: &Path, rules: &[Rule], out: &Path) -> Result<FilterManifest, FilterError> {
+/// or empty directory, or with `overwrite` a finished dataset it replaces),
+/// file by file; `out` appears only when complete (`crate::output`).
+pub fn run(
+    input: &Path,
+    rules: &[Rule],
+    out: &Path,
+    overwrite: bool,
+) -> Result<FilterManifest, FilterError> {
     if rules.is_empty() {
         return Err(FilterError::BadRule(
             "no rules (give --min COLUMN=VALUE, --max COLUMN=VALUE or a token range)".into(),
         ));
     }
-    let files = dataset_files(input)?;
-    let refusal = crate::output::check_new_output(input, out).map_err(io(input))?;
-    match refusal {
-        Some(crate::output::Refusal::InsideInput) => {
-            return Err(FilterError::OutputInsideInput {
-                out: out.to_path_buf(),
-                input: input.to_path_buf(),
-            })
-        }
-        Some(crate::output::Refusal::NotEmpty) => {
-            return Err(FilterError::OutputNotEmpty {
-                out: out.to_path_buf(),
-            })
-        }
-        None => {}
-    }
+    let dataset = paraforge_core::dataset::open(input)?;
+    let files = dataset.paths();
     // Every rule's column must be a number: checked on the first file
     // before anything is written (every file is checked as it is read).
     let columns: Vec<&str> = rules.iter().map(|r| r.column.as_str()).collect();
@@ -218,118 +212,105 @@ pub fn run(input: &Path, rules: &[Rule], out: &Path) -> Result<FilterManifest, F
             }
         }
     }
-    std::fs::create_dir_all(out).map_err(io(out))?;
-    let written = (|| -> Result<FilterManifest, FilterError> {
-        let root = if input.is_file() {
-            input.parent().unwrap_or(Path::new("")).to_path_buf()
-        } else {
-            input.to_path_buf()
-        };
-        let rules_text: Vec<String> = rules.iter().map(Rule::label).collect();
-        let mut m = FilterManifest {
-            kind: paraforge_core::layout::ManifestKind::Filter,
-            input: input.display().to_string(),
-            command: "paraforge filter",
-            input_rows: 0,
-            kept_rows: 0,
-            dropped_rows: 0,
-            rules: rules
+    let staged = NewDataset::create(out, &[input], overwrite, "filter")?;
+    let root = dataset.root.clone();
+    let rules_text: Vec<String> = rules.iter().map(Rule::label).collect();
+    let mut m = FilterManifest {
+        kind: paraforge_core::layout::ManifestKind::Filter,
+        input: input.display().to_string(),
+        command: "paraforge filter",
+        input_rows: 0,
+        kept_rows: 0,
+        dropped_rows: 0,
+        rules: rules
+            .iter()
+            .map(|r| RuleCount {
+                rule: r.label(),
+                spec: r.clone(),
+                dropped: 0,
+                failed: 0,
+            })
+            .collect(),
+        files: Vec::new(),
+    };
+    for path in &files {
+        let reader = PairReader::open(path, &columns)?;
+        let mut metadata: Vec<(String, String)> = reader
+            .metadata()
+            .iter()
+            .filter(|(k, _)| k.as_str() != "ARROW:schema" && k.as_str() != "paraforge.filter")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        metadata.sort();
+        metadata.push(("paraforge.filter".into(), rules_text.join("; ")));
+        let md: Vec<(&str, String)> = metadata
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        let rel = path.strip_prefix(&root).unwrap_or(path).to_path_buf();
+        let target = staged.dir().join(&rel);
+        let mut writer: Option<PairFileWriter> = None;
+        let (mut rows, mut input_rows) = (0u64, 0u64);
+        for batch in reader {
+            let batch = batch?;
+            let n = batch.num_rows();
+            let cols: Vec<Vec<Option<f64>>> = rules
                 .iter()
-                .map(|r| RuleCount {
-                    rule: r.label(),
-                    spec: r.clone(),
-                    dropped: 0,
-                    failed: 0,
-                })
-                .collect(),
-            files: Vec::new(),
-        };
-        for path in &files {
-            let reader = PairReader::open(path, &columns)?;
-            let mut metadata: Vec<(String, String)> = reader
-                .metadata()
-                .iter()
-                .filter(|(k, _)| k.as_str() != "ARROW:schema" && k.as_str() != "paraforge.filter")
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            metadata.sort();
-            metadata.push(("paraforge.filter".into(), rules_text.join("; ")));
-            let md: Vec<(&str, String)> = metadata
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.clone()))
-                .collect();
-            let rel = path.strip_prefix(&root).unwrap_or(path).to_path_buf();
-            let target = out.join(&rel);
-            let partial = target.with_extension("parquet.partial");
-            let mut writer: Option<PairFileWriter> = None;
-            let (mut rows, mut input_rows) = (0u64, 0u64);
-            for batch in reader {
-                let batch = batch?;
-                let n = batch.num_rows();
-                let cols: Vec<Vec<Option<f64>>> = rules
-                    .iter()
-                    .map(|r| values(&batch, &r.column, path))
-                    .collect::<Result<_, _>>()?;
-                let mut keep = vec![true; n];
-                for (i, k) in keep.iter_mut().enumerate() {
-                    for (j, r) in rules.iter().enumerate() {
-                        if !r.passes(cols[j][i]) {
-                            m.rules[j].failed += 1;
-                            if *k {
-                                m.rules[j].dropped += 1;
-                                *k = false;
-                            }
+                .map(|r| values(&batch, &r.column, path))
+                .collect::<Result<_, _>>()?;
+            let mut keep = vec![true; n];
+            for (i, k) in keep.iter_mut().enumerate() {
+                for (j, r) in rules.iter().enumerate() {
+                    if !r.passes(cols[j][i]) {
+                        m.rules[j].failed += 1;
+                        if *k {
+                            m.rules[j].dropped += 1;
+                            *k = false;
                         }
                     }
                 }
-                input_rows += n as u64;
-                let sel =
-                    filter_record_batch(&batch, &BooleanArray::from(keep)).map_err(|source| {
-                        DataError::Arrow {
-                            path: path.clone(),
-                            source,
-                        }
-                    })?;
-                if writer.is_none() {
-                    writer = Some(PairFileWriter::create(&partial, batch.schema(), &md)?);
-                }
-                if let Some(w) = writer.as_mut() {
-                    rows += sel.num_rows() as u64;
-                    w.write(&sel)?;
-                }
             }
-            match writer {
-                Some(w) => {
-                    w.close()?;
+            input_rows += n as u64;
+            let sel = filter_record_batch(&batch, &BooleanArray::from(keep)).map_err(|source| {
+                DataError::Arrow {
+                    path: path.clone(),
+                    source,
                 }
-                None => {
-                    PairFileWriter::create(&partial, paraforge_core::schema::schema(), &md)?
-                        .close()?;
-                }
+            })?;
+            if writer.is_none() {
+                writer = Some(PairFileWriter::create(&target, batch.schema(), &md)?);
             }
-            std::fs::rename(&partial, &target).map_err(io(&target))?;
-            m.input_rows += input_rows;
-            m.kept_rows += rows;
-            m.files.push(FilteredFile {
-                path: rel.display().to_string(),
-                rows,
-                input_rows,
-                sha256: file_sha256(&target)?,
-            });
+            if let Some(w) = writer.as_mut() {
+                rows += sel.num_rows() as u64;
+                w.write(&sel)?;
+            }
         }
-        m.dropped_rows = m.input_rows - m.kept_rows;
-        // The manifest last: a reader that finds it finds every file it lists.
-        let manifest = out.join(paraforge_core::layout::MANIFEST_FILE);
-        let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
-        std::fs::write(&manifest, text).map_err(io(&manifest))?;
-        Ok(m)
-    })();
-    // `out` was new or empty: a failed run's files are part of a dataset,
-    // which readers without a manifest would take whole.
-    if written.is_err() {
-        let _ = std::fs::remove_dir_all(out);
+        match writer {
+            Some(w) => {
+                w.close()?;
+            }
+            None => {
+                PairFileWriter::create(&target, paraforge_core::schema::schema(), &md)?.close()?;
+            }
+        }
+        m.input_rows += input_rows;
+        m.kept_rows += rows;
+        m.files.push(FilteredFile {
+            path: rel.display().to_string(),
+            rows,
+            input_rows,
+            sha256: file_sha256(&target)?,
+        });
     }
-    written
+    m.dropped_rows = m.input_rows - m.kept_rows;
+    if m.input_rows == 0 {
+        return Err(FilterError::Empty {
+            input: input.to_path_buf(),
+        });
+    }
+    let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
+    staged.publish(text.as_bytes())?;
+    Ok(m)
 }
 
 #[cfg(test)]

@@ -39,6 +39,12 @@ pub enum ReportError {
     BadFrequencyLine { path: PathBuf, line: usize },
     #[error("drawing {path}: {reason}")]
     Plot { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
+    #[error("{0}: holds files that are not a paraforge report (no report.json); choose a new or empty directory")]
+    NotAReport(PathBuf),
+    #[error("{0}: the dataset has no pairs to report on")]
+    Empty(PathBuf),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
@@ -326,6 +332,18 @@ const SCATTER_POINTS: usize = 4000;
 /// Computes the report and writes `report.md`, `report.html`, `report.json`
 /// and the SVG figures into `out`.
 pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError> {
+    // The report's files are rewritten in place: only a new, empty or
+    // earlier report's directory, apart from the dataset, takes them.
+    crate::output::check_apart(out, &[input])?;
+    if out.is_file() {
+        return Err(crate::output::OutputError::IsFile(out.to_path_buf()).into());
+    }
+    if out.is_dir()
+        && std::fs::read_dir(out).map_err(io(out))?.next().is_some()
+        && !out.join("report.json").is_file()
+    {
+        return Err(ReportError::NotAReport(out.to_path_buf()));
+    }
     let idf = Idf::load(freq)?;
     let files = dataset_files(input)?;
     let rejects_by_reason = manifest_rejects(input)?;
@@ -460,6 +478,9 @@ pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError>
                 }
             }
         }
+    }
+    if r.pairs == 0 {
+        return Err(ReportError::Empty(input.to_path_buf()));
     }
     let total: u64 = vocab.values().sum();
     r.vocab_size = vocab.len();

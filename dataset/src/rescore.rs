@@ -19,15 +19,14 @@ use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, Float32Array, RecordBatch, StringArray};
 use paraforge_core::layout::ListedFile;
-use paraforge_core::schema::{
-    self, col, dataset_files, meta, DataError, PairFileWriter, PairReader,
-};
+use paraforge_core::schema::{self, col, meta, DataError, PairFileWriter, PairReader};
 use paraforge_core::{EncoderError, Scorer, SentenceEncoder, TextScorer};
 use paraforge_scorer::ScorerStamp;
 use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::bins::{para_range, PARA_RANGES};
+use crate::output::NewDataset;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RescoreError {
@@ -41,12 +40,16 @@ pub enum RescoreError {
         #[source]
         source: std::io::Error,
     },
-    #[error(
-        "{out}: output directory is not empty (rescore writes a new dataset; pick a new directory)"
-    )]
-    OutputNotEmpty { out: PathBuf },
-    #[error("{out}: the output must not be the input or lie inside it ({input})")]
-    OutputInsideInput { out: PathBuf, input: PathBuf },
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
+    /// A score that is not a number would sort, bin and train as garbage.
+    #[error("{path}: row {row}: the new {column} is {value} (not finite): the model gives no usable score (non-finite weights?); nothing was written")]
+    NonFinite {
+        path: PathBuf,
+        row: u64,
+        column: &'static str,
+        value: f32,
+    },
     #[error("nothing to rescore with: give a para_score model or vectors, or a classifier")]
     NothingToDo,
     /// The encoder failed to run on some sentences (the first failure is
@@ -150,7 +153,7 @@ pub enum ScorerPath<'a> {
     Vectors(&'a Path),
 }
 
-impl ScorerPath<'_> {
+impl<'a> ScorerPath<'a> {
     /// The file itself (a model directory's `model.pfe`, or a neural
     /// encoder's `model.safetensors`).
     pub fn file(&self) -> PathBuf {
@@ -161,7 +164,7 @@ impl ScorerPath<'_> {
     }
 
     /// The model directory or file, or the vectors file, as given.
-    pub fn path(&self) -> &Path {
+    pub fn path(&self) -> &'a Path {
         match *self {
             ScorerPath::Model(p) | ScorerPath::Vectors(p) => p,
         }
@@ -188,34 +191,23 @@ pub struct Classifier<'a> {
 /// local directory), files in parallel: para_score with `scorer`, and
 /// `reference_probability` with `classifier`; at least one is needed. `input_name` is what the manifest
 /// records as the input (default: its path; the URL of a staged dataset).
-/// `progress` is called with rows done.
+/// `progress` is called once with the rows to do (after the input is
+/// verified), then with rows done.
 pub fn run(
     input: &Path,
     scorer: Option<ScorerPath<'_>>,
     classifier: Option<Classifier<'_>>,
     out: &Path,
     input_name: Option<&str>,
-    progress: &(dyn Fn(u64) + Sync),
+    overwrite: bool,
+    progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<RescoreManifest, RescoreError> {
-    let files = dataset_files(input)?;
-    let refusal = crate::output::check_new_output(input, out).map_err(io(input))?;
-    match refusal {
-        Some(crate::output::Refusal::InsideInput) => {
-            return Err(RescoreError::OutputInsideInput {
-                out: out.to_path_buf(),
-                input: input.to_path_buf(),
-            })
-        }
-        Some(crate::output::Refusal::NotEmpty) => {
-            return Err(RescoreError::OutputNotEmpty {
-                out: out.to_path_buf(),
-            })
-        }
-        None => {}
-    }
     if scorer.is_none() && classifier.is_none() {
         return Err(RescoreError::NothingToDo);
     }
+    let dataset = paraforge_core::dataset::open(input)?;
+    let files = dataset.paths();
+    progress(Progress::Total(dataset.rows()));
     let encoder = scorer.map(|s| s.load()).transpose()?;
     let stamp = match (scorer, &encoder) {
         (Some(s), Some(e)) => {
@@ -232,14 +224,12 @@ pub fn run(
             })
         })
         .transpose()?;
-    std::fs::create_dir_all(out).map_err(io(out))?;
-
-    let written = (|| -> Result<RescoreManifest, RescoreError> {
-        let root = if input.is_file() {
-            input.parent().unwrap_or(Path::new("")).to_path_buf()
-        } else {
-            input.to_path_buf()
-        };
+    let mut inputs: Vec<&Path> = vec![input];
+    inputs.extend(scorer.map(|s| s.path()));
+    inputs.extend(classifier.map(|c| c.file));
+    let staged = NewDataset::create(out, &inputs, overwrite, "rescore")?;
+    {
+        let root = dataset.root.clone();
         let failed_before = encoder.as_ref().map_or(0, |e| e.failures());
         let results: Vec<(ListedFile, Tally)> = files
             .par_iter()
@@ -247,7 +237,7 @@ pub fn run(
                 let rel = path.strip_prefix(&root).unwrap_or(path);
                 let para = encoder.as_deref().zip(stamp.as_ref());
                 let class = classifier.map(|c| c.scorer).zip(class_stamp.as_ref());
-                rescore_file(path, rel, out, para, class, progress)
+                rescore_file(path, rel, staged.dir(), para, class, progress)
             })
             .collect::<Result<_, _>>()?;
         let failed = encoder.as_ref().map_or(0, |e| e.failures()) - failed_before;
@@ -290,17 +280,19 @@ pub fn run(
         if !m.classifier.is_empty() {
             m.mean_reference_probability = Some(total.sum_prob / total.n_prob.max(1) as f64);
         }
-        let manifest = out.join(paraforge_core::layout::MANIFEST_FILE);
         let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
-        std::fs::write(&manifest, text).map_err(io(&manifest))?;
+        staged.publish(text.as_bytes())?;
         Ok(m)
-    })();
-    // `out` was new or empty: what a failed run wrote there is only part
-    // of a dataset, which readers without a manifest would take whole.
-    if written.is_err() {
-        let _ = std::fs::remove_dir_all(out);
     }
-    written
+}
+
+/// What `run` reports as it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Rows in the (verified) input.
+    Total(u64),
+    /// Rows just rescored.
+    Done(u64),
 }
 
 /// What every rewritten file's footer records about the classifier.
@@ -315,7 +307,7 @@ fn rescore_file(
     out: &Path,
     para: Option<(&dyn SentenceEncoder, &ScorerStamp)>,
     class: Option<(&(dyn TextScorer + Sync), &ClassifierStamp)>,
-    progress: &(dyn Fn(u64) + Sync),
+    progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<(ListedFile, Tally), RescoreError> {
     let reader = PairReader::open(path, &[col::REFERENCE, col::TRANSLATION, col::PARA_SCORE])?;
     // What a step rewrites, its footer keys are replaced; the rest is kept.
@@ -358,11 +350,10 @@ fn rescore_file(
         .collect();
 
     let target = out.join(rel);
-    // Written under a name no reader picks up, renamed when complete.
-    let partial = target.with_extension("parquet.partial");
     let mut writer: Option<PairFileWriter> = None;
     let mut scorer = Scorer::new(para.map(|p| p.0));
     let mut tally = Tally::default();
+    let mut done = 0u64;
     let arrow = |source| DataError::Arrow {
         path: path.to_path_buf(),
         source,
@@ -374,14 +365,22 @@ fn rescore_file(
         let old = schema::column::<Float32Array>(&batch, col::PARA_SCORE, path)?;
         let mut cols: Vec<ArrayRef> = batch.columns().to_vec();
         if para.is_some() {
-            let new: Float32Array = (0..batch.num_rows())
-                .map(|r| {
-                    let s = scorer.score(refs.value(r), trans.value(r)).para_score;
-                    let before = (!old.is_null(r)).then(|| old.value(r));
-                    tally.add(before, s);
-                    s
-                })
-                .collect();
+            let mut new = Vec::with_capacity(batch.num_rows());
+            for r in 0..batch.num_rows() {
+                let s = scorer.score(refs.value(r), trans.value(r)).para_score;
+                if let Some(v) = s.filter(|v| !v.is_finite()) {
+                    return Err(RescoreError::NonFinite {
+                        path: path.to_path_buf(),
+                        row: done + r as u64,
+                        column: col::PARA_SCORE,
+                        value: v,
+                    });
+                }
+                let before = (!old.is_null(r)).then(|| old.value(r));
+                tally.add(before, s);
+                new.push(s);
+            }
+            let new = Float32Array::from(new);
             let idx = batch
                 .schema()
                 .index_of(col::PARA_SCORE)
@@ -398,6 +397,18 @@ fn rescore_file(
         if let Some((c, _)) = class {
             let texts: Vec<&str> = (0..batch.num_rows()).map(|r| trans.value(r)).collect();
             let p = c.score_texts(&texts);
+            if let Some((r, v)) = p
+                .iter()
+                .enumerate()
+                .find_map(|(r, v)| v.filter(|v| !v.is_finite()).map(|v| (r, v)))
+            {
+                return Err(RescoreError::NonFinite {
+                    path: path.to_path_buf(),
+                    row: done + r as u64,
+                    column: col::REFERENCE_PROBABILITY,
+                    value: v,
+                });
+            }
             for v in p.iter().flatten() {
                 tally.sum_prob += *v as f64;
                 tally.n_prob += 1;
@@ -422,22 +433,23 @@ fn rescore_file(
         ));
         batch = RecordBatch::try_new(schema, cols).map_err(arrow)?;
         if writer.is_none() {
-            writer = Some(PairFileWriter::create(&partial, batch.schema(), &md)?);
+            writer = Some(PairFileWriter::create(&target, batch.schema(), &md)?);
         }
         if let Some(w) = writer.as_mut() {
             w.write(&batch)?;
         }
-        progress(batch.num_rows() as u64);
+        progress(Progress::Done(batch.num_rows() as u64));
+        done += batch.num_rows() as u64;
     }
     let rows = match writer {
         Some(w) => w.close()?,
-        None => PairFileWriter::create(&partial, schema::schema(), &md)?.close()?,
+        None => PairFileWriter::create(&target, schema::schema(), &md)?.close()?,
     };
-    std::fs::rename(&partial, &target).map_err(io(&target))?;
     Ok((
         ListedFile {
             path: rel.display().to_string(),
             rows,
+            bytes: Some(std::fs::metadata(&target).map_err(io(&target))?.len()),
             sha256: Some(file_sha256(&target)?),
         },
         tally,
@@ -480,7 +492,18 @@ mod tests {
         }
     }
 
+    /// Writes `rows` as one file of the dataset at `path`'s parent, and
+    /// seals that dataset (manifest and `_SUCCESS`).
     fn write(path: &Path, rows: &[PairRow]) {
+        write_unsealed(path, rows);
+        let root = path
+            .ancestors()
+            .find(|a| a.file_name().is_some_and(|n| n == "data"))
+            .unwrap_or(path.parent().unwrap());
+        paraforge_core::dataset::testing::seal(root, paraforge_core::layout::ManifestKind::Job);
+    }
+
+    fn write_unsealed(path: &Path, rows: &[PairRow]) {
         let mut b = RowsBuilder::default();
         for r in rows {
             b.push(r);
@@ -548,8 +571,11 @@ mod tests {
             None,
             &out,
             None,
-            &|n| {
-                done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            false,
+            &|p| {
+                if let Progress::Done(n) = p {
+                    done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                }
             },
         )
         .unwrap();
@@ -579,10 +605,9 @@ mod tests {
         assert_eq!(m.ranges_after["min-0.2"], 1);
         assert_eq!(m.ranges_after["none"], 1);
         // The output is a dataset the other stages read through its manifest.
-        let listed = dataset_files(&out).unwrap();
+        let listed = paraforge_core::dataset::dataset_files(&out).unwrap();
         assert_eq!(listed.len(), 2);
         assert!(listed.iter().all(|p| p.is_file()));
-        assert!(!out.join("shard=000000/part-t1.parquet.partial").exists());
     }
 
     /// Vectors of another language score nothing: an error, and no
@@ -633,7 +658,7 @@ mod tests {
         let data = dir.path().join("data");
         write(&data.join("part.parquet"), rows);
         let out = dir.path().join("rescored");
-        let e = run(&data, Some(scorer), None, &out, None, &|_| {}).unwrap_err();
+        let e = run(&data, Some(scorer), None, &out, None, false, &|_| {}).unwrap_err();
         assert!(!out.exists(), "a failed rescore left {}", out.display());
         e
     }
@@ -646,15 +671,21 @@ mod tests {
         let vec_path = dir.path().join("v.txt");
         std::fs::write(&vec_path, "x 1 0\n").unwrap();
         let v = ScorerPath::Vectors(&vec_path);
-        let e = run(&data, Some(v), None, &data.join("rescored"), None, &|_| {}).unwrap_err();
-        assert!(matches!(e, RescoreError::OutputInsideInput { .. }), "{e}");
-        let e = run(&data, Some(v), None, &data, None, &|_| {}).unwrap_err();
-        assert!(matches!(e, RescoreError::OutputInsideInput { .. }), "{e}");
+        let inside = |e: &RescoreError| {
+            matches!(
+                e,
+                RescoreError::Output(crate::output::OutputError::OverlapsInput { .. })
+            )
+        };
+        for out in [data.join("rescored"), data.clone(), vec_path.clone()] {
+            let e = run(&data, Some(v), None, &out, None, true, &|_| {}).unwrap_err();
+            assert!(inside(&e) || e.to_string().contains("is a file"), "{e}");
+        }
         let busy = dir.path().join("busy");
         std::fs::create_dir_all(&busy).unwrap();
         std::fs::write(busy.join("x"), "").unwrap();
-        let e = run(&data, Some(v), None, &busy, None, &|_| {}).unwrap_err();
-        assert!(e.to_string().contains("not empty"), "{e}");
+        let e = run(&data, Some(v), None, &busy, None, true, &|_| {}).unwrap_err();
+        assert!(e.to_string().contains("not a paraforge dataset"), "{e}");
         for missing in [
             ScorerPath::Vectors(&dir.path().join("missing.txt")),
             ScorerPath::Model(&dir.path().join("missing.pfe")),
@@ -665,6 +696,7 @@ mod tests {
                 None,
                 &dir.path().join("o"),
                 None,
+                false,
                 &|_| {},
             )
             .unwrap_err();

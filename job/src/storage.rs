@@ -232,6 +232,25 @@ impl Storage {
         r.bytes().await.map_err(|e| self.op_err("get", rel, e))
     }
 
+    /// The SHA-256 of an object (lowercase hex), streamed: what a job
+    /// compares with the digest it recorded when it committed the file.
+    pub async fn sha256(&self, rel: &str) -> Result<String, StorageError> {
+        use futures::TryStreamExt;
+        use sha2::Digest;
+        let p = self.path(rel);
+        let r = self.retry("get", rel, || self.store.get(&p)).await?;
+        let mut stream = r.into_stream();
+        let mut h = sha2::Sha256::new();
+        while let Some(chunk) = stream
+            .try_next()
+            .await
+            .map_err(|e| self.op_err("get", rel, e))?
+        {
+            h.update(&chunk);
+        }
+        Ok(hex::encode(h.finalize()))
+    }
+
     /// Size of an object.
     pub async fn size(&self, rel: &str) -> Result<u64, StorageError> {
         Ok(self.head(rel).await?.size)
@@ -345,8 +364,8 @@ impl Storage {
     }
 
     /// Uploads every file under the local `dir`, keeping relative paths,
-    /// `_manifest.json` last: a reader that finds the manifest finds every
-    /// file it lists.
+    /// `_manifest.json` and then `_SUCCESS` last: a reader that finds them
+    /// finds every file the manifest lists.
     pub async fn upload_dir(&self, dir: &std::path::Path) -> Result<usize, StorageError> {
         let local_err = |path: &std::path::Path| {
             let path = path.to_path_buf();
@@ -365,7 +384,10 @@ impl Storage {
             }
         }
         files.sort();
-        files.sort_by_key(|f| f == paraforge_core::layout::MANIFEST_FILE);
+        files.sort_by_key(|f| {
+            use paraforge_core::layout::{MANIFEST_FILE, SUCCESS_FILE};
+            (f == SUCCESS_FILE, f == MANIFEST_FILE)
+        });
         for rel in &files {
             let p = dir.join(rel);
             let bytes = std::fs::read(&p).map_err(local_err(&p))?;

@@ -117,6 +117,7 @@ mod tests {
                 }),
                 lease_token: 42,
                 attempt: 2,
+                model_sha256: "ab".repeat(32),
             })),
         };
         let back = LeaseShardResponse::decode(r.encode_to_vec().as_slice()).unwrap();

@@ -40,6 +40,13 @@ pub enum WorkerError {
     Storage(#[from] paraforge_job::storage::StorageError),
     #[error(transparent)]
     Access(#[from] AccessError),
+    /// One corpus is translated by one model.
+    #[error("model {dir}: its digest is {worker}, the job's model has {job}: start this worker with the job's model.dir, or --model-dir naming an exact copy of it")]
+    ModelMismatch {
+        dir: String,
+        worker: String,
+        job: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -128,6 +135,9 @@ struct Session {
     opts: WorkerOptions,
     worker_id: String,
     secret: String,
+    /// The digest of the model this worker loaded (sent with every lease
+    /// request; empty until the model is loaded).
+    model_sha256: String,
 }
 
 impl Session {
@@ -141,6 +151,7 @@ impl Session {
             opts: o.clone(),
             worker_id: reg.worker_id.clone(),
             secret: reg.worker_secret.clone(),
+            model_sha256: String::new(),
         };
         Ok((s, reg))
     }
@@ -172,6 +183,8 @@ struct Job {
     filters: Arc<paraforge_job::filters::PreFilter>,
     gen: GenerateOptions,
     metadata: Vec<(&'static str, String)>,
+    /// `paraforge_core::model_digest` of the model loaded.
+    model_sha256: String,
     throughput: Arc<Throughput>,
     heartbeat_every: Duration,
 }
@@ -209,8 +222,23 @@ impl Job {
             .model_dir
             .clone()
             .unwrap_or_else(|| std::path::PathBuf::from(&cfg.model.dir));
+        // Checked before the (long) load: a worker with another model
+        // must not translate a shard of this job.
+        let dir = model_dir.clone();
+        let model_sha = blocking(move || {
+            paraforge_core::model_digest::model_digest(&dir).map_err(|e| {
+                WorkerError::Config(format!("model {}: hashing its files: {e}", dir.display()))
+            })
+        })
+        .await?;
+        if !reg.model_sha256.is_empty() && !reg.model_sha256.eq_ignore_ascii_case(&model_sha) {
+            return Err(WorkerError::ModelMismatch {
+                dir: model_dir.display().to_string(),
+                worker: model_sha,
+                job: reg.model_sha256.clone(),
+            });
+        }
         let translator = blocking(move || Ok(Translator::load(&model_dir, &load)?)).await?;
-        let model_sha = model_checksum(&translator)?;
         let scoring = cfg.scoring.clone();
         let encoder: Option<Arc<dyn paraforge_core::SentenceEncoder>> =
             blocking(move || Ok(crate::shard::load_para_encoder(&scoring)?))
@@ -236,7 +264,7 @@ impl Job {
         let mut metadata = vec![
             (meta::VERSION, env!("CARGO_PKG_VERSION").to_string()),
             (meta::MODEL, cfg.model.dir.clone()),
-            (meta::MODEL_SHA256, model_sha),
+            (meta::MODEL_SHA256, model_sha.clone()),
             (meta::CONFIG, reg.config_toml.clone()),
         ];
         // The para_score column's model, as rescore records it: the config
@@ -267,6 +295,7 @@ impl Job {
             filters,
             gen,
             metadata,
+            model_sha256: model_sha,
             throughput: Arc::new(Throughput::default()),
             heartbeat_every: Duration::from_millis(reg.heartbeat_interval_ms.max(100) as u64),
         })
@@ -308,6 +337,7 @@ async fn lease(s: &mut Session) -> Result<Option<Leased>, WorkerError> {
         let req = pb::LeaseShardRequest {
             worker_id: s.worker_id.clone(),
             worker_secret: s.secret.clone(),
+            model_sha256: s.model_sha256.clone(),
         };
         let r = match call!(s.client, &s.opts, lease_shard, req) {
             Ok(r) => r,
@@ -342,6 +372,13 @@ async fn lease(s: &mut Session) -> Result<Option<Leased>, WorkerError> {
                 lease.lease_token, spec.shard_id
             )));
         };
+        if !lease.model_sha256.eq_ignore_ascii_case(&s.model_sha256) {
+            return Err(WorkerError::ModelMismatch {
+                dir: "loaded by this worker".into(),
+                worker: s.model_sha256.clone(),
+                job: lease.model_sha256.clone(),
+            });
+        }
         return Ok(Some(Leased { lease, spec, range }));
     }
 }
@@ -535,6 +572,7 @@ async fn report_completion(
 pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummary, WorkerError> {
     let (mut session, reg) = Session::open(&o).await?;
     let job = Job::load(&o, &reg).await?;
+    session.model_sha256 = job.model_sha256.clone();
     let mut summary = WorkerSummary::default();
     while !stop.load(Ordering::Relaxed) {
         let Some(l) = lease(&mut session).await? else {
@@ -615,22 +653,4 @@ fn register_request(o: &WorkerOptions) -> pb::RegisterWorkerRequest {
 fn hex_sha(b: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(b))
-}
-
-/// sha256 over the model's ONNX files, for the Parquet metadata. A file
-/// that cannot be read is an error: a checksum of the others would name a
-/// model that was not the one run.
-fn model_checksum(t: &Translator) -> Result<String, WorkerError> {
-    use sha2::Digest;
-    let mut h = sha2::Sha256::new();
-    for f in t.model_files() {
-        let bytes = std::fs::read(f).map_err(|e| {
-            WorkerError::Config(format!(
-                "reading model file {} for its checksum: {e}",
-                f.display()
-            ))
-        })?;
-        h.update(&bytes);
-    }
-    Ok(hex::encode(h.finalize()))
 }
