@@ -596,3 +596,30 @@ fn filter_keeps_the_rows_within_bounds_and_counts_each_rule() {
         .to_string();
     assert!(e.contains("_SUCCESS"), "{e}");
 }
+
+/// A finished dataset with no rows: `filter` and `report` say so and fail,
+/// instead of writing an empty dataset or a report of nothing.
+#[test]
+fn filter_and_report_refuse_a_dataset_without_rows() {
+    use paraforge_core::schema::{schema, PairFileWriter};
+    use paraforge_dataset::filter::{self, Rule, Side};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("empty");
+    PairFileWriter::create(&data.join("part-0.parquet"), schema(), &[])
+        .unwrap()
+        .close()
+        .unwrap();
+    seal(&data, ManifestKind::Job);
+    let rules = [Rule::parse(Side::Max, "trigram_overlap=0.7").unwrap()];
+    let out = dir.path().join("filtered");
+    let e = filter::run(&data, &rules, &out, false).unwrap_err();
+    assert!(e.to_string().contains("no rows"), "{e}");
+    assert!(!out.exists(), "no dataset written");
+    let e = paraforge_dataset::report::run(
+        &data,
+        &repo_root().join("data/freq/enwiki_vocab_top50k.txt"),
+        &dir.path().join("report"),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("no pairs"), "{e}");
+}
