@@ -204,8 +204,8 @@ pub struct RescoreArgs {
     #[arg(long)]
     vectors: Option<PathBuf>,
     /// A classifier from `paraforge train-classifier`: `reference_probability`
-    /// becomes its P(reference) of each translation (seed 001's quality
-    /// filter). With neither --model nor --vectors, para_score is kept.
+    /// becomes its P(reference) of each translation (the quality
+    /// filter of Wieting et al., 2017). With neither --model nor --vectors, para_score is kept.
     #[arg(long, required_unless_present_any = ["model", "vectors"])]
     classifier: Option<PathBuf>,
     /// A new, empty directory or object-store prefix for the rescored

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::score::{word_hash, Tokens};
+use crate::tokenize::{word_hash, Tokens};
 use crate::vectors::Vectors;
 
 #[derive(Debug, thiserror::Error)]

@@ -264,7 +264,7 @@ impl OutputLayout {
             || path == SUCCESS_FILE
     }
 
-    /// A para_score range's bin (seed 000, Table 3).
+    /// A para_score range's bin (Wieting and Gimpel, 2018, Table 3).
     pub fn bin_range(label: &str) -> String {
         format!("ranges/para_range={label}/part-00000.parquet")
     }

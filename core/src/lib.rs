@@ -12,10 +12,12 @@ pub mod rejects;
 pub mod schema;
 pub mod score;
 pub mod text;
+pub mod tokenize;
 pub mod vectors;
 
 pub use encoder::{load_encoder, EncoderError, Model, SentenceEncoder, TextScorer};
 pub use lm::ArpaModel;
 pub use schema::{DataError, PairReader, PairRow, RowsBuilder};
-pub use score::{tokenize, PairScores, Scorer, Tokens};
+pub use score::{PairScores, Scorer};
+pub use tokenize::{tokenize, Tokens};
 pub use vectors::{LoadReport, Vectors, VectorsError};

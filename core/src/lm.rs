@@ -308,7 +308,7 @@ impl ArpaModel {
     }
 
     /// Perplexity of a sentence's [`crate::tokenize`] tokens.
-    pub fn perplexity_tokens(&self, tokens: &crate::score::Tokens) -> f64 {
+    pub fn perplexity_tokens(&self, tokens: &crate::tokenize::Tokens) -> f64 {
         let (lp, n) = self.score_words(tokens.iter().map(|t| t.text));
         10f64.powf(-lp / n as f64)
     }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
-use crate::score::word_hash;
+use crate::tokenize::word_hash;
 
 #[derive(Debug, thiserror::Error)]
 pub enum VectorsError {

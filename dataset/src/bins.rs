@@ -1,7 +1,7 @@
 //! `paraforge bin`: the score bins a training stage draws from (docs/DEFINITIONS.md
 //! section 5), written as Hive-style partitions with a manifest.
 //!
-//! * the paper's five para_score ranges (seed 000, Table 3);
+//! * the paper's five para_score ranges (Wieting and Gimpel, 2018, Table 3);
 //! * deciles by any score, from a global ranking over the whole dataset:
 //!   exact and streaming. Scores map to order-preserving 32-bit keys; one
 //!   pass counts keys by their high 16 bits, a second counts the low 16 bits

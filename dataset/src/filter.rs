@@ -1,5 +1,5 @@
 //! `paraforge filter`: bounds on any numeric column of a scored dataset
-//! (seed 001's filters on the scored corpus: n-gram overlap below 0.6-0.7,
+//! (the filters of Wieting et al. (2017) on the scored corpus: n-gram overlap below 0.6-0.7,
 //! sentence BLEU, perplexity, translation cost, lengths), written as a new
 //! dataset with the same file layout and a `_manifest.json` saying what was
 //! kept and which rule dropped the rest. The input is only read; a job

@@ -1,5 +1,5 @@
 //! `paraforge report`: what a scored corpus looks like, in the terms of
-//! seed 000's Tables 1 and 3, with histograms of every score and a scatter
+//! Tables 1 and 3 of Wieting and Gimpel (2018), with histograms of every score and a scatter
 //! of para_score against trigram overlap (SVG, drawn with plotters),
 //! gathered in one Markdown page and one HTML page.
 //!
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, BooleanArray, Float32Array, Int32Array, StringArray};
 use paraforge_core::schema::{self, col, dataset_files, DataError, PairReader};
-use paraforge_core::score::tokenize;
+use paraforge_core::tokenize;
 use plotters::prelude::*;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -122,8 +122,8 @@ impl Moments {
     }
 }
 
-/// Pairs per para_score range with their mean trigram overlap (seed 000,
-/// Table 3, in brief): what `make demo` and `paraforge report` print.
+/// Pairs per para_score range with their mean trigram overlap (Wieting and Gimpel,
+/// 2018, Table 3, in brief): what `make demo` and `paraforge report` print.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RangeTally {
     pub pairs: [u64; PARA_RANGES.len()],
@@ -178,7 +178,7 @@ impl RangeTally {
 }
 
 /// What a finished job prints about its output: mean scores, the five
-/// para_score ranges (seed 000, Table 3) and a few example rows.
+/// para_score ranges (Wieting and Gimpel, 2018, Table 3) and a few example rows.
 #[derive(Debug, Clone, Default)]
 pub struct Summary {
     pub pairs: u64,
@@ -601,7 +601,7 @@ fn manifest_rejects(input: &Path) -> Result<std::collections::BTreeMap<String, u
 
 fn tables(r: &Report) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "## Corpus statistics (seed 000, Table 1)\n");
+    let _ = writeln!(s, "## Corpus statistics (Wieting and Gimpel, 2018, Table 1)\n");
     let _ = writeln!(
         s,
         "| pairs | avg. length (ref) | avg. length (translation) | avg. IDF (ref) | avg. para_score | vocab. entropy (nats) | vocabulary |"
@@ -626,7 +626,7 @@ fn tables(r: &Report) -> String {
         pm(&r.trigram_overlap, 3),
         pm(&r.translation_score, 3)
     );
-    let _ = writeln!(s, "## By para_score range (seed 000, Table 3)\n");
+    let _ = writeln!(s, "## By para_score range (Wieting and Gimpel, 2018, Table 3)\n");
     let _ = writeln!(
         s,
         "| para_score range | pairs | share | trigram overlap mean (std) | ref. length | translation length | translation score |"

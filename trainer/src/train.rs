@@ -127,7 +127,7 @@ fn each_sentence(
     for p in source.epoch(1, &mut rng, &mut stats) {
         let (a, b) = p?;
         for text in [&a, &b] {
-            paraforge_core::score::tokenize_into(text, &mut toks);
+            paraforge_core::tokenize::tokenize_into(text, &mut toks);
             f(&toks);
         }
     }
