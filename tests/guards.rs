@@ -1,4 +1,4 @@
-//! Issue 13, "never report success on incomplete or wrong output", through
+//! Never report success on incomplete or wrong output, tested through
 //! the `paraforge` binary and the engine's public API: the input is never
 //! the output, a failed run leaves no partial output, compressed input is
 //! decompressed, options have upper bounds, and a legacy 8-bit encoding is

@@ -481,7 +481,7 @@ fn every_neural_encoder_learns_saves_and_loads() {
         "zzzq unknown",
     ];
     let trigrams = paraforge_trainer::train::trigram_vocab(&source, 2, 50_000).unwrap();
-    // Every encoder, and combinations (seed 000 Tables 8-9) by sum and by
+    // Every encoder, and combinations (Wieting and Gimpel, 2018, Tables 8-9) by sum and by
     // concatenation.
     let specs: Vec<Spec> = Arch::ALL
         .into_iter()
@@ -612,8 +612,8 @@ fn every_neural_encoder_learns_saves_and_loads() {
     assert_eq!(exported.len(), words.len());
 
     // A Gaussian encoder and a combination train from the CLI and eval-sts
-    // scores them (the Gaussian by cosine of [mean, variance], seed 004
-    // section 6.5) as it scores them in process.
+    // scores them (the Gaussian by cosine of [mean, variance], Chen and Gimpel,
+    // 2020, section 6.5) as it scores them in process.
     let sts_dir = dir.path().join("sts/stsbenchmark");
     std::fs::create_dir_all(&sts_dir).unwrap();
     std::fs::copy(
@@ -671,7 +671,7 @@ fn every_neural_encoder_learns_saves_and_loads() {
     assert!(e.contains("model.safetensors"), "{e}");
 }
 
-/// Seed 001's reference/translation classifier on real back-translations
+/// The reference/translation classifier of Wieting et al. (2017) on real back-translations
 /// with two candidates per pair (the demo model's 2-best): the pairs and
 /// their candidates are read back whole, both classifiers tell references
 /// from translations better than chance on held-out pairs, a saved
@@ -776,7 +776,7 @@ fn reference_classifier_tells_references_from_translations() {
             (300, 100, 100)
         );
         assert!(losses[5] < losses[0] - 0.03, "{kind:?}: loss {losses:?}");
-        // Chance is 50; the seed's classifiers reach 69-93 on 40,000 pairs.
+        // Chance is 50; the classifiers of Wieting et al. (2017) reach 69-93 on 40,000 pairs.
         assert!(rep.valid.all > 58.0, "{kind:?}: {:?}", rep.valid);
         assert!(rep.test.all > 55.0, "{kind:?}: {:?}", rep.test);
 

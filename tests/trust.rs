@@ -1,4 +1,4 @@
-//! What the coordinator believes (issue 13): a worker is who it says only
+//! What the coordinator believes: a worker is who it says only
 //! with the secret it got at registration; a completion counts only the rows
 //! its files hold; `/metrics` and `/status` are guarded like gRPC; names are
 //! bounded, silent workers expire and the status answer stays small. Each

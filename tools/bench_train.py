@@ -28,7 +28,7 @@ row, hidden size = word dimension, as `paraforge train --scramble 0`
                              nn.RNN has no identity activation)
   dan, proj                  the word average, then 1 tanh layer (dan) or
                              one linear map (proj), Glorot, zero bias
-  gaussian                   word linear operators (seed 004), KL prior of
+  gaussian                   word linear operators (Chen and Gimpel, 2020), KL prior of
                              every prefix state
   lstm-gaussian              lstm's mean state, then mean = h W_mu + b_mu,
                              variance = exp(h W_lv + b_lv), one KL term

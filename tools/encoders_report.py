@@ -20,6 +20,17 @@ def fmt(xs):
     return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs):.1f}"
 
 
+# paper_figures.json names each paper by a short id; the table cites it by
+# author and year (docs/REFERENCES.md).
+PAPERS = {
+    "000": "Wieting and Gimpel (2018)",
+    "001": "Wieting et al. (2017)",
+    "002": "Wieting et al. (2016)",
+    "003": "Wieting et al. (2015)",
+    "004": "Chen and Gimpel (2020)",
+}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sts", required=True)
@@ -78,7 +89,8 @@ def main():
             sem = statistics.mean(vals) if all(v is not None for v in vals) else None
             vals += [sem, p.get("stsb_test"), p.get("sick")]
             cells = ["-" if v is None else f"{v:.1f}" for v in vals]
-            print(f"| {spec} | {p.get('paper', '')} | {p.get('table', '')} | {p.get('data', '')} | {p.get('dim') or '-'} | " + " | ".join(cells) + " |")
+            paper = PAPERS.get(p.get("paper", ""), p.get("paper", ""))
+            print(f"| {spec} | {paper} | {p.get('table', '')} | {p.get('data', '')} | {p.get('dim') or '-'} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Exports a BERT-style sentence encoder to ONNX for `[scoring] model` (issue 16,
-item 4): the transformer's graph (input_ids, attention_mask, token_type_ids ->
+"""Exports a BERT-style sentence encoder to ONNX for `[scoring] model` (an
+optional para_score model, more accurate and far slower than the default):
+the transformer's graph (input_ids, attention_mask, token_type_ids ->
 last_hidden_state), its Hugging Face `tokenizer.json`, and
 `paraforge-encoder.json` (mean pooling over the attention mask, then L2
 normalisation, as sentence-transformers' Pooling + Normalize modules do).

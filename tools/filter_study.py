@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Seed 001's filtering study (its Tables 5-10 and 12) at this project's scale.
+"""The filtering study of Wieting et al. (2017) (its Tables 5-10 and 12) at this project's scale.
 
 On a CzEng-layout bitext (default: the shared one), with paraforge doing
 every step that is paraforge's job:
 
  0. the bitext minus the demo's held-out sets, split by a hash of the pair id
-    into a mining pool (60%) and an auxiliary pool (40%), as seed 001 keeps
-    100,000 pairs to mine and 50,000 apart for its language model and
+    into a mining pool (60%) and an auxiliary pool (40%), as Wieting et al. (2017) keep
+    100,000 pairs to mine and 50,000 apart for their language model and
     classifier;
  1. `paraforge lm-train`: a 3-gram model of the auxiliary references;
  2. `paraforge run`: both pools back-translated by models/demo-cs-en, beam 4,
@@ -14,12 +14,12 @@ every step that is paraforge's job:
     including translation_perplexity under that model;
  3. `paraforge train-classifier` (avg and lstm) on the auxiliary pool
     (Table 8), and `paraforge rescore --classifier` of the mining pool;
- 4. every filter of seed 001 on the mining pool's best candidates: random,
+ 4. every filter of Wieting et al. (2017) on the mining pool's best candidates: random,
     translation-length ranges (Tables 5-6), translation cost, perplexity,
     P(reference) (Table 7), unigram/bigram/trigram overlap and BLEU bounds
     (Table 12); each setting that keeps enough pairs gives a fixed-size
     sample (--train-size) on which `paraforge train` trains AVG (`word`, 20
-    epochs) with the stopping epoch picked on STS 2016 (the seed's dev set),
+    epochs) with the stopping epoch picked on STS 2016 (the paper's dev set),
     and `paraforge eval-sts` scores it; the setting with the best dev score
     is a filter's tuned result, reported on the test sets (STS 2012-2015
     datasets and SICK-R, mean Pearson x 100);
@@ -57,7 +57,7 @@ HELD_OUT = re.compile(r"^(multi30k-test-2016-flickr-|multi30k-test-2018-flickr-|
 GLOVE = "data/vectors/glove.6B.50d.top25k.txt.gz"
 FREQ = "data/freq/enwiki_vocab_top50k.txt"
 
-# Seed 001's grids (sections 5.5-5.7).
+# The grids of Wieting et al. (2017), sections 5.5-5.7.
 LENGTH_RANGES = [(0, 10), (0, 15), (0, 20), (0, 30), (0, 100), (10, 20), (10, 30), (10, 100),
                  (15, 25), (15, 30), (15, 100), (20, 30), (20, 100), (30, 100)]
 TABLE5_RANGES = [(0, 10), (10, 20), (20, 30), (30, 100)]
@@ -102,7 +102,7 @@ def write_table(t: pa.Table, path: Path) -> None:
 
 def sts_scores(js: Path) -> dict:
     """dev = STS 2016 (mean of its datasets); test = mean Pearson over the
-    STS 2012-2015 datasets and SICK-R (seed 001's test sets we have; its
+    STS 2012-2015 datasets and SICK-R (the test sets of Wieting et al. (2017) that we have; their
     Twitter set is not in the data)."""
     res = json.loads(js.read_text())[0]
     groups = {g["group"]: g["pearson"] for g in res["groups"]}
@@ -337,7 +337,7 @@ def entropy(counter: collections.Counter) -> float:
 def repetition(t: list[str], n: int) -> tuple[int, int]:
     """(repeated, total) n-grams of one sentence: an n-gram is a repetition
     when it already appeared earlier in the sentence; for unigrams only
-    words of at least 3 characters count (seed 001 section 5.6.1)."""
+    words of at least 3 characters count (Wieting et al., 2017, section 5.6.1)."""
     grams = ngrams(t, n)
     if n == 1:
         grams = [g for g in grams if len(g[0]) >= 3]

@@ -66,7 +66,7 @@ The graphs were first exported with ONNX Runtime's dynamic quantization
 scale per tensor, i.e. over the whole batch, so a sentence's rounding
 depended on its neighbours and on padding: in a corpus job, changing
 `shard_pairs` or `batch_size` changed translations (1,106 of 4,068 in the
-demo with `shard_pairs` 200 instead of 500, issue 13; 16 of 200 translations and all 200 scores between
+demo with `shard_pairs` 200 instead of 500; 16 of 200 translations and all 200 scores between
 `--batch-size` 1 and 16 at beam 12 in our measurement). The shipped graphs were derived
 from those int8 graphs alone (the fp32 checkpoint is not kept) by
 `tools/requantize.py weight-only`: every

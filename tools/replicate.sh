@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Small-scale replication of seed 000's training experiments (docs/replication.md).
+# Small-scale replication of the training experiments of Wieting and Gimpel (2018) (docs/replication.md).
 #
 #   1. back-translate a CzEng-layout bitext with the demo model, score it with
 #      GloVe, bin it (deciles of para_score, trigram_overlap, translation_score);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 000's Table 8 at this scale (docs/replication.md, "Every encoder"):
+# Table 8 of Wieting and Gimpel (2018) at this scale (docs/replication.md, "Every encoder"):
 # every encoder `paraforge train` has, trained on the same pipeline output
 # with the same budget, then `paraforge eval-sts` on STS 2012-2016, the STS
 # Benchmark and SICK-R, next to the papers' figures

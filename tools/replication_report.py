@@ -14,7 +14,7 @@ from pathlib import Path
 
 SEMEVAL = ["STS2012", "STS2013", "STS2014", "STS2015", "STS2016"]
 GROUPS = SEMEVAL + ["STSB", "SICK-R"]
-# Seed 000, Table 8 (WORD / WORD,TRIGRAM, Pearson x 100).
+# Wieting and Gimpel (2018), Table 8 (WORD / WORD,TRIGRAM, Pearson x 100).
 PAPER = {
     "STS2012": "66.2 / 67.8",
     "STS2013": "61.8 / 62.7",

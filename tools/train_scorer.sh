@@ -8,14 +8,14 @@
 #      scorer was trained on;
 #   2. back-translated with models/demo-cs-en (beam 4), scored and binned by
 #      tools/replicate.sh's first step (TRANSLATE_ONLY=1);
-#   3. TRIGRAM models (seed 000's charagram averaging) trained on every pair
+#   3. TRIGRAM models (the charagram averaging of Wieting and Gimpel, 2018) trained on every pair
 #      with mega-batches of M = 20, one per candidate setting (CANDIDATES:
 #      "trigram-dim:epochs" ...), saved as bfloat16 (PRECISION): the scorer
 #      reads half the bytes per trigram, and every figure below is of the
 #      saved model;
 #   4. each evaluated by `paraforge eval-sts` next to GloVe averaging; among
 #      the candidates of at most MAX_DIM dimensions (the scorer's speed
-#      floor: issue 16 asks for 500k pairs/s, and the row sums grow with the
+#      floor: it must keep 500k pairs/s on 2 cores, and the row sums grow with the
 #      dimension; BENCHMARKS.md, "Pair scoring"), the one with the best STS
 #      Benchmark *dev* Pearson is kept (test stays unseen; within 0.2 points
 #      the smaller, faster one) and copied to DEST, then evaluated in detail.

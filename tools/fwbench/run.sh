@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Framework benchmark for the training stage (issue 15 item 1): the same
+# Framework benchmark for the training stage (burn or candle): the same
 # LSTM / BLSTM sentence encoder, data and margin loss in candle, burn and
 # PyTorch, timed in one run on the same pairs; prints pairs/s per thread
 # setting and the ratio to PyTorch. See docs/training-framework.md.
