@@ -122,23 +122,24 @@ impl RejectReason {
     /// A stable name for counting rejects by reason (`_manifest.json`,
     /// status, metrics): one per variant.
     pub fn code(&self) -> &'static str {
+        use paraforge_core::rejects::code;
         match self {
-            RejectReason::ColumnCount { .. } => "columns",
-            RejectReason::InvalidUtf8 => "invalid_utf8",
-            RejectReason::LegacyEncoding => "legacy_encoding",
-            RejectReason::EmptySource => "empty_source",
-            RejectReason::EmptyReference => "empty_reference",
-            RejectReason::TooLong { .. } => "too_long",
-            RejectReason::Unaligned => "unaligned",
-            RejectReason::ControlCharacter { .. } => "control_character",
-            RejectReason::TooFewTokens { .. } => "too_few_tokens",
-            RejectReason::TooManyTokens { .. } => "too_many_tokens",
-            RejectReason::LengthRatio { .. } => "length_ratio",
-            RejectReason::Copy => "copy",
-            RejectReason::FewLetters { .. } => "few_letters",
-            RejectReason::Language { .. } => "language",
-            RejectReason::Duplicate => "duplicate",
-            RejectReason::LineTooLong { .. } => "line_too_long",
+            RejectReason::ColumnCount { .. } => code::COLUMNS,
+            RejectReason::InvalidUtf8 => code::INVALID_UTF8,
+            RejectReason::LegacyEncoding => code::LEGACY_ENCODING,
+            RejectReason::EmptySource => code::EMPTY_SOURCE,
+            RejectReason::EmptyReference => code::EMPTY_REFERENCE,
+            RejectReason::TooLong { .. } => code::TOO_LONG,
+            RejectReason::Unaligned => code::UNALIGNED,
+            RejectReason::ControlCharacter { .. } => code::CONTROL_CHARACTER,
+            RejectReason::TooFewTokens { .. } => code::TOO_FEW_TOKENS,
+            RejectReason::TooManyTokens { .. } => code::TOO_MANY_TOKENS,
+            RejectReason::LengthRatio { .. } => code::LENGTH_RATIO,
+            RejectReason::Copy => code::COPY,
+            RejectReason::FewLetters { .. } => code::FEW_LETTERS,
+            RejectReason::Language { .. } => code::LANGUAGE,
+            RejectReason::Duplicate => code::DUPLICATE,
+            RejectReason::LineTooLong { .. } => code::LINE_TOO_LONG,
         }
     }
 
