@@ -78,7 +78,7 @@ The same tool computes cross-attention's probabilities x V transposed
 order that depends on the padded source length. With both, batch size 1,
 16 or any split gives bit-identical text and scores (tests/engine.rs,
 `demo_model_output_does_not_depend_on_batching`). The price is speed:
-fp32 matmuls instead of int8 ones (BENCHMARKS.md, "Demo model: int8 and
+fp32 matmuls instead of int8 ones (docs/bench/HISTORY.md, "Demo model: int8 and
 batch invariance"). Per-row activation quantization was measured too and
 not chosen: ONNX Runtime fuses it into `MatMulIntegerToFloat`, which
 mishandles a per-row activation scale (errors 6x those of fp32 activations),

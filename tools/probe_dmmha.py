@@ -2,7 +2,7 @@
 """Probe: ONNX Runtime's DecoderMaskedMultiHeadAttention (contrib op, CPU
 kernel) in place of an Optimum Marian decoder-with-past graph's
 self-attention. Not used by paraforge; it measures whether wiring the op
-into the engine would pay (BENCHMARKS.md, "Natural lengths").
+into the engine would pay (docs/bench/HISTORY.md, "Natural lengths").
 
 The op keeps the self-attention cache in a buffer of fixed capacity,
 appends the new key and value in place, and reads past positions through a

@@ -16,7 +16,7 @@
 #   4. each evaluated by `paraforge eval-sts` next to GloVe averaging; among
 #      the candidates of at most MAX_DIM dimensions (the scorer's speed
 #      floor: it must keep 500k pairs/s on 2 cores, and the row sums grow with the
-#      dimension; BENCHMARKS.md, "Pair scoring"), the one with the best STS
+#      dimension; docs/bench/HISTORY.md, "Pair scoring"), the one with the best STS
 #      Benchmark *dev* Pearson is kept (test stays unseen; within 0.2 points
 #      the smaller, faster one) and copied to DEST, then evaluated in detail.
 # Resumes: every step is skipped when its output exists.
