@@ -661,6 +661,10 @@ fn aftermath(seed: u64, fault: Fault, dir: &Path, cfg: &Path, ids: &[String], rn
         .join("data/vectors/glove.6B.50d.top25k.txt.gz")
         .display()
         .to_string();
+    let freq = paraforge_tests::repo_root()
+        .join("data/freq/enwiki_vocab_top50k.txt")
+        .display()
+        .to_string();
     let mut want = ids.to_vec();
     want.sort();
     let limit = Duration::from_secs(round_limit());
@@ -689,6 +693,7 @@ fn aftermath(seed: u64, fault: Fault, dir: &Path, cfg: &Path, ids: &[String], rn
                 match cmd {
                     "rescore" => args.extend(["--vectors", &vectors]),
                     "filter" => args.extend(["--max", "trigram_overlap=2"]),
+                    "report" => args.extend(["--freq", &freq]),
                     _ => {}
                 }
                 let (ok, err) = command(&args, limit);
