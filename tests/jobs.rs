@@ -99,7 +99,7 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
     v
 }
 
-/// The reproduction: a job stopped part-way, 37 lines added at the
+/// A resume over a changed input: a job stopped part-way, 37 lines added at the
 /// top of its input, run again. Shards are byte ranges of the planned
 /// file, so resuming would lose and duplicate pairs: it must refuse, naming
 /// the file. A changed output-deciding key is refused the same way; what
