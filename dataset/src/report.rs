@@ -601,7 +601,10 @@ fn manifest_rejects(input: &Path) -> Result<std::collections::BTreeMap<String, u
 
 fn tables(r: &Report) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "## Corpus statistics (Wieting and Gimpel, 2018, Table 1)\n");
+    let _ = writeln!(
+        s,
+        "## Corpus statistics (Wieting and Gimpel, 2018, Table 1)\n"
+    );
     let _ = writeln!(
         s,
         "| pairs | avg. length (ref) | avg. length (translation) | avg. IDF (ref) | avg. para_score | vocab. entropy (nats) | vocabulary |"
@@ -626,7 +629,10 @@ fn tables(r: &Report) -> String {
         pm(&r.trigram_overlap, 3),
         pm(&r.translation_score, 3)
     );
-    let _ = writeln!(s, "## By para_score range (Wieting and Gimpel, 2018, Table 3)\n");
+    let _ = writeln!(
+        s,
+        "## By para_score range (Wieting and Gimpel, 2018, Table 3)\n"
+    );
     let _ = writeln!(
         s,
         "| para_score range | pairs | share | trigram overlap mean (std) | ref. length | translation length | translation score |"
