@@ -19,7 +19,7 @@ use paraforge_job::storage::{local_path, Storage, StorageError};
 use paraforge_rpc::proto::JobStatusResponse;
 
 use crate::run::{finalize, start, Manifest, RunError, Running};
-use crate::service::{status, Shared};
+use crate::shared::{status, Shared};
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
@@ -249,8 +249,9 @@ fn join_err(e: tokio::task::JoinError) -> JobError {
     }
 }
 
-/// Downloads the committed files and `_manifest.json` to `<tmp>/output`,
-/// checking each file's SHA-256 against the manifest.
+/// Downloads the committed files, `_manifest.json` and `_SUCCESS` to
+/// `<tmp>/output`, checking each file's SHA-256 against the manifest: the
+/// local copy is then read (and verified) as any finished dataset.
 async fn stage(storage: &Storage, m: &Manifest) -> Result<tempfile::TempDir, JobError> {
     let dir = tempfile::tempdir().map_err(|source| JobError::Local {
         what: "creating a staging directory",
@@ -260,7 +261,10 @@ async fn stage(storage: &Storage, m: &Manifest) -> Result<tempfile::TempDir, Job
         .files
         .iter()
         .map(|f| (f.path.clone(), Some(f.sha256.clone())))
-        .chain([(paraforge_core::layout::MANIFEST_FILE.to_string(), None)])
+        .chain([
+            (MANIFEST_FILE.to_string(), None),
+            (SUCCESS_FILE.to_string(), None),
+        ])
         .collect();
     let bar = indicatif::ProgressBar::new(files.len() as u64).with_message("staging the output");
     storage
