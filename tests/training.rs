@@ -472,7 +472,7 @@ fn every_neural_encoder_learns_saves_and_loads() {
         paraforge_trainer::sts::load_dev(&repo_root().join("data/sts/stsbenchmark/sts-dev.csv"))
             .unwrap();
     let dev = |m: &NeuralModel| {
-        let t = m.embed_sets(&dev_sets);
+        let t = paraforge_trainer::sts::embed_sets(&dev_sets, &|t| m.embed_many(t));
         paraforge_trainer::sts::dev_score(&dev_sets, &|s| t[s].clone())
     };
     let probe = [
@@ -514,10 +514,10 @@ fn every_neural_encoder_learns_saves_and_loads() {
                 epochs: 3,
                 lr: 0.005,
                 shuffle_buffer: 200,
-                margin: spec.default_margin(),
+                margin: paraforge_trainer::neural::default_margin(&spec),
                 ..TrainOptions::default()
             },
-            scramble: spec.default_scramble(),
+            scramble: paraforge_trainer::neural::default_scramble(&spec),
             sampling: if arch == Arch::Dan {
                 Sampling::Mix
             } else {
@@ -630,7 +630,7 @@ fn every_neural_encoder_learns_saves_and_loads() {
             "{stdout}"
         );
         let m = NeuralModel::load(&o, &cpu()).unwrap();
-        let t = m.embed_sets(&dev_sets);
+        let t = paraforge_trainer::sts::embed_sets(&dev_sets, &|t| m.embed_many(t));
         let want = paraforge_trainer::sts::dev_score(&dev_sets, &|s| t[s].clone());
         args.extend(["--model".into(), o.display().to_string()]);
         wants.push(format!("{want:.1}"));
@@ -858,7 +858,7 @@ fn a_resumed_neural_run_equals_an_uninterrupted_one() {
         paraforge_trainer::sts::load_dev(&repo_root().join("data/sts/stsbenchmark/sts-dev.csv"))
             .unwrap();
     let dev = |m: &NeuralModel| {
-        let t = m.embed_sets(&dev_sets);
+        let t = paraforge_trainer::sts::embed_sets(&dev_sets, &|t| m.embed_many(t));
         paraforge_trainer::sts::dev_score(&dev_sets, &|s| t[s].clone())
     };
     let fresh = || {

@@ -384,7 +384,7 @@ fn train_options(a: &TrainArgs) -> TrainOptions {
         megabatch: a.megabatch,
         batch_size: a.batch_size,
         margin: a.margin.unwrap_or(match &a.model {
-            Encoder::Neural(spec) => spec.default_margin(),
+            Encoder::Neural(spec) => paraforge_trainer::neural::default_margin(&spec),
             Encoder::Average(_) => 0.4,
         }),
         lr: a.lr,
@@ -473,7 +473,9 @@ fn train_neural(
     let arch = spec.arch;
     let o = NeuralOptions {
         base: train_options(&a),
-        scramble: a.scramble.unwrap_or(spec.default_scramble()),
+        scramble: a
+            .scramble
+            .unwrap_or(paraforge_trainer::neural::default_scramble(&spec)),
         sampling: a.negatives,
         lambda_c: a.lambda_c,
         lambda_w: a.lambda_w,
@@ -483,7 +485,7 @@ fn train_neural(
     let dev_sets = dev_sets(&a)?;
     let dev_fn = |m: &NeuralModel| {
         let sets = dev_sets.as_deref().unwrap_or_default();
-        let table = m.embed_sets(sets);
+        let table = sts::embed_sets(sets, &|t| m.embed_many(t));
         sts::dev_score(sets, &|s| table[s].clone())
     };
     let (bar, per_epoch) = progress_bar(&a, &source);
@@ -510,7 +512,7 @@ fn train_neural(
     model.save(&out.path())?;
     out.commit()?;
     finish(&a, &report, &spec.name(), model.dim(), "word", |sets| {
-        let table = model.embed_sets(sets);
+        let table = sts::embed_sets(sets, &|t| model.embed_many(t));
         sts::evaluate(sets, &|s| table[s].clone())
     })
 }
@@ -606,7 +608,7 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
         }
         if NeuralModel::is_one(p) {
             let m = NeuralModel::load(p, &nn_model::cpu())?;
-            let table = m.embed_sets(&sets);
+            let table = sts::embed_sets(&sets, &|t| m.embed_many(t));
             let r = sts::evaluate(&sets, &|s| table[s].clone()).with_context(model)?;
             columns.push((format!("{} ({})", file_name(p), m.spec()), r));
             continue;

@@ -15,8 +15,8 @@ use sha2::Digest;
 use paraforge_core::encoder::{Coverage, Encoded, Scratch, SentenceEncoder};
 use paraforge_core::EncoderError;
 use paraforge_core::Tokens;
-use paraforge_trainer::neural::Net;
-use paraforge_trainer::nn_model::{cpu, embed_encoded, NeuralModel};
+use paraforge_encoders::neural::Net;
+use paraforge_encoders::nn_model::{cpu, embed_encoded, NeuralModel};
 
 use crate::transformer::TransformerEncoder;
 
@@ -107,7 +107,7 @@ pub fn defining_files(model: &Path) -> Vec<PathBuf> {
             .map(|f| model.join(f))
             .to_vec()
     } else if NeuralModel::is_one(model) {
-        use paraforge_trainer::nn_model::{CONFIG, WEIGHTS};
+        use paraforge_encoders::nn_model::{CONFIG, WEIGHTS};
         vec![model.join(WEIGHTS), model.join(CONFIG)]
     } else if model.is_dir() {
         vec![model.join("model.pfe")]

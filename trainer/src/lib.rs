@@ -12,8 +12,6 @@ pub mod checkpoint;
 pub mod classifier;
 pub mod data;
 pub mod limits;
-mod linalg;
-pub mod lstm_scan;
 pub mod model;
 pub mod neural;
 pub mod nn_checkpoint;
@@ -112,6 +110,19 @@ pub(crate) fn no_usable_pairs(
         "{usable} usable pair(s) of {} rows read ({} with an empty side, {} null, {unembeddable} without a known {units}); training needs at least two",
         read.rows, read.skipped_empty, read.skipped_null
     ))
+}
+
+/// The encoders crate's errors as the trainer's own, variant for variant.
+impl From<paraforge_encoders::ModelError> for TrainError {
+    fn from(e: paraforge_encoders::ModelError) -> TrainError {
+        use paraforge_encoders::ModelError as M;
+        match e {
+            M::Io { path, source } => TrainError::Io { path, source },
+            M::Model(e) => TrainError::Model(e),
+            M::Invalid(m) => TrainError::Invalid(m),
+            M::BadModel { path, reason } => TrainError::BadModel { path, reason },
+        }
+    }
 }
 
 impl TrainError {

@@ -6,10 +6,9 @@
 //! BLSTM; they train for at most tens of epochs, in mega-batches of at
 //! most 40 x 100 pairs).
 
-/// Word, trigram and hidden dimensions.
-pub const MAX_DIM: usize = 8192;
-/// DAN's layers.
-pub const MAX_LAYERS: usize = 64;
+/// Word, trigram and hidden dimensions, and DAN's layers: the network's
+/// own bounds, checked at load too.
+pub use paraforge_encoders::limits::{MAX_DIM, MAX_LAYERS};
 pub const MAX_EPOCHS: usize = 10_000;
 /// Pairs of one mini-batch, and of one mega-batch (M x the mini-batch),
 /// whose every sentence is compared with every other.

@@ -14,6 +14,7 @@
 //!   select models on, so that test stays unseen);
 //! * `sick2014/SICK_test_annotated.txt`: TSV with a header (SICK-R).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
@@ -269,6 +270,29 @@ pub fn load_dev(path: &Path) -> Result<Vec<StsSet>, TrainError> {
         .cloned()
         .collect();
     Ok(if dev.is_empty() { sets } else { dev })
+}
+
+/// Every sentence of `sets` once, sorted.
+pub fn sentences(sets: &[StsSet]) -> Vec<&str> {
+    let mut texts: Vec<&str> = sets
+        .iter()
+        .flat_map(|s| s.pairs.iter().flat_map(|p| [p.0.as_str(), p.1.as_str()]))
+        .collect();
+    texts.sort_unstable();
+    texts.dedup();
+    texts
+}
+
+/// Every sentence of `sets` and its embedding by `embed_many` (the
+/// sentences in one call, in order: batched, much faster than one at a
+/// time for a neural encoder), which [`evaluate`] then looks up.
+pub fn embed_sets(
+    sets: &[StsSet],
+    embed_many: &dyn Fn(&[&str]) -> Vec<Vec<f32>>,
+) -> HashMap<String, Vec<f32>> {
+    let texts = sentences(sets);
+    let e = embed_many(&texts);
+    texts.into_iter().map(String::from).zip(e).collect()
 }
 
 /// Mean Pearson x 100 over `sets`; NaN when an embedding is not a finite

@@ -363,7 +363,7 @@ pub(crate) fn nearest_of_other_pair(x: &Array2<f32>) -> Vec<u32> {
                 // was page faults.
                 scratch.resize(scratch.len().max(rows * w), 0.0);
                 let sims = &mut scratch[..rows * w];
-                crate::linalg::general_mat_mul(
+                paraforge_encoders::linalg::general_mat_mul(
                     1.0,
                     &x.slice(s![lo..hi, ..]),
                     &x.slice(s![lo.., ..]).t(),

@@ -1,5 +1,5 @@
-//! Matrix products on the `gemm` crate for the trainer's hand-written
-//! kernels.
+//! Matrix products on the `gemm` crate for the hand-written kernels: the
+//! fused LSTM op's, and the trainer's negative search.
 
 use ndarray::{ArrayView2, ArrayViewMut2, LinalgScalar};
 
@@ -8,7 +8,7 @@ use ndarray::{ArrayView2, ArrayViewMut2, LinalgScalar};
 /// op's products (at most a few hundred rows by 4h = 200 columns) ran
 /// faster than on ndarray's matrixmultiply, which packs both operands on
 /// every call (BENCHMARKS.md, "Training speed, 2026-11-25").
-pub(crate) fn general_mat_mul<T: LinalgScalar + PartialEq>(
+pub fn general_mat_mul<T: LinalgScalar + PartialEq>(
     alpha: T,
     a: &ArrayView2<T>,
     b: &ArrayView2<T>,
