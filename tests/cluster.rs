@@ -195,19 +195,19 @@ async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
             std::time::Instant::now() < deadline,
             "no shard committed in 300 s"
         );
-        let s = paraforge_coordinator::service::status(&coord.shared);
+        let s = paraforge_coordinator::shared::status(&coord.shared);
         if s.shards_committed >= 2 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let before = paraforge_coordinator::service::status(&coord.shared).shards_committed;
+    let before = paraforge_coordinator::shared::status(&coord.shared).shards_committed;
     coord.stop().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let coord = start(&cfg, Some(grpc), Some("127.0.0.1:0".parse().unwrap()))
         .await
         .unwrap();
-    let after = paraforge_coordinator::service::status(&coord.shared);
+    let after = paraforge_coordinator::shared::status(&coord.shared);
     assert!(
         after.shards_committed >= before,
         "committed shards survive the restart"
@@ -257,7 +257,7 @@ async fn a_stopped_worker_finishes_its_shard_and_leases_no_more() {
     let stop1 = Arc::new(AtomicBool::new(false));
     let w1 = tokio::spawn(run_worker(opts("w1"), stop1.clone()));
     let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    while paraforge_coordinator::service::status(&coord.shared).shards_leased == 0 {
+    while paraforge_coordinator::shared::status(&coord.shared).shards_leased == 0 {
         assert!(std::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -267,7 +267,7 @@ async fn a_stopped_worker_finishes_its_shard_and_leases_no_more() {
         .unwrap()
         .unwrap()
         .unwrap();
-    let mid = paraforge_coordinator::service::status(&coord.shared);
+    let mid = paraforge_coordinator::shared::status(&coord.shared);
     assert_eq!(
         mid.shards_leased, 0,
         "the stopped worker left nothing leased"
@@ -324,7 +324,7 @@ async fn metrics_show_a_running_workers_figures_and_the_jobs_histograms() {
             "the worker finished before /metrics showed its figures:\n{}",
             page().await.1
         );
-        let s = paraforge_coordinator::service::status(&coord.shared);
+        let s = paraforge_coordinator::shared::status(&coord.shared);
         if let Some(w) = s.workers.first() {
             let (code, body) = page().await;
             assert_eq!(code, 200, "{body}");

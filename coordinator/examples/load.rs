@@ -261,7 +261,7 @@ async fn main() {
         );
     }
     // The store afterwards: reopen the state file as a restarted coordinator would.
-    let s = paraforge_coordinator::service::status(&c.shared);
+    let s = paraforge_coordinator::shared::status(&c.shared);
     let (acc, refd) = (
         accepted.load(Ordering::Relaxed),
         refused.load(Ordering::Relaxed),

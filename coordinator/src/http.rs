@@ -20,7 +20,7 @@ use axum::routing::get;
 use axum::Router;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::service::{status, Shared};
+use crate::shared::{status, Shared};
 
 /// What can go wrong setting up the pages' TLS.
 #[derive(Debug, thiserror::Error)]
@@ -234,7 +234,7 @@ impl axum::serve::Listener for TlsListener {
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
-    match crate::metrics::render(&shared) {
+    match crate::metrics::render(&*shared) {
         Ok(page) => ([(header::CONTENT_TYPE, OPENMETRICS)], page).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "metrics page failed");

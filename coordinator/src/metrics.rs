@@ -4,7 +4,8 @@
 //! Two kinds: events counted as they happen ([`Metrics`]: RPC latency,
 //! shard durations, refused completions, committed pairs), and figures read
 //! at scrape time from the job state and the workers' latest reports, so
-//! that they can never drift from what `/status` says.
+//! that they can never drift from what `/status` says. The page reads the
+//! coordinator through one interface, [`JobView`].
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -22,8 +23,6 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-
-use crate::service::{status, Shared};
 
 /// Every metric's name starts with this and an underscore.
 const PREFIX: &str = "paraforge";
@@ -215,49 +214,28 @@ impl Drop for RpcTimer<'_> {
 
 /// A worker's latest report, as the page shows it.
 #[derive(Debug, Clone)]
-struct WorkerFigures {
-    id: String,
-    device: String,
-    report: pb::WorkerMetrics,
+pub struct WorkerFigures {
+    pub id: String,
+    pub device: String,
+    pub report: pb::WorkerMetrics,
 }
 
 /// What the job state and the workers say at one scrape.
 #[derive(Debug)]
-struct Snapshot {
-    status: pb::JobStatusResponse,
-    leases_expired: u64,
-    workers: Vec<WorkerFigures>,
+pub struct Snapshot {
+    /// The job's status, as `/status` and `JobStatus` answer it.
+    pub status: pb::JobStatusResponse,
+    /// Leases that ran out since the coordinator started.
+    pub leases_expired: u64,
+    /// The newest figures of each live worker that sent any.
+    pub workers: Vec<WorkerFigures>,
 }
 
-impl Snapshot {
-    fn take(shared: &Shared) -> Snapshot {
-        let status = status(shared);
-        let leases_expired = shared
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .leases_expired();
-        // `status` has just forgotten silent workers, so only live ones
-        // (and those told `done`, until they expire) are shown.
-        let workers = shared
-            .workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter_map(|w| {
-                w.figures.as_ref().map(|r| WorkerFigures {
-                    id: w.id.clone(),
-                    device: w.device.clone(),
-                    report: r.clone(),
-                })
-            })
-            .collect();
-        Snapshot {
-            status,
-            leases_expired,
-            workers,
-        }
-    }
+/// What the page reads of the coordinator: its event metrics, and the job
+/// and workers as they are at the scrape.
+pub trait JobView {
+    fn metrics(&self) -> &Metrics;
+    fn snapshot(&self) -> Snapshot;
 }
 
 fn gauge(
@@ -474,17 +452,14 @@ impl Snapshot {
 }
 
 /// The page: the job and the workers as they are now, then the events.
-pub fn render(shared: &Shared) -> Result<String, MetricsError> {
-    let _one = shared
-        .metrics
-        .scrape
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+pub fn render(job: &dyn JobView) -> Result<String, MetricsError> {
+    let metrics = job.metrics();
+    let _one = metrics.scrape.lock().unwrap_or_else(|p| p.into_inner());
     let mut now = Registry::with_prefix(PREFIX);
-    now.register_collector(Box::new(Snapshot::take(shared)));
+    now.register_collector(Box::new(job.snapshot()));
     let mut out = String::new();
     encode_registry(&mut out, &now)?;
-    encode_registry(&mut out, &shared.metrics.registry)?;
+    encode_registry(&mut out, &metrics.registry)?;
     encode_eof(&mut out)?;
     Ok(out)
 }

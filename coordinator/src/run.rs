@@ -16,7 +16,8 @@ use paraforge_rpc::proto::coordinator_server::CoordinatorServer;
 use serde::Serialize;
 
 use crate::plan::{plan_job, PlanError};
-use crate::service::{CoordinatorService, Shared};
+use crate::service::CoordinatorService;
+use crate::shared::Shared;
 use crate::state::{JobState, StateError, Status};
 
 #[derive(Debug, thiserror::Error)]
