@@ -218,8 +218,10 @@ pub fn train(a: TrainClassifierArgs) -> Result<()> {
     Ok(())
 }
 
-/// A saved classifier for `rescore --classifier`.
-pub fn load(dir: &std::path::Path) -> Result<ReferenceClassifier> {
+/// A saved classifier for `rescore --classifier` (the model alone, no
+/// training code).
+pub fn load(dir: &std::path::Path) -> Result<paraforge_encoders::classifier::ReferenceClassifier> {
+    use paraforge_encoders::{classifier::ReferenceClassifier, nn_model};
     ReferenceClassifier::load(dir, &nn_model::cpu())
         .with_context(|| format!("--classifier {}", dir.display()))
 }

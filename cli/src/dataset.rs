@@ -233,7 +233,7 @@ fn local_path(url: &str) -> PathBuf {
 }
 
 pub fn rescore(a: RescoreArgs) -> Result<()> {
-    use paraforge_dataset::rescore::{self, ScorerPath};
+    use paraforge_rescore::{self as rescore, ScorerPath};
     let scorer = match (&a.model, &a.vectors) {
         (Some(m), None) => Some(ScorerPath::Model(m)),
         (None, Some(v)) => Some(ScorerPath::Vectors(v)),
@@ -248,7 +248,7 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
     let class_file = a
         .classifier
         .as_ref()
-        .map(|d| d.join(paraforge_trainer::classifier::WEIGHTS));
+        .map(|d| d.join(paraforge_encoders::classifier::WEIGHTS));
     let (remote_in, remote_out) = (is_remote(&a.data), is_remote(&a.out));
     if remote_in && remote_out {
         let (d, o) = (a.data.trim_end_matches('/'), a.out.trim_end_matches('/'));

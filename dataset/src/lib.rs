@@ -1,13 +1,14 @@
 //! What happens to scored pairs after the pipeline wrote them: score bins
-//! and the training sample (`bins`), bounds on score columns (`filter`), the corpus report (`report`), and
-//! para_score recomputed with other vectors (`rescore`).
+//! and the training sample (`bins`), bounds on score columns (`filter`),
+//! the corpus report (`report`), and how each of them (and
+//! `paraforge_rescore`) writes a new dataset (`output`). No encoder is
+//! needed here: para_score recomputed with another model is the
+//! `paraforge-rescore` crate's.
 
 pub mod bins;
 pub mod filter;
 pub mod output;
 pub mod report;
-pub mod rescore;
 
 pub use bins::{BinError, BinManifest, BinOptions};
 pub use report::{Report, ReportError};
-pub use rescore::{RescoreError, RescoreManifest};

@@ -25,8 +25,8 @@ use paraforge_scorer::ScorerStamp;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::bins::{para_range, PARA_RANGES};
-use crate::output::NewDataset;
+use paraforge_dataset::bins::{para_range, PARA_RANGES};
+use paraforge_dataset::output::{NewDataset, OutputError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RescoreError {
@@ -41,7 +41,7 @@ pub enum RescoreError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Output(#[from] crate::output::OutputError),
+    Output(#[from] OutputError),
     /// A score that is not a number would sort, bin and train as garbage.
     #[error("{path}: row {row}: the new {column} is {value} (not finite): the model gives no usable score (non-finite weights?); nothing was written")]
     NonFinite {
@@ -464,7 +464,7 @@ fn file_sha256(path: &Path) -> Result<String, RescoreError> {
 mod tests {
     use super::*;
     use paraforge_core::schema::{PairRow, RowsBuilder};
-    use paraforge_core::score::PairScores;
+    use paraforge_core::PairScores;
 
     fn row(id: &str, reference: &str, translation: &str, para: Option<f32>) -> PairRow {
         PairRow {
@@ -671,12 +671,8 @@ mod tests {
         let vec_path = dir.path().join("v.txt");
         std::fs::write(&vec_path, "x 1 0\n").unwrap();
         let v = ScorerPath::Vectors(&vec_path);
-        let inside = |e: &RescoreError| {
-            matches!(
-                e,
-                RescoreError::Output(crate::output::OutputError::OverlapsInput { .. })
-            )
-        };
+        let inside =
+            |e: &RescoreError| matches!(e, RescoreError::Output(OutputError::OverlapsInput { .. }));
         for out in [data.join("rescored"), data.clone(), vec_path.clone()] {
             let e = run(&data, Some(v), None, &out, None, true, &|_| {}).unwrap_err();
             assert!(inside(&e) || e.to_string().contains("is a file"), "{e}");
