@@ -198,7 +198,7 @@ fn with_past_session(
     let commit = |m: &ModelProto, done: Rewrites| -> Result<Session, NmtError> {
         let mut b = builder(path, opts)?;
         if done.beam_gather || done.attend {
-            let ops = crate::beam_gather::operators().map_err(|e| onnx_error(path, e))?;
+            let ops = crate::ops::operators().map_err(|e| onnx_error(path, e))?;
             b = b.with_operators(ops).map_err(|e| onnx_error(path, e))?;
         }
         b.commit_from_memory(&m.encode_to_vec())

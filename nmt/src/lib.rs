@@ -19,6 +19,7 @@ mod engine;
 mod error;
 mod fastmath;
 mod onnx_graph;
+mod ops;
 mod runtime;
 mod search;
 mod self_attention;

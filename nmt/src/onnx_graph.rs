@@ -96,6 +96,50 @@ pub(crate) fn scalar_constants<T>(
     out
 }
 
+/// Whether graph input `name` is declared a float32 tensor of rank 4.
+pub(crate) fn float_rank4(g: &GraphProto, name: &str) -> bool {
+    g.input
+        .iter()
+        .find(|i| i.name.as_deref() == Some(name))
+        .and_then(|i| i.r#type.as_ref()?.value.as_ref())
+        .is_some_and(|v| match v {
+            type_proto::Value::TensorType(t) => {
+                t.elem_type == Some(DataType::Float as i32)
+                    && t.shape.as_ref().is_some_and(|s| s.dim.len() == 4)
+            }
+            _ => false,
+        })
+}
+
+/// Scalar (or one-element) int64 constants by name: initializers and
+/// `Constant` nodes.
+pub(crate) fn int64_scalars(g: &GraphProto) -> std::collections::HashMap<&str, i64> {
+    scalar_constants(g, |t: &TensorProto| {
+        if t.data_type != Some(DataType::Int64 as i32) {
+            return None;
+        }
+        match (&t.int64_data[..], t.raw_data.as_deref()) {
+            ([v], _) => Some(*v),
+            ([], Some(raw)) if raw.len() == 8 => Some(i64::from_le_bytes(raw.try_into().ok()?)),
+            _ => None,
+        }
+    })
+}
+
+/// One-element float32 constants by name: initializers and `Constant` nodes.
+pub(crate) fn float_scalars(g: &GraphProto) -> std::collections::HashMap<&str, f32> {
+    scalar_constants(g, |t: &TensorProto| {
+        if t.data_type != Some(DataType::Float as i32) {
+            return None;
+        }
+        match (&t.float_data[..], t.raw_data.as_deref()) {
+            ([v], _) => Some(*v),
+            ([], Some(raw)) if raw.len() == 4 => Some(f32::from_le_bytes(raw.try_into().ok()?)),
+            _ => None,
+        }
+    })
+}
+
 /// Removes the nodes none of whose outputs is read by a node or is a graph
 /// output, until none is left (ONNX operators have no side effects).
 pub(crate) fn prune_dead(g: &mut GraphProto) {
@@ -185,6 +229,15 @@ pub(crate) fn int_attr(name: &str, v: i64) -> AttributeProto {
         name: Some(name.into()),
         i: Some(v),
         r#type: Some(AttributeType::Int as i32),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn float_attr(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        f: Some(v),
+        r#type: Some(AttributeType::Float as i32),
         ..Default::default()
     }
 }
