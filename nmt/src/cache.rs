@@ -1,5 +1,7 @@
 //! The decoder's key/value caches between steps, on the host or on the
-//! device, and their reorder by beam parent on the host.
+//! device, and their reorder by beam parent on the host; the
+//! self-attention history a decoder reads by slot (`SelfHistory`), and the
+//! pool their host buffers return to (`BufferPool`).
 
 use ort::session::SessionInputValue;
 use ort::value::{DynValue, TensorRef};
@@ -131,6 +133,116 @@ impl Cache {
     }
 }
 
+/// The self-attention cache of a decoder that reads it in place: per layer,
+/// key then value, every step's new rows `[slots, heads, dim]`, never moved,
+/// and for each live row the slot of each earlier position.
+pub(crate) struct SelfHistory {
+    pub(crate) kv: Vec<Vec<f32>>,
+    pub(crate) slots: usize,
+    /// `[rows, positions]`: each row of the last call's slots.
+    pub(crate) table: Vec<i64>,
+    /// The next call's table as fed (each row its parent's row of
+    /// `table`), and a spare for the table after it: reused, not
+    /// allocated per step.
+    pub(crate) fed: Vec<i64>,
+    pub(crate) spare: Vec<i64>,
+    pub(crate) positions: usize,
+    /// Values per slot (heads x dim).
+    pub(crate) width: usize,
+}
+
+impl SelfHistory {
+    /// Sets the table to feed: row i takes row `parents[i]` of the last
+    /// call's.
+    pub(crate) fn feed(&mut self, parents: &[i64]) -> Result<(), NmtError> {
+        let t = self.positions;
+        self.fed.clear();
+        for &p in parents {
+            let from = usize::try_from(p).ok().and_then(|p| {
+                self.table
+                    .get(p.checked_mul(t)?..p.checked_add(1)?.checked_mul(t)?)
+            });
+            let Some(from) = from else {
+                return Err(NmtError::inference(
+                    "decoder",
+                    format!("beam parent {p} beyond the last call's rows"),
+                ));
+            };
+            self.fed.extend_from_slice(from);
+        }
+        Ok(())
+    }
+
+    /// Appends a step's new rows (the decoder's present outputs, `[rows,
+    /// heads, 1, dim]` each) to the rows of the table as fed.
+    pub(crate) fn append(&mut self, kv: &[DynValue], rows: usize) -> Result<(), NmtError> {
+        let table = &self.fed;
+        if table.len() != rows * self.positions {
+            return Err(NmtError::inference(
+                "decoder",
+                format!("a slot table of {} for {rows} rows", table.len()),
+            ));
+        }
+        for (buf, v) in self.kv.iter_mut().zip(kv) {
+            let (shape, data) = v
+                .try_extract_tensor::<f32>()
+                .map_err(|e| NmtError::inference("decoder", e))?;
+            if data.len() != rows * self.width {
+                return Err(NmtError::inference(
+                    "decoder",
+                    format!("a step's new cache rows of shape {shape:?} for {rows} rows"),
+                ));
+            }
+            buf.extend_from_slice(data);
+        }
+        let positions = self.positions + 1;
+        let mut next = std::mem::take(&mut self.spare);
+        next.clear();
+        for r in 0..rows {
+            next.extend_from_slice(&table[r * self.positions..(r + 1) * self.positions]);
+            next.push((self.slots + r) as i64);
+        }
+        self.slots += rows;
+        self.spare = std::mem::replace(&mut self.table, next);
+        self.positions = positions;
+        Ok(())
+    }
+}
+
+/// Host cache buffers kept by what they held, so that each batch gets
+/// back buffers of the size its role needs: from one shared pool the
+/// self-attention history (the largest) was handed the cross-attention's
+/// buffers and grew by reallocation, copy and fresh page faults every
+/// batch (perf, 2 streams: 7% of all samples zeroing pages under
+/// `Vec` growth).
+#[derive(Default)]
+pub(crate) struct BufferPool {
+    pub(crate) self_cache: Vec<Vec<f32>>,
+    pub(crate) cross_cache: Vec<Vec<f32>>,
+    pub(crate) history: Vec<Vec<f32>>,
+}
+
+impl BufferPool {
+    /// Up to `n` buffers of `role`, largest first.
+    pub(crate) fn take(role: &mut Vec<Vec<f32>>, n: usize) -> Vec<Vec<f32>> {
+        role.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
+        let mut taken: Vec<Vec<f32>> = role.drain(..n.min(role.len())).collect();
+        for b in &mut taken {
+            b.clear();
+        }
+        taken
+    }
+
+    /// Returns buffers to `role`, keeping at most `keep` (the largest).
+    pub(crate) fn put(role: &mut Vec<Vec<f32>>, bufs: Vec<Vec<f32>>, keep: usize) {
+        role.extend(bufs.into_iter().filter(|b| b.capacity() > 0));
+        if role.len() > keep {
+            role.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
+            role.truncate(keep);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +285,29 @@ mod tests {
         let fresh = own(3);
         let (b, e) = fresh.slices().unwrap();
         assert_eq!((a, d), (b, e));
+    }
+
+    #[test]
+    fn the_pool_hands_back_its_largest_buffers_cleared_and_keeps_a_bounded_number() {
+        let mut role = Vec::new();
+        let bufs = [3usize, 100, 7, 0, 50]
+            .iter()
+            .map(|&n| {
+                let mut v = Vec::with_capacity(n);
+                v.resize(n, 1.0f32);
+                v
+            })
+            .collect();
+        BufferPool::put(&mut role, bufs, 3);
+        // The empty one is not kept, and only the three largest are.
+        assert_eq!(role.len(), 3);
+        let taken = BufferPool::take(&mut role, 2);
+        let caps: Vec<usize> = taken.iter().map(Vec::capacity).collect();
+        assert!(caps[0] >= 100 && caps[1] >= 50 && caps[1] < 100, "{caps:?}");
+        assert!(taken.iter().all(Vec::is_empty), "taken buffers are cleared");
+        assert_eq!(role.len(), 1);
+        // Asking for more than there are gives what there is.
+        assert_eq!(BufferPool::take(&mut role, 5).len(), 1);
+        assert!(role.is_empty());
     }
 }

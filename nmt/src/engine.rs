@@ -1,6 +1,8 @@
 //! A MarianMT export's ONNX graphs as the decoding loop's model
 //! (`OnnxStep`, a `decode::StepDecoder`); the runtime and sessions are
-//! `runtime.rs`, the caches `cache.rs`, the loop `decode.rs`.
+//! `runtime.rs`, the rewrites the decoder graphs take at load
+//! `rewrites.rs`, the caches and their buffers `cache.rs`, the loop
+//! `decode.rs`.
 //!
 //! Per batch: the encoder runs once; the first decoder call runs one row per
 //! sentence (all beams are identical then) and yields the cross-attention
@@ -19,18 +21,17 @@
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
-use crate::cache::Cache;
+use crate::cache::{BufferPool, Cache, SelfHistory};
 use crate::config::ModelConfig;
 use crate::decode::{decode, DecodeScratch, Rows, StepDecoder, StepOutput};
 use crate::error::NmtError;
 use crate::onnx_graph;
-use crate::onnx_graph::onnx::ModelProto;
+use crate::rewrites::{top_k_session, with_past_session, Rewrites};
 use crate::runtime::{builder, onnx_error, session, DecoderLayout, Device, LoadOptions};
 use crate::search::{Finished, Settings};
 use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor};
-use prost::Message;
 
 enum Decoder {
     /// `decoder_model.onnx` for the first step, `decoder_with_past_model.onnx` after.
@@ -79,40 +80,6 @@ struct DeviceIo {
     gather: Session,
 }
 
-/// Host cache buffers kept by what they held, so that each batch gets
-/// back buffers of the size its role needs: from one shared pool the
-/// self-attention history (the largest) was handed the cross-attention's
-/// buffers and grew by reallocation, copy and fresh page faults every
-/// batch (perf, 2 streams: 7% of all samples zeroing pages under
-/// `Vec` growth).
-#[derive(Default)]
-struct BufferPool {
-    self_cache: Vec<Vec<f32>>,
-    cross_cache: Vec<Vec<f32>>,
-    history: Vec<Vec<f32>>,
-}
-
-impl BufferPool {
-    /// Up to `n` buffers of `role`, largest first.
-    fn take(role: &mut Vec<Vec<f32>>, n: usize) -> Vec<Vec<f32>> {
-        role.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
-        let mut taken: Vec<Vec<f32>> = role.drain(..n.min(role.len())).collect();
-        for b in &mut taken {
-            b.clear();
-        }
-        taken
-    }
-
-    /// Returns buffers to `role`, keeping at most `keep` (the largest).
-    fn put(role: &mut Vec<Vec<f32>>, bufs: Vec<Vec<f32>>, keep: usize) {
-        role.extend(bufs.into_iter().filter(|b| b.capacity() > 0));
-        if role.len() > keep {
-            role.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
-            role.truncate(keep);
-        }
-    }
-}
-
 /// Loaded ONNX graphs plus the names and sizes needed to call them.
 pub(crate) struct Graphs {
     device_io: Option<DeviceIo>,
@@ -131,141 +98,6 @@ pub(crate) struct Graphs {
     head_dim: usize,
     vocab: usize,
     pub(crate) files: Vec<PathBuf>,
-}
-
-/// What the decoder graphs were rewritten to do at load.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Rewrites {
-    /// Attend to the encoder once per sentence (`cross_attention.rs`): the
-    /// cross-attention cache has one row per sentence, not one per beam.
-    pub(crate) cross_per_sentence: bool,
-    /// Reorder the self-attention cache inside the call (`beam_gather.rs`).
-    pub(crate) beam_gather: bool,
-    /// Attend over the self-attention cache with one op per layer
-    /// (`self_attention.rs`), fused with the reorder where both apply.
-    pub(crate) attend: bool,
-    pub(crate) gather_attend: bool,
-    /// Never copy the self-attention cache: keep each step's new rows and
-    /// feed each row's slots (`self_attention::with_history`).
-    pub(crate) history: bool,
-    /// Return each row's best candidates instead of its logits
-    /// (`top_k.rs`), the decoder with past and the first-step decoder
-    /// each (one graph where the decoder is merged).
-    pub(crate) top_k: bool,
-    pub(crate) top_k_first: bool,
-}
-
-/// The decoder-with-past session, from its graph rewritten where it has
-/// the export's patterns (each rewrite on its own), else from the file as
-/// it is. Should ONNX Runtime refuse the graph with the custom op, it is
-/// loaded again without that rewrite: slower, not wrong.
-fn with_past_session(
-    path: &Path,
-    cfg: &ModelConfig,
-    opts: &LoadOptions,
-) -> Result<(Session, Rewrites), NmtError> {
-    let layers = cfg.decoder_layers;
-    let want_cross = !opts.cross_attention_per_beam;
-    // Caches kept on the device are reordered there (`DeviceIo`).
-    let want_gather = !opts.reorder_in_engine && opts.device == Device::Cpu && !opts.io_binding;
-    let want_top_k = opts.top_k_in_graph();
-    // A host kernel: on CUDA it would move the caches to the host and back.
-    let want_attend = !opts.unfused_self_attention && opts.device == Device::Cpu;
-    let bytes = (want_cross || want_gather || want_top_k || want_attend)
-        .then(|| std::fs::read(path).ok())
-        .flatten();
-    let rewrite = |gather: bool, attend: bool| -> Option<(ModelProto, Rewrites)> {
-        let mut m = onnx_graph::in_memory(bytes.as_deref()?)?;
-        let done = Rewrites {
-            cross_per_sentence: want_cross && crate::cross_attention::per_sentence(&mut m, layers),
-            beam_gather: gather && crate::beam_gather::in_graph(&mut m, layers),
-            attend: attend && crate::self_attention::in_graph(&mut m, layers),
-            gather_attend: false,
-            history: false,
-            top_k: want_top_k && crate::top_k::in_graph(&mut m, cfg.target_vocab_size()),
-            top_k_first: false,
-        };
-        let gather_attend =
-            done.beam_gather && done.attend && crate::self_attention::with_gather(&mut m, layers);
-        let done = Rewrites {
-            gather_attend,
-            history: gather_attend && crate::self_attention::with_history(&mut m, layers),
-            ..done
-        };
-        (done.cross_per_sentence || done.beam_gather || done.attend || done.top_k)
-            .then_some((m, done))
-    };
-    let commit = |m: &ModelProto, done: Rewrites| -> Result<Session, NmtError> {
-        let mut b = builder(path, opts)?;
-        if done.beam_gather || done.attend {
-            let ops = crate::ops::operators().map_err(|e| onnx_error(path, e))?;
-            b = b.with_operators(ops).map_err(|e| onnx_error(path, e))?;
-        }
-        b.commit_from_memory(&m.encode_to_vec())
-            .map_err(|e| onnx_error(path, e))
-    };
-    let rewritten = rewrite(want_gather, want_attend);
-    if want_top_k && !rewritten.as_ref().is_some_and(|(_, done)| done.top_k) {
-        refused_top_k(path);
-    }
-    let Some((m, done)) = rewritten else {
-        return Ok((session(path, opts)?, Rewrites::default()));
-    };
-    match commit(&m, done) {
-        Ok(s) => {
-            tracing::debug!(path = %path.display(), ?done, "decoder graph rewritten");
-            Ok((s, done))
-        }
-        Err(e) if done.beam_gather || done.attend => {
-            tracing::warn!(path = %path.display(), error = %e,
-                "the graph with paraforge's own operators did not load; loading it without them");
-            match rewrite(false, false) {
-                Some((m, done)) => Ok((commit(&m, done)?, done)),
-                None => Ok((session(path, opts)?, Rewrites::default())),
-            }
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Says so when a graph that was to end in TopK does not (its logits are
-/// then copied back every step): slower, not wrong.
-fn refused_top_k(path: &Path) {
-    tracing::warn!(path = %path.display(),
-        "the decoder graph does not end in a float logits output of this vocabulary that TopK can follow; \
-         each step's logits come back to the host");
-}
-
-/// A decoder session that returns each row's best candidates where asked
-/// and the graph takes the rewrite (`top_k.rs`), else the file as it is;
-/// and whether it does.
-fn top_k_session(
-    path: &Path,
-    cfg: &ModelConfig,
-    opts: &LoadOptions,
-) -> Result<(Session, bool), NmtError> {
-    let want = opts.top_k_in_graph();
-    let rewritten = want
-        .then(|| std::fs::read(path).ok())
-        .flatten()
-        .and_then(|b| onnx_graph::in_memory(&b))
-        .and_then(|mut m| crate::top_k::in_graph(&mut m, cfg.target_vocab_size()).then_some(m));
-    let Some(m) = rewritten else {
-        if want {
-            refused_top_k(path);
-        }
-        return Ok((session(path, opts)?, false));
-    };
-    match builder(path, opts)?.commit_from_memory(&m.encode_to_vec()) {
-        Ok(s) => Ok((s, true)),
-        // The file as it is, by path (weights in side files of a subgraph
-        // load only so): slower on a GPU, not wrong.
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e,
-                "the decoder graph ending in TopK did not load; loading it as it is");
-            Ok((session(path, opts)?, false))
-        }
-    }
 }
 
 impl Graphs {
@@ -529,82 +361,6 @@ fn take(
     outputs
         .remove(name)
         .ok_or_else(|| NmtError::inference(stage, format!("the graph has no output {name:?}")))
-}
-
-/// The self-attention cache of a decoder that reads it in place: per layer,
-/// key then value, every step's new rows `[slots, heads, dim]`, never moved,
-/// and for each live row the slot of each earlier position.
-struct SelfHistory {
-    kv: Vec<Vec<f32>>,
-    slots: usize,
-    /// `[rows, positions]`: each row of the last call's slots.
-    table: Vec<i64>,
-    /// The next call's table as fed (each row its parent's row of
-    /// `table`), and a spare for the table after it: reused, not
-    /// allocated per step.
-    fed: Vec<i64>,
-    spare: Vec<i64>,
-    positions: usize,
-    /// Values per slot (heads x dim).
-    width: usize,
-}
-
-impl SelfHistory {
-    /// Sets the table to feed: row i takes row `parents[i]` of the last
-    /// call's.
-    fn feed(&mut self, parents: &[i64]) -> Result<(), NmtError> {
-        let t = self.positions;
-        self.fed.clear();
-        for &p in parents {
-            let from = usize::try_from(p).ok().and_then(|p| {
-                self.table
-                    .get(p.checked_mul(t)?..p.checked_add(1)?.checked_mul(t)?)
-            });
-            let Some(from) = from else {
-                return Err(NmtError::inference(
-                    "decoder",
-                    format!("beam parent {p} beyond the last call's rows"),
-                ));
-            };
-            self.fed.extend_from_slice(from);
-        }
-        Ok(())
-    }
-
-    /// Appends a step's new rows (the decoder's present outputs, `[rows,
-    /// heads, 1, dim]` each) to the rows of the table as fed.
-    fn append(&mut self, kv: &[DynValue], rows: usize) -> Result<(), NmtError> {
-        let table = &self.fed;
-        if table.len() != rows * self.positions {
-            return Err(NmtError::inference(
-                "decoder",
-                format!("a slot table of {} for {rows} rows", table.len()),
-            ));
-        }
-        for (buf, v) in self.kv.iter_mut().zip(kv) {
-            let (shape, data) = v
-                .try_extract_tensor::<f32>()
-                .map_err(|e| NmtError::inference("decoder", e))?;
-            if data.len() != rows * self.width {
-                return Err(NmtError::inference(
-                    "decoder",
-                    format!("a step's new cache rows of shape {shape:?} for {rows} rows"),
-                ));
-            }
-            buf.extend_from_slice(data);
-        }
-        let positions = self.positions + 1;
-        let mut next = std::mem::take(&mut self.spare);
-        next.clear();
-        for r in 0..rows {
-            next.extend_from_slice(&table[r * self.positions..(r + 1) * self.positions]);
-            next.push((self.slots + r) as i64);
-        }
-        self.slots += rows;
-        self.spare = std::mem::replace(&mut self.table, next);
-        self.positions = positions;
-        Ok(())
-    }
 }
 
 /// One batch being decoded: its sentences, their cache and search state.
@@ -1164,34 +920,5 @@ impl StepDecoder for OnnxStep<'_> {
         }
         g.profile.cache_s += t0.elapsed().as_secs_f64();
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::BufferPool;
-
-    #[test]
-    fn the_pool_hands_back_its_largest_buffers_cleared_and_keeps_a_bounded_number() {
-        let mut role = Vec::new();
-        let bufs = [3usize, 100, 7, 0, 50]
-            .iter()
-            .map(|&n| {
-                let mut v = Vec::with_capacity(n);
-                v.resize(n, 1.0f32);
-                v
-            })
-            .collect();
-        BufferPool::put(&mut role, bufs, 3);
-        // The empty one is not kept, and only the three largest are.
-        assert_eq!(role.len(), 3);
-        let taken = BufferPool::take(&mut role, 2);
-        let caps: Vec<usize> = taken.iter().map(Vec::capacity).collect();
-        assert!(caps[0] >= 100 && caps[1] >= 50 && caps[1] < 100, "{caps:?}");
-        assert!(taken.iter().all(Vec::is_empty), "taken buffers are cleared");
-        assert_eq!(role.len(), 1);
-        // Asking for more than there are gives what there is.
-        assert_eq!(BufferPool::take(&mut role, 5).len(), 1);
-        assert!(role.is_empty());
     }
 }

@@ -20,6 +20,7 @@ mod error;
 mod fastmath;
 mod onnx_graph;
 mod ops;
+mod rewrites;
 mod runtime;
 mod search;
 mod self_attention;
