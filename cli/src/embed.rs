@@ -569,61 +569,21 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
     );
     let sets = sts::load(&a.sts)?;
     let mut columns: Vec<(String, Vec<sts::SetResult>)> = Vec::new();
-    for p in &a.vectors {
-        let (v, _) = paraforge_core::Vectors::load(p)?;
-        let m = paraforge_trainer::model::init(Kind::Word, Some(&v), Vec::new(), 0, 0)?;
-        let name = format!(
-            "{} (averaged)",
-            p.file_name().map_or_else(
-                || p.display().to_string(),
-                |n| n.to_string_lossy().into_owned()
-            )
-        );
-        let r = sts::evaluate(&sets, &|s| m.embed(s))
-            .with_context(|| format!("--vectors {}", p.display()))?;
-        columns.push((name, r));
-    }
-    for p in &a.model {
-        let model = || format!("--model {}", p.display());
-        if paraforge_scorer::transformer::TransformerEncoder::is_one(p) {
-            use paraforge_core::SentenceEncoder;
-            // Through the scorer's own path: the sentence's tokens, as
-            // para_score embeds them.
-            let enc = paraforge_scorer::transformer::TransformerEncoder::load(p)?;
-            let embed = |s: &str| {
-                let mut out = vec![0f32; enc.dim()];
-                let toks = paraforge_core::tokenize(s);
-                enc.embed_tokens(&toks, &mut Default::default(), &mut out);
-                out
-            };
-            let r = sts::evaluate(&sets, &embed).with_context(model)?;
-            columns.push((format!("{} (transformer)", file_name(p)), r));
-            anyhow::ensure!(
-                enc.failures() == 0,
-                "{}: the encoder failed on {} sentences (see the log)",
-                p.display(),
-                enc.failures()
-            );
-            continue;
-        }
-        if NeuralModel::is_one(p) {
-            let m = NeuralModel::load(p, &nn_model::cpu())?;
-            let table = sts::embed_sets(&sets, &|t| m.embed_many(t));
-            let r = sts::evaluate(&sets, &|s| table[s].clone()).with_context(model)?;
-            columns.push((format!("{} ({})", file_name(p), m.spec()), r));
-            continue;
-        }
-        let m = Model::load(p)?;
-        let name = format!(
-            "{} ({})",
-            p.file_name().map_or_else(
-                || p.display().to_string(),
-                |n| n.to_string_lossy().into_owned()
-            ),
-            m.kind.name()
-        );
-        let r = sts::evaluate(&sets, &|s| m.embed(s)).with_context(model)?;
-        columns.push((name, r));
+    // Every encoder as para_score loads and embeds it: the scorer's
+    // `load_encoder` picks the kind, the scorer's tokens go in.
+    let given =
+        (a.vectors.iter().map(|p| ("--vectors", p))).chain(a.model.iter().map(|p| ("--model", p)));
+    for (flag, p) in given {
+        let what = || format!("{flag} {}", p.display());
+        let (model, vectors) = match flag {
+            "--vectors" => (None, Some(p.as_path())),
+            _ => (Some(p.as_path()), None),
+        };
+        let enc = paraforge_scorer::load_encoder(model, vectors)
+            .with_context(what)?
+            .expect("a model or vectors is given");
+        let r = sts::evaluate_encoder(&sets, enc.as_ref()).with_context(what)?;
+        columns.push((format!("{} ({})", file_name(p), enc.short_name()), r));
     }
     for (metric, pick) in [("Pearson's r x 100", 0usize), ("Spearman's rho x 100", 1)] {
         println!("\n{metric}\n");

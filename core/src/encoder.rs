@@ -91,6 +91,33 @@ pub trait SentenceEncoder: Send + Sync {
     fn failures(&self) -> u64 {
         0
     }
+    /// What the encoder is, in a word or two, as `eval-sts` heads its column
+    /// after the file name: the model's kind (`trigram`, `lstm`,
+    /// `word+trigram+lstm`, `transformer`), `averaged` for word vectors.
+    fn short_name(&self) -> String {
+        self.describe()
+    }
+    /// The embeddings of many sentences into `out` (`dim()` values each, in
+    /// order) and each one's coverage, as [`SentenceEncoder::embed_tokens`]
+    /// gives them. Here one at a time on the thread pool; an encoder that
+    /// runs sentences together (a neural network) does it in batches.
+    fn embed_batch(&self, sentences: &[Tokens], out: &mut [f32]) -> Vec<Coverage> {
+        use rayon::prelude::*;
+        let d = self.dim();
+        if d == 0 {
+            let mut scratch = Scratch::default();
+            return sentences
+                .iter()
+                .map(|t| self.embed_tokens(t, &mut scratch, &mut []))
+                .collect();
+        }
+        out.par_chunks_mut(d)
+            .zip(sentences)
+            .map_init(Scratch::default, |scratch, (o, t)| {
+                self.embed_tokens(t, scratch, o)
+            })
+            .collect()
+    }
 }
 
 impl SentenceEncoder for Vectors {
@@ -120,6 +147,9 @@ impl SentenceEncoder for Vectors {
             self.len(),
             self.dim()
         )
+    }
+    fn short_name(&self) -> String {
+        "averaged".into()
     }
 }
 
@@ -666,6 +696,9 @@ impl SentenceEncoder for Model {
             self.trigram_dim
         )
     }
+    fn short_name(&self) -> String {
+        self.kind.name().into()
+    }
 }
 
 /// A stored embedding value: f32, or bfloat16 bits (exactly an f32 with the
@@ -797,6 +830,9 @@ impl SentenceEncoder for Bf16Model {
 
     fn describe(&self) -> String {
         format!("{} (bf16)", self.model.describe())
+    }
+    fn short_name(&self) -> String {
+        self.model.kind.name().into()
     }
 }
 

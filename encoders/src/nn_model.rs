@@ -9,7 +9,8 @@ use std::path::Path;
 
 use burn::module::Param;
 use burn::tensor::{DType, Tensor};
-use paraforge_core::encoder::{Encoded, Kind};
+use paraforge_core::encoder::{Coverage, Encoded, Kind, Scratch, SentenceEncoder};
+use paraforge_core::{EncoderError, Tokens};
 
 use paraforge_core::Model;
 
@@ -428,6 +429,83 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ModelError> {
     };
     w().map_err(|e| ModelError::io(&tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| ModelError::io(path, e))
+}
+
+/// A neural encoder as para_score and `eval-sts` use it: on the CPU, one
+/// sentence at a time or a batch at once.
+pub struct NeuralEncoder {
+    model: NeuralModel,
+    /// The network without autodiff state, made once.
+    net: Net,
+    about: String,
+}
+
+impl NeuralEncoder {
+    pub fn load(dir: &Path) -> Result<NeuralEncoder, EncoderError> {
+        let model = NeuralModel::load(dir, &cpu()).map_err(|e| EncoderError::BadModel {
+            path: dir.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        let net = burn::module::Module::valid(&model.net);
+        let about = format!(
+            "{} neural encoder ({} words x {}, {} dimensions)",
+            model.spec().name(),
+            model.words.words().len(),
+            model.net.shape.word_dim,
+            model.dim()
+        );
+        Ok(NeuralEncoder { model, net, about })
+    }
+}
+
+impl SentenceEncoder for NeuralEncoder {
+    fn dim(&self) -> usize {
+        self.model.dim()
+    }
+
+    /// Unknown words are the model's unknown row, as in training and
+    /// `eval-sts`; a sentence without tokens has no embedding.
+    fn embed_tokens(&self, tokens: &Tokens, scratch: &mut Scratch, out: &mut [f32]) -> Coverage {
+        let e: &mut Encoded = &mut scratch.encoded;
+        let unknown = self.model.words.encode_tokens(tokens, e);
+        let known = (e.words.len() + e.trigrams.len()) as u32;
+        if e.words.is_empty() {
+            out.fill(0.0);
+            return Coverage { known: 0, unknown };
+        }
+        out.copy_from_slice(&embed_encoded(&self.net, &[&*e]));
+        Coverage { known, unknown }
+    }
+
+    fn describe(&self) -> String {
+        self.about.clone()
+    }
+
+    fn short_name(&self) -> String {
+        self.model.spec().name()
+    }
+
+    /// Sentences of similar length in one batch, as [`embed_encoded`] runs
+    /// them.
+    fn embed_batch(&self, sentences: &[Tokens], out: &mut [f32]) -> Vec<Coverage> {
+        let mut enc = vec![Encoded::default(); sentences.len()];
+        let coverage = sentences
+            .iter()
+            .zip(&mut enc)
+            .map(|(t, e)| {
+                let unknown = self.model.words.encode_tokens(t, e);
+                let known = if e.words.is_empty() {
+                    0
+                } else {
+                    (e.words.len() + e.trigrams.len()) as u32
+                };
+                Coverage { known, unknown }
+            })
+            .collect();
+        let refs: Vec<&Encoded> = enc.iter().collect();
+        out.copy_from_slice(&embed_encoded(&self.net, &refs));
+        coverage
+    }
 }
 
 #[cfg(test)]

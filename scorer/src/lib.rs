@@ -1,7 +1,8 @@
 //! Every para_score encoder: any model `paraforge train` writes (`.pfe`
 //! averaging models and word vectors through core's loader, and the neural
 //! encoders, a directory with `config.json` and `model.safetensors`,
-//! through [`NeuralEncoder`]), and a transformer sentence encoder on ONNX
+//! through the encoders crate's [`NeuralEncoder`]), and a transformer
+//! sentence encoder on ONNX
 //! Runtime ([`transformer::TransformerEncoder`]). para_score is then exactly the cosine of the
 //! model's two sentence embeddings, with the model's own tokenisation and
 //! unknown-word rule (docs/DEFINITIONS.md section 3).
@@ -12,63 +13,12 @@ use std::path::{Path, PathBuf};
 
 use sha2::Digest;
 
-use paraforge_core::encoder::{Coverage, Encoded, Scratch, SentenceEncoder};
+use paraforge_core::encoder::SentenceEncoder;
 use paraforge_core::EncoderError;
-use paraforge_core::Tokens;
-use paraforge_encoders::neural::Net;
-use paraforge_encoders::nn_model::{cpu, embed_encoded, NeuralModel};
+pub use paraforge_encoders::nn_model::NeuralEncoder;
+use paraforge_encoders::nn_model::NeuralModel;
 
 use crate::transformer::TransformerEncoder;
-
-/// A neural encoder embedding one sentence at a time on the CPU.
-pub struct NeuralEncoder {
-    model: NeuralModel,
-    /// The network without autodiff state, made once.
-    net: Net,
-    about: String,
-}
-
-impl NeuralEncoder {
-    pub fn load(dir: &Path) -> Result<NeuralEncoder, EncoderError> {
-        let model = NeuralModel::load(dir, &cpu()).map_err(|e| EncoderError::BadModel {
-            path: dir.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        let net = burn::module::Module::valid(&model.net);
-        let about = format!(
-            "{} neural encoder ({} words x {}, {} dimensions)",
-            model.spec().name(),
-            model.words.words().len(),
-            model.net.shape.word_dim,
-            model.dim()
-        );
-        Ok(NeuralEncoder { model, net, about })
-    }
-}
-
-impl SentenceEncoder for NeuralEncoder {
-    fn dim(&self) -> usize {
-        self.model.dim()
-    }
-
-    /// Unknown words are the model's unknown row, as in training and
-    /// `eval-sts`; a sentence without tokens has no embedding.
-    fn embed_tokens(&self, tokens: &Tokens, scratch: &mut Scratch, out: &mut [f32]) -> Coverage {
-        let e: &mut Encoded = &mut scratch.encoded;
-        let unknown = self.model.words.encode_tokens(tokens, e);
-        let known = (e.words.len() + e.trigrams.len()) as u32;
-        if e.words.is_empty() {
-            out.fill(0.0);
-            return Coverage { known: 0, unknown };
-        }
-        out.copy_from_slice(&embed_encoded(&self.net, &[&*e]));
-        Coverage { known, unknown }
-    }
-
-    fn describe(&self) -> String {
-        self.about.clone()
-    }
-}
 
 /// The para_score encoder of `[scoring]` or `rescore`: a neural model's or
 /// a transformer encoder's directory, else what core loads (`.pfe` model

@@ -270,6 +270,10 @@ impl SentenceEncoder for TransformerEncoder {
         self.about.clone()
     }
 
+    fn short_name(&self) -> String {
+        "transformer".into()
+    }
+
     fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)
     }

@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use paraforge_core::SentenceEncoder;
+
 use crate::model::cosine;
 use crate::TrainError;
 
@@ -293,6 +295,47 @@ pub fn embed_sets(
     let texts = sentences(sets);
     let e = embed_many(&texts);
     texts.into_iter().map(String::from).zip(e).collect()
+}
+
+/// Every sentence of `sets` and its embedding by `encoder` (all of them
+/// through [`SentenceEncoder::embed_batch`], as para_score embeds them:
+/// the scorer's tokens), which [`evaluate`] then looks up. A sentence the
+/// encoder failed on (its [`SentenceEncoder::failures`] grew) is an error:
+/// its zeros would pass for an embedding.
+pub fn embed_with(
+    sets: &[StsSet],
+    encoder: &dyn SentenceEncoder,
+) -> Result<HashMap<String, Vec<f32>>, TrainError> {
+    let before = encoder.failures();
+    let texts = sentences(sets);
+    let tokens: Vec<paraforge_core::Tokens> = texts
+        .par_iter()
+        .map(|t| paraforge_core::tokenize(t))
+        .collect();
+    let d = encoder.dim();
+    let mut flat = vec![0f32; texts.len() * d];
+    encoder.embed_batch(&tokens, &mut flat);
+    let failed = encoder.failures().saturating_sub(before);
+    if failed > 0 {
+        return Err(TrainError::Invalid(format!(
+            "the encoder failed on {failed} sentences (see the log)"
+        )));
+    }
+    Ok(texts
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| (t.to_string(), flat[i * d..(i + 1) * d].to_vec()))
+        .collect())
+}
+
+/// Correlations of `encoder`'s cosines with the gold scores on each set
+/// ([`evaluate`] over [`embed_with`]).
+pub fn evaluate_encoder(
+    sets: &[StsSet],
+    encoder: &dyn SentenceEncoder,
+) -> Result<Vec<SetResult>, TrainError> {
+    let table = embed_with(sets, encoder)?;
+    evaluate(sets, &|s| table[s].clone())
 }
 
 /// Mean Pearson x 100 over `sets`; NaN when an embedding is not a finite
