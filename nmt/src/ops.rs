@@ -1,22 +1,13 @@
-//! The crate's own ONNX Runtime operators, in one domain (`ai.paraforge`),
-//! registered here and nowhere else: `GatherConcat` (`beam_gather.rs`) and
-//! `Attend`, `GatherAttend` and `HistoryAttend` (`self_attention.rs`), which
-//! the rewritten decoder graphs call. Each operator's parts live beside its
-//! rewrite: `op.rs` (the ONNX Runtime glue) and `kernel_cpu.rs` (the math).
+//! What the crate's own ONNX Runtime operators share: their domain
+//! (`ai.paraforge`) and how their kernels write an output's rows side by
+//! side on ONNX Runtime's threads. The operators are `GatherConcat`
+//! (`beam_gather/`) and `Attend`, `GatherAttend` and `HistoryAttend`
+//! (`self_attention/`), each beside its rewrite as `op.rs` (the ONNX Runtime
+//! glue) and `kernel_cpu.rs` (the math); `rewrites.rs` registers them, in
+//! one place, for the sessions of the graphs it rewrites.
 
-use ort::operator::OperatorDomain;
-
-/// The domain of every operator below.
+/// The domain of every operator of the crate.
 pub(crate) const DOMAIN: &str = "ai.paraforge";
-
-/// The custom-operator domain the rewritten graphs need.
-pub(crate) fn operators() -> ort::Result<OperatorDomain> {
-    OperatorDomain::new(DOMAIN)?
-        .add(crate::beam_gather::GatherConcat)?
-        .add(crate::self_attention::Attend)?
-        .add(crate::self_attention::GatherAttend)?
-        .add(crate::self_attention::HistoryAttend)
-}
 
 /// The rows are cut into this many chunks for ONNX Runtime's pool (its
 /// `num_batch`: at most this many run at once, whatever the thread count);

@@ -1,11 +1,13 @@
 //! Which rewrites the decoder graphs take at load, and their sessions: each
 //! rewrite (`cross_attention.rs`, `beam_gather.rs`, `self_attention.rs`,
-//! `top_k.rs`) applies where the graph has the export's pattern, and a
-//! graph with the crate's own operators (`ops.rs`) that ONNX Runtime
-//! refuses is loaded again without them: slower, not wrong.
+//! `top_k.rs`) applies where the graph has the export's pattern; the
+//! crate's own operators are registered here ([`operators`]), and a graph
+//! calling them that ONNX Runtime refuses is loaded again without them:
+//! slower, not wrong.
 
 use std::path::Path;
 
+use ort::operator::OperatorDomain;
 use ort::session::Session;
 use prost::Message;
 
@@ -80,7 +82,7 @@ pub(crate) fn with_past_session(
     let commit = |m: &ModelProto, done: Rewrites| -> Result<Session, NmtError> {
         let mut b = builder(path, opts)?;
         if done.beam_gather || done.attend {
-            let ops = crate::ops::operators().map_err(|e| onnx_error(path, e))?;
+            let ops = operators().map_err(|e| onnx_error(path, e))?;
             b = b.with_operators(ops).map_err(|e| onnx_error(path, e))?;
         }
         b.commit_from_memory(&m.encode_to_vec())
@@ -148,4 +150,15 @@ pub(crate) fn top_k_session(
             Ok((session(path, opts)?, false))
         }
     }
+}
+
+/// The crate's custom operators (`ops.rs`), registered here and nowhere
+/// else, for a session of a graph [`with_past_session`] rewrote to call
+/// them.
+pub(crate) fn operators() -> ort::Result<OperatorDomain> {
+    OperatorDomain::new(crate::ops::DOMAIN)?
+        .add(crate::beam_gather::GatherConcat)?
+        .add(crate::self_attention::Attend)?
+        .add(crate::self_attention::GatherAttend)?
+        .add(crate::self_attention::HistoryAttend)
 }
