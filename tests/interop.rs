@@ -399,7 +399,11 @@ async fn the_pipeline_writes_to_s3_through_object_store() {
         .output()
         .unwrap();
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("not empty"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("holds a finished dataset") && err.contains("--overwrite"),
+        "{err}"
+    );
 }
 
 /// Whether the test Python can import `module`.
