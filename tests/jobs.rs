@@ -367,6 +367,43 @@ async fn a_committed_file_changed_in_place_is_found_and_written_again() {
     assert_eq!(sorted(got), sorted(ids));
 }
 
+/// A worker killed while a local store was writing a file leaves the
+/// store's staging file (`NAME#N`), which the store's listing hides: the
+/// job's end deletes those of its own attempts, leaving nothing outside
+/// the manifest, and leaves a name that is not its own alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_writes_staging_file_is_removed_at_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _) = job(dir.path(), "staging", 20, 10, "");
+    let out = dir.path().join("out");
+    let storage = Storage::open(&cfg.job.output).unwrap();
+    let c = coordinator(&cfg).await.unwrap();
+    work(&c).await;
+    let leftovers = [
+        "shard=000000/part-t00000001.parquet#3",
+        "_rejects/shard=000001/rejects-t00000002.jsonl#1",
+        "_tmp/shard=000001/lease=00000002/part.parquet#17",
+    ];
+    for f in leftovers {
+        let p = out.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, b"half a file").unwrap();
+    }
+    let foreign = out.join("shard=000000/notes.txt#1");
+    std::fs::write(&foreign, b"someone else's").unwrap();
+    finalize(&c.shared, &storage).await.unwrap();
+    c.stop().await;
+    for f in leftovers {
+        assert!(!out.join(f).exists(), "{f} is left");
+    }
+    assert!(
+        foreign.exists(),
+        "a name the job did not write is left alone"
+    );
+    std::fs::remove_file(&foreign).unwrap();
+    paraforge_core::dataset::open(&out).expect("the output reads as finished");
+}
+
 /// One corpus, one model: a worker given another model (one config byte
 /// changed) stops naming both digests and commits nothing; a job whose
 /// model files change between runs refuses to resume.

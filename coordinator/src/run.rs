@@ -624,6 +624,18 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
             tracing::warn!(%path, "a file this job did not write sits in its output; left alone");
         }
     }
+    // A worker killed mid-write leaves a local store's staging file,
+    // which the listing above does not show.
+    for (path, name) in storage.local_write_leftovers("") {
+        let ours = OutputLayout::parse_attempt_path(&name).is_some_and(|(_, token)| {
+            let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.issued(token)
+        });
+        if ours {
+            storage.remove_local_leftover(&path)?;
+            removed.push(path);
+        }
+    }
     removed.sort();
     storage.remove_empty_dirs("_tmp").await;
     storage.remove_empty_dirs("_rejects").await;

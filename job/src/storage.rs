@@ -329,6 +329,58 @@ impl Storage {
         }
     }
 
+    /// Files that a local store's interrupted writes left under `rel`:
+    /// object_store's `LocalFileSystem` writes `NAME#N` and renames it to
+    /// `NAME` when the write completes, and its listing hides such names,
+    /// so a writer killed mid-put leaves one that [`Storage::list`] never
+    /// shows. Each as (its path relative to the root, the `NAME` it was
+    /// for). Empty for an object store, where a put is all or nothing.
+    pub fn local_write_leftovers(&self, rel: &str) -> Vec<(String, String)> {
+        fn walk(root: &std::path::Path, d: &std::path::Path, out: &mut Vec<(String, String)>) {
+            let Ok(rd) = std::fs::read_dir(d) else {
+                return;
+            };
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(root, &p, out);
+                    continue;
+                }
+                let Ok(rel) = p.strip_prefix(root) else {
+                    continue;
+                };
+                let rel = rel.to_string_lossy().replace('\\', "/");
+                if let Some((name, n)) = rel.rsplit_once('#') {
+                    if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) {
+                        out.push((rel.clone(), name.to_string()));
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        if let Some(root) = local_path(&self.url) {
+            walk(root, &root.join(rel), &mut out);
+        }
+        out.sort();
+        out
+    }
+
+    /// Deletes a file [`Storage::local_write_leftovers`] found (which the
+    /// store's own delete cannot name).
+    pub fn remove_local_leftover(&self, rel: &str) -> Result<(), StorageError> {
+        let Some(root) = local_path(&self.url) else {
+            return Ok(());
+        };
+        match std::fs::remove_file(root.join(rel)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StorageError::Local {
+                path: root.join(rel),
+                source: e,
+            }),
+        }
+    }
+
     /// Downloads `files` (path relative to the root, SHA-256 when known)
     /// into `local`, checking each checksum; `done` is called per file.
     pub async fn download_checked(
