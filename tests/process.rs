@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use paraforge_rpc::proto::coordinator_client::CoordinatorClient;
 use paraforge_rpc::proto::{JobStatusRequest, JobStatusResponse};
-use paraforge_tests::procs::{coordinator, worker, Proc};
+use paraforge_tests::procs::{coordinator, free_port, worker, Proc};
 use paraforge_tests::{
     job_toml, output_rows, paraforge_ok, repo_root, sample_lines, scoring_section,
 };
@@ -64,12 +64,27 @@ async fn wait_until(
     }
 }
 
-/// SIGTERM makes a worker finish the shard it holds, lease no more and exit
-/// cleanly; a second worker finishes the job and the output is complete.
+/// SIGTERM stops a worker holding a shard within 10 s: it gives the lease
+/// back (the shard is pending again at once, not after the lease expires,
+/// and the attempt does not count) and exits non-zero, since the job is not
+/// finished; the coordinator does not wait for it at the end; a second
+/// worker finishes the job and the output is complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_finishes_the_held_shard_and_leaves_nothing_leased() {
+async fn sigterm_returns_the_held_shard_and_exits_non_zero_within_10_s() {
     let dir = tempfile::tempdir().unwrap();
     let (cfg, ids) = write_job(dir.path(), 800, 100);
+    // A long lease: a shard pending right after the worker exits was given
+    // back, not expired; and one attempt per shard: a give-back is not a
+    // failed attempt (a preempted worker must not fail shards).
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace(
+            "lease_seconds = 10",
+            "lease_seconds = 600\nmax_attempts = 1",
+        ),
+    )
+    .unwrap();
     let (mut coord, url) = coordinator(&cfg);
     let mut a = worker(&url, "a");
     wait_until(&url, "a lease", &mut a, |s| s.shards_leased > 0).await;
@@ -81,23 +96,29 @@ async fn sigterm_finishes_the_held_shard_and_leaves_nothing_leased() {
             .any(|l| l.trim_start().starts_with("a (") && l.contains(" on cpu: 1 lease")),
         "{listed}"
     );
+    let t = Instant::now();
     a.signal("TERM");
-    let (st, out) = a.wait(Duration::from_secs(120));
-    assert!(st.success(), "worker a: {st} {out}");
-    assert!(out.contains("worker done"), "{out}");
+    let (st, out) = a.wait(Duration::from_secs(10));
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "worker a took {:?} to stop",
+        t.elapsed()
+    );
+    assert!(!st.success(), "a stopped job is not a success: {st} {out}");
     let s = status(&url).await;
     assert_eq!(s.shards_leased, 0, "a stopped worker holds no lease: {s:?}");
-    assert!(s.shards_committed >= 1, "a finished its shard: {s:?}");
     assert!(
         s.shards_committed < s.shards_total,
         "a stopped early: {s:?}"
     );
+    assert!(s.failed.is_empty(), "a returned shard is not failed: {s:?}");
 
     let mut b = worker(&url, "b");
     let (st, out) = coord.wait(Duration::from_secs(300));
     assert!(st.success(), "coordinator: {st} {out}");
     assert!(out.contains("8 of 8 shards committed"), "{out}");
-    let _ = b.wait(Duration::from_secs(60));
+    let (st, out) = b.wait(Duration::from_secs(60));
+    assert!(st.success(), "worker b saw the job done: {st} {out}");
     let out_dir = dir.path().join("out");
     assert!(out_dir.join("_SUCCESS").is_file());
     let mut got: Vec<String> = output_rows(&out_dir).into_iter().map(|r| r.0).collect();
@@ -105,6 +126,74 @@ async fn sigterm_finishes_the_held_shard_and_leaves_nothing_leased() {
     let mut want = ids;
     want.sort();
     assert_eq!(got, want, "every pair exactly once");
+}
+
+/// `paraforge worker` with its standard error captured, for the message a
+/// stopped worker ends with.
+fn worker_logged(url: &str, name: &str) -> Proc {
+    let child = std::process::Command::new(paraforge_tests::paraforge_bin())
+        .args(["worker", "--coordinator", url, "--name", name])
+        .args(["--connect-attempts", "1000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting paraforge worker");
+    Proc {
+        child,
+        name: name.to_string(),
+    }
+}
+
+/// Waits up to 10 s for a SIGTERMed process; its status and standard error.
+fn stops_within_10_s(p: &mut Proc) -> (std::process::ExitStatus, String) {
+    let t = Instant::now();
+    p.signal("TERM");
+    let (st, _) = p.wait(Duration::from_secs(10));
+    let took = t.elapsed();
+    let mut err = String::new();
+    if let Some(mut e) = p.child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    assert!(
+        took < Duration::from_secs(10),
+        "{} took {took:?} to stop:\n{err}",
+        p.name
+    );
+    (st, err)
+}
+
+/// A worker retrying a coordinator where nothing listens (one that never
+/// came up, or went away) stops retrying on SIGTERM: it exits non-zero
+/// within 10 s, saying it was stopped.
+#[test]
+fn sigterm_stops_a_worker_retrying_an_unreachable_coordinator() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let mut w = worker_logged(&url, "lost");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(w.exited().is_none(), "the worker is still retrying");
+    let (st, err) = stops_within_10_s(&mut w);
+    assert!(!st.success(), "{st}: {err}");
+    assert!(err.contains("stopped"), "{err}");
+}
+
+/// A worker whose coordinator was killed while it held a shard (its
+/// heartbeats and its completion now retry a closed port) stops within
+/// 10 s of SIGTERM and exits non-zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_worker_whose_coordinator_was_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, _) = write_job(dir.path(), 800, 100);
+    let (mut coord, url) = coordinator(&cfg);
+    let mut w = worker_logged(&url, "orphan");
+    wait_until(&url, "a lease", &mut w, |s| s.shards_leased > 0).await;
+    coord.signal("KILL");
+    let _ = coord.wait(Duration::from_secs(10));
+    // Long enough for a heartbeat, a completion or a lease to find the
+    // coordinator gone and start retrying.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(w.exited().is_none(), "the worker is still retrying");
+    let (st, err) = stops_within_10_s(&mut w);
+    assert!(!st.success(), "{st}: {err}");
 }
 
 /// A dirty corpus through `paraforge run`: every bad line lands in the

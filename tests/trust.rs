@@ -282,6 +282,7 @@ async fn a_forged_completion_under_another_workers_id_is_refused() {
                 lease_token: l.lease_token,
                 reason: "sabotage".into(),
                 retryable: false,
+                given_back: false,
             })
             .await
             .unwrap_err();
@@ -311,6 +312,7 @@ async fn a_forged_completion_under_another_workers_id_is_refused() {
             lease_token: 1,
             reason: "no such shard".into(),
             retryable: true,
+            given_back: false,
         })
         .await
         .unwrap_err();
@@ -584,6 +586,7 @@ async fn huge_names_are_refused_and_the_status_stays_small() {
             lease_token: l.lease_token,
             reason: "é".repeat(50_000),
             retryable: false,
+            given_back: false,
         })
         .await
         .unwrap();

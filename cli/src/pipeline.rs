@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -11,7 +12,7 @@ use paraforge_job::config::JobConfig;
 use paraforge_nmt::{check_device, Device};
 use paraforge_rpc::access::ClientAccess;
 use paraforge_rpc::proto::JobStatusRequest;
-use paraforge_worker::node::{run as run_worker, WorkerOptions};
+use paraforge_worker::node::{run as run_worker, Stop as WorkerStop, WorkerError, WorkerOptions};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -99,12 +100,30 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
+/// Runs `f` on a fresh runtime and returns without waiting for blocking
+/// work left behind: a stopped worker's model batch ends at its next chunk,
+/// which may be later than a grace period allows.
+fn block_on<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    let rt = runtime()?;
+    let r = rt.block_on(f);
+    rt.shutdown_background();
+    r
+}
+
 fn load(path: &std::path::Path) -> Result<JobConfig> {
     JobConfig::load(path).map_err(anyhow::Error::from)
 }
 
-/// Sets `stop` on Ctrl-C or SIGTERM.
-fn stop_on_signal(stop: Arc<AtomicBool>) {
+/// A process asked to stop has exited this long after the signal, whatever
+/// it was doing: Kubernetes' default grace period is 30 s and Slurm's
+/// KillWait 30 s, and the promise is 10 s.
+const EXIT_WITHIN: Duration = Duration::from_secs(8);
+
+/// On Ctrl-C or SIGTERM: calls `on_stop` (stop waiting, give leases back),
+/// and exits non-zero [`EXIT_WITHIN`] later if the process has not ended by
+/// then (a finishing step such as the bins can take minutes; a killed one
+/// is redone by the next run, which resumes from the state).
+fn stop_on_signal(on_stop: impl FnOnce() + Send + 'static) {
     tokio::spawn(async move {
         #[cfg(unix)]
         {
@@ -120,8 +139,16 @@ fn stop_on_signal(stop: Arc<AtomicBool>) {
         }
         #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
-        tracing::warn!("stop requested: finishing current shards, leasing no more");
-        stop.store(true, Ordering::Relaxed);
+        tracing::warn!("stop requested: giving leased shards back and stopping");
+        on_stop();
+        std::thread::spawn(|| {
+            std::thread::sleep(EXIT_WITHIN);
+            eprintln!(
+                "paraforge: still running {} s after the stop signal: exiting now; the job's state is kept, run the same command again to resume",
+                EXIT_WITHIN.as_secs()
+            );
+            std::process::exit(1);
+        });
     });
 }
 
@@ -202,7 +229,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     } else {
         gpus.len()
     };
-    runtime()?.block_on(async move {
+    block_on(async move {
         let job = Job::start(&cfg, None, None)
             .await
             .context("starting the coordinator")?;
@@ -223,7 +250,14 @@ pub fn run(a: RunArgs) -> Result<()> {
         };
         let url = format!("{scheme}://{}", job.grpc_addr());
         let stop = Arc::new(AtomicBool::new(false));
-        stop_on_signal(stop.clone());
+        let workers_stop = WorkerStop::new();
+        stop_on_signal({
+            let (stop, workers_stop) = (stop.clone(), workers_stop.clone());
+            move || {
+                stop.store(true, Ordering::Relaxed);
+                workers_stop.now();
+            }
+        });
         let workers: Vec<_> = (0..n)
             .map(|i| {
                 let device = gpus.get(i).copied();
@@ -238,7 +272,7 @@ pub fn run(a: RunArgs) -> Result<()> {
                     device,
                     model_dir: None,
                 };
-                tokio::spawn(run_worker(o, stop.clone()))
+                tokio::spawn(run_worker(o, workers_stop.clone()))
             })
             .collect();
         let bar = ProgressBar::new(0);
@@ -262,7 +296,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         let mut first_error = None;
         for r in results {
             let e = match r {
-                Ok(Ok(_)) => continue,
+                Ok(Ok(_)) | Ok(Err(WorkerError::Stopped)) => continue,
                 Ok(Err(e)) => e.to_string(),
                 Err(e) => format!("worker task failed: {e}"),
             };
@@ -298,7 +332,7 @@ async fn futures_join<T>(
 
 pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
     let cfg = load(&a.config)?;
-    runtime()?.block_on(async move {
+    block_on(async move {
         let job = Job::start(&cfg, None, None)
             .await
             .context("starting the coordinator")?;
@@ -316,7 +350,10 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
             job.http_addr()
         );
         let stop = Arc::new(AtomicBool::new(false));
-        stop_on_signal(stop.clone());
+        stop_on_signal({
+            let stop = stop.clone();
+            move || stop.store(true, Ordering::Relaxed)
+        });
         if !job.wait(&stop, |_| {}).await {
             return Err(job.stopped().await.into());
         }
@@ -342,9 +379,12 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         .name
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "worker".into());
-    runtime()?.block_on(async move {
-        let stop = Arc::new(AtomicBool::new(false));
-        stop_on_signal(stop.clone());
+    block_on(async move {
+        let stop = WorkerStop::new();
+        stop_on_signal({
+            let stop = stop.clone();
+            move || stop.now()
+        });
         let o = WorkerOptions {
             coordinator: a.coordinator.clone(),
             name,

@@ -200,6 +200,17 @@ impl Coordinator for CoordinatorService {
             return Err(ServiceError::Invalid("a failure needs a reason".into()).into());
         }
         let reason = truncate(&r.reason, MAX_REASON_BYTES);
+        if r.given_back {
+            // A worker giving its shard back is stopping: nothing to tell it.
+            self.shared.workers.mark_told_done(&r.worker_id);
+            let taken = self
+                .shared
+                .state()
+                .give_back(r.shard_id, &r.worker_id, r.lease_token)
+                .map_err(ServiceError::from)?;
+            tracing::warn!(worker = %r.worker_id, shard = r.shard_id, token = r.lease_token, taken, "a stopping worker gave its shard back");
+            return Ok(Response::new(pb::FailShardResponse { will_retry: taken }));
+        }
         let outcome = self
             .shared
             .state()

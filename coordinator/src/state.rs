@@ -763,6 +763,36 @@ impl JobState {
         })
     }
 
+    /// Takes back a shard its worker returns unfinished because it is
+    /// stopping: pending again, and the attempt does not count towards
+    /// `max_attempts` (a worker preempted again and again must not fail a
+    /// shard). False if `token` no longer holds the shard.
+    pub fn give_back(
+        &mut self,
+        shard_id: u64,
+        worker: &str,
+        token: u64,
+    ) -> Result<bool, StateError> {
+        let s = self
+            .shards
+            .get_mut(&shard_id)
+            .ok_or(StateError::UnknownShard(shard_id))?;
+        match &s.status {
+            Status::Leased {
+                token: t,
+                worker: w,
+                ..
+            } if *t == token && w == worker => {}
+            _ => return Ok(false),
+        }
+        s.attempts = s.attempts.saturating_sub(1);
+        s.status = Status::Pending;
+        self.pending.insert(shard_id);
+        self.leased.remove(&shard_id);
+        self.persist(&[shard_id], false)?;
+        Ok(true)
+    }
+
     pub fn counts(&self) -> Counts {
         let mut c = Counts {
             total: self.shards.len() as u64,

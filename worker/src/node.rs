@@ -1,8 +1,12 @@
 //! A worker process: register with the coordinator, then lease shards,
 //! heartbeat while processing them, store the output, and complete (or fail)
-//! each shard. A lost coordinator is retried with backoff; a stop request
-//! lets the current shard finish and leases no more.
+//! each shard. A lost coordinator is retried with backoff. A [`Stop`] either
+//! drains (the current shard finishes, no more are leased) or stops now:
+//! every retry and wait ends at once, and the shard in hand is given back
+//! to the coordinator as a retryable failure when it answers within
+//! [`GIVE_BACK_WITHIN`] (else its lease expires).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +23,9 @@ use crate::shard::{process, Progress, Scorers, ShardInput, ShardOutput, Stages};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
+    /// [`Stop::now`] was called before the coordinator said the job is done.
+    #[error("stopped before the coordinator said the job is done")]
+    Stopped,
     #[error("coordinator {url} unreachable after {attempts} attempts: {message}")]
     Unreachable {
         url: String,
@@ -72,59 +79,140 @@ pub struct WorkerSummary {
     pub pairs: u64,
 }
 
-async fn connect(o: &WorkerOptions) -> Result<Client, WorkerError> {
-    let mut delay = Duration::from_millis(200);
-    let mut last = String::new();
-    for _ in 0..o.connect_attempts.max(1) {
-        match o.access.connect(&o.coordinator).await {
-            Ok(c) => return Ok(c),
-            // A bad URL, certificate or token file will not get better.
-            Err(e @ (AccessError::Url { .. } | AccessError::File { .. })) => return Err(e.into()),
-            Err(e) => {
-                last = e.to_string();
-                tracing::warn!(coordinator = %o.coordinator, error = %e, "coordinator unreachable; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(10));
-            }
-        }
-    }
-    Err(WorkerError::Unreachable {
-        url: o.coordinator.clone(),
-        attempts: o.connect_attempts,
-        message: last,
-    })
+/// How long a worker stopped now waits for the coordinator to take back
+/// the shard it held: well within the 10 s a process has after SIGTERM.
+pub const GIVE_BACK_WITHIN: Duration = Duration::from_secs(3);
+
+/// How a running worker is asked to stop. [`Stop::drain`] (also what the
+/// `Arc<AtomicBool>` that [`run`] accepts means when set) lets the shard in
+/// hand finish and leases no more; [`Stop::now`] (SIGTERM) ends every
+/// retry, backoff and wait at once, abandons the shard in hand and gives its
+/// lease back, so that the process can exit within a grace period even
+/// while the coordinator is unreachable.
+#[derive(Debug, Clone, Default)]
+pub struct Stop {
+    drain: Arc<AtomicBool>,
+    // A watch rather than a flag: the waits select on it to end at once.
+    now: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
-/// Calls the coordinator, reconnecting with backoff on transport errors.
-macro_rules! call {
-    ($client:expr, $opts:expr, $method:ident, $req:expr) => {{
-        let mut tries = 0u32;
-        let req = $req;
-        loop {
-            match $client.$method(req.clone()).await {
-                Ok(r) => break Ok(r.into_inner()),
-                // Transport failures, and CANCELLED: what a coordinator
-                // stopping mid-call answers (it never sends it itself).
-                Err(s) if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled) && tries < $opts.connect_attempts => {
-                    tries += 1;
-                    tracing::warn!(error = %s, "coordinator call failed; reconnecting");
-                    tokio::time::sleep(Duration::from_millis(200 * (1 << tries.min(5)))).await;
-                    if let Ok(c) = connect($opts).await {
-                        $client = c;
-                    }
+impl Stop {
+    pub fn new() -> Stop {
+        Stop::default()
+    }
+
+    /// Finish the shard in hand, then lease no more.
+    pub fn drain(&self) {
+        self.drain.store(true, Ordering::Relaxed);
+    }
+
+    /// Stop now: give the shard in hand back and stop retrying.
+    pub fn now(&self) {
+        self.drain();
+        self.now.send_replace(true);
+    }
+
+    fn draining(&self) -> bool {
+        self.drain.load(Ordering::Relaxed)
+    }
+
+    fn is_now(&self) -> bool {
+        *self.now.borrow()
+    }
+
+    /// Resolves once [`Stop::now`] has been called.
+    async fn stopped(&self) {
+        let mut rx = self.now.subscribe();
+        // The sender lives as long as `self`: this only ends by a stop.
+        let _ = rx.wait_for(|now| *now).await;
+    }
+
+    /// `f`, unless a stop-now comes first.
+    async fn unless<T>(
+        &self,
+        f: impl Future<Output = Result<T, WorkerError>>,
+    ) -> Result<T, WorkerError> {
+        tokio::select! {
+            biased;
+            _ = self.stopped() => Err(WorkerError::Stopped),
+            r = f => r,
+        }
+    }
+}
+
+impl From<Arc<AtomicBool>> for Stop {
+    /// The flag drains: set, it lets the shard in hand finish.
+    fn from(drain: Arc<AtomicBool>) -> Stop {
+        Stop {
+            drain,
+            now: Arc::default(),
+        }
+    }
+}
+
+async fn connect(o: &WorkerOptions, stop: &Stop) -> Result<Client, WorkerError> {
+    stop.unless(async {
+        let mut delay = Duration::from_millis(200);
+        let mut last = String::new();
+        for _ in 0..o.connect_attempts.max(1) {
+            match o.access.connect(&o.coordinator).await {
+                Ok(c) => return Ok(c),
+                // A bad URL, certificate or token file will not get better.
+                Err(e @ (AccessError::Url { .. } | AccessError::File { .. })) => {
+                    return Err(e.into())
                 }
-                Err(s) if s.code() == tonic::Code::Unauthenticated => {
-                    break Err(WorkerError::Refused(format!("{} (check the access token)", s.message())))
+                Err(e) => {
+                    last = e.to_string();
+                    tracing::warn!(coordinator = %o.coordinator, error = %e, "coordinator unreachable; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(10));
                 }
-                // The service answers NOT_FOUND for an unknown worker only
-                // (an unknown shard is INVALID_ARGUMENT), so the code alone
-                // says "register again".
-                Err(s) if s.code() == tonic::Code::NotFound => {
-                    break Err(WorkerError::UnknownWorker(s.message().to_string()))
-                }
-                Err(s) => break Err(WorkerError::Refused(s.message().to_string())),
             }
         }
+        Err(WorkerError::Unreachable {
+            url: o.coordinator.clone(),
+            attempts: o.connect_attempts,
+            message: last,
+        })
+    })
+    .await
+}
+
+/// Calls the coordinator, reconnecting with backoff on transport errors;
+/// `Err(Stopped)` as soon as `$stop` says stop now, wherever the call is.
+macro_rules! call {
+    ($client:expr, $opts:expr, $stop:expr, $method:ident, $req:expr) => {{
+        let stop: &Stop = $stop;
+        stop.unless(async {
+            let mut tries = 0u32;
+            let req = $req;
+            loop {
+                match $client.$method(req.clone()).await {
+                    Ok(r) => break Ok(r.into_inner()),
+                    // Transport failures, and CANCELLED: what a coordinator
+                    // stopping mid-call answers (it never sends it itself).
+                    Err(s) if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled) && tries < $opts.connect_attempts => {
+                        tries += 1;
+                        tracing::warn!(error = %s, "coordinator call failed; reconnecting");
+                        tokio::time::sleep(Duration::from_millis(200 * (1 << tries.min(5)))).await;
+                        if let Ok(c) = connect($opts, stop).await {
+                            $client = c;
+                        }
+                    }
+                    Err(s) if s.code() == tonic::Code::Unauthenticated => {
+                        break Err(WorkerError::Refused(format!("{} (check the access token)", s.message())))
+                    }
+                    // The service answers NOT_FOUND for an unknown worker only
+                    // (an unknown shard is INVALID_ARGUMENT), so the code alone
+                    // says "register again".
+                    Err(s) if s.code() == tonic::Code::NotFound => {
+                        break Err(WorkerError::UnknownWorker(s.message().to_string()))
+                    }
+                    Err(s) => break Err(WorkerError::Refused(s.message().to_string())),
+                }
+            }
+        })
+        .await
     }};
 }
 
@@ -138,13 +226,17 @@ struct Session {
     /// The digest of the model this worker loaded (sent with every lease
     /// request; empty until the model is loaded).
     model_sha256: String,
+    stop: Stop,
 }
 
 impl Session {
     /// Connects and registers; returns the registration (job, config).
-    async fn open(o: &WorkerOptions) -> Result<(Session, pb::RegisterWorkerResponse), WorkerError> {
-        let mut client = connect(o).await?;
-        let reg = call!(client, o, register_worker, register_request(o))?;
+    async fn open(
+        o: &WorkerOptions,
+        stop: &Stop,
+    ) -> Result<(Session, pb::RegisterWorkerResponse), WorkerError> {
+        let mut client = connect(o, stop).await?;
+        let reg = call!(client, o, stop, register_worker, register_request(o))?;
         tracing::info!(worker = %reg.worker_id, job = %reg.job_id, "registered");
         let s = Session {
             client,
@@ -152,6 +244,7 @@ impl Session {
             worker_id: reg.worker_id.clone(),
             secret: reg.worker_secret.clone(),
             model_sha256: String::new(),
+            stop: stop.clone(),
         };
         Ok((s, reg))
     }
@@ -162,6 +255,7 @@ impl Session {
         let again = call!(
             self.client,
             &self.opts,
+            &self.stop,
             register_worker,
             register_request(&self.opts)
         )?;
@@ -339,7 +433,7 @@ async fn lease(s: &mut Session) -> Result<Option<Leased>, WorkerError> {
             worker_secret: s.secret.clone(),
             model_sha256: s.model_sha256.clone(),
         };
-        let r = match call!(s.client, &s.opts, lease_shard, req) {
+        let r = match call!(s.client, &s.opts, &s.stop, lease_shard, req) {
             Ok(r) => r,
             Err(WorkerError::UnknownWorker(_)) => {
                 s.register_again().await?;
@@ -350,7 +444,13 @@ async fn lease(s: &mut Session) -> Result<Option<Leased>, WorkerError> {
         let lease = match r.result {
             Some(lease_shard_response::Result::Lease(l)) => l,
             Some(lease_shard_response::Result::RetryAfterMs(ms)) => {
-                tokio::time::sleep(Duration::from_millis(ms.clamp(50, 5000) as u64)).await;
+                let wait = Duration::from_millis(ms.clamp(50, 5000) as u64);
+                s.stop
+                    .unless(async {
+                        tokio::time::sleep(wait).await;
+                        Ok(())
+                    })
+                    .await?;
                 continue;
             }
             Some(lease_shard_response::Result::Done(_)) => return Ok(None),
@@ -393,9 +493,10 @@ fn heartbeat(
     progress: Arc<Progress>,
     revoked: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
-    let (mut c, o, wid, secret, throughput, every) = (
+    let (mut c, o, stop, wid, secret, throughput, every) = (
         s.client.clone(),
         s.opts.clone(),
+        s.stop.clone(),
         s.worker_id.clone(),
         s.secret.clone(),
         job.throughput.clone(),
@@ -419,7 +520,7 @@ fn heartbeat(
                 }],
                 metrics: Some(throughput.report()),
             };
-            match call!(c, &o, heartbeat, req) {
+            match call!(c, &o, &stop, heartbeat, req) {
                 Ok(r) if r.revoked_tokens.contains(&token) => {
                     tracing::warn!(
                         shard = shard_id,
@@ -435,27 +536,36 @@ fn heartbeat(
                     revoked.store(true, Ordering::Relaxed);
                     return;
                 }
+                Err(WorkerError::Stopped) => return,
                 Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
             }
         }
     })
 }
 
+/// How an attempt at a shard ended.
+enum Attempt {
+    Stored(Vec<pb::OutputFile>, Counts),
+    /// The reason, and whether a retry could succeed.
+    Failed(String, bool),
+    /// Stopped now: the shard is given back, not failed.
+    Stopped,
+}
+
 /// One attempt at a leased shard: read, translate, score and store its
-/// files, heartbeating beside it. `Err` is the reason it failed and
-/// whether a retry could succeed.
-async fn attempt(
-    s: &Session,
-    job: &Job,
-    l: &Leased,
-) -> Result<(Vec<pb::OutputFile>, Counts), (String, bool)> {
+/// files, heartbeating beside it.
+async fn attempt(s: &Session, job: &Job, l: &Leased) -> Attempt {
     // A lease no retry can read differently.
-    let input = job.input(&l.spec, l.range).map_err(|e| (e, false))?;
+    let input = match job.input(&l.spec, l.range) {
+        Ok(i) => i,
+        Err(e) => return Attempt::Failed(e, false),
+    };
     tracing::info!(worker = %s.worker_id, shard = l.spec.shard_id, token = l.lease.lease_token, attempt = l.lease.attempt, "processing shard");
     let progress = Arc::new(Progress::default());
     let revoked = Arc::new(AtomicBool::new(false));
     let hb = heartbeat(s, job, l, progress.clone(), revoked.clone());
-    let result = {
+    let stop = s.stop.clone();
+    let work = {
         let (t, enc, lm, gen, md, filters, throughput) = (
             job.translator.clone(),
             job.encoder.clone(),
@@ -465,6 +575,7 @@ async fn attempt(
             job.filters.clone(),
             job.throughput.clone(),
         );
+        let stop = stop.clone();
         tokio::task::spawn_blocking(move || {
             let mut t = t.lock().unwrap_or_else(|p| p.into_inner());
             let md: Vec<(&str, String)> = md.iter().map(|(k, v)| (*k, v.clone())).collect();
@@ -482,21 +593,35 @@ async fn attempt(
                 },
                 &md,
                 &progress,
-                &|| revoked.load(Ordering::Relaxed),
+                &|| revoked.load(Ordering::Relaxed) || stop.is_now(),
             )
         })
-        .await
+    };
+    // Stopped now, the model's batch in progress is not waited for: the
+    // shard sees the stop at its next chunk and ends by itself.
+    let result = tokio::select! {
+        biased;
+        _ = stop.stopped() => None,
+        r = work => Some(r),
     };
     hb.abort();
     // A failed translation and a store that keeps failing (after the
     // storage layer's own retries) both fail this attempt, not the
     // worker: the shard goes back to the queue, nothing is committed.
     match result {
-        Ok(Ok(out)) => store(&job.storage, l.spec.shard_id, l.lease.lease_token, out)
-            .await
-            .map_err(|e| (format!("storing the output: {e}"), true)),
-        Ok(Err(e)) => Err((e.to_string(), e.retryable())),
-        Err(join) => Err((format!("worker task failed: {join}"), true)),
+        None => Attempt::Stopped,
+        Some(Ok(Ok(out))) => {
+            let (shard, token) = (l.spec.shard_id, l.lease.lease_token);
+            let stored = stop.unless(async { Ok(store(&job.storage, shard, token, out).await) });
+            match stored.await {
+                Ok(Ok((files, counts))) => Attempt::Stored(files, counts),
+                Ok(Err(e)) => Attempt::Failed(format!("storing the output: {e}"), true),
+                Err(_) => Attempt::Stopped,
+            }
+        }
+        Some(Ok(Err(_))) if stop.is_now() => Attempt::Stopped,
+        Some(Ok(Err(e))) => Attempt::Failed(e.to_string(), e.retryable()),
+        Some(Err(join)) => Attempt::Failed(format!("worker task failed: {join}"), true),
     }
 }
 
@@ -511,8 +636,9 @@ async fn report_failure(s: &mut Session, l: &Leased, reason: String, retryable: 
         lease_token: l.lease.lease_token,
         reason,
         retryable,
+        given_back: false,
     };
-    match call!(s.client, &s.opts, fail_shard, req) {
+    match call!(s.client, &s.opts, &s.stop, fail_shard, req) {
         Ok(r) => tracing::info!(
             shard = l.spec.shard_id,
             will_retry = r.will_retry,
@@ -549,7 +675,7 @@ async fn report_completion(
         }),
         metrics: Some(job.throughput.report()),
     };
-    let done = match call!(s.client, &s.opts, complete_shard, req) {
+    let done = match call!(s.client, &s.opts, &s.stop, complete_shard, req) {
         Ok(d) => d,
         // The coordinator restarted while we worked: the lease is gone.
         Err(WorkerError::UnknownWorker(m)) => pb::CompleteShardResponse {
@@ -567,28 +693,76 @@ async fn report_completion(
     Ok(done.accepted)
 }
 
-/// Runs until the job is done or `stop` is set: connect and register, load
-/// the job, then lease, attempt and report, shard after shard.
-pub async fn run(o: WorkerOptions, stop: Arc<AtomicBool>) -> Result<WorkerSummary, WorkerError> {
-    let (mut session, reg) = Session::open(&o).await?;
-    let job = Job::load(&o, &reg).await?;
+/// Gives a shard back after a stop-now: one FailShard marked given back,
+/// without reconnecting, for at most [`GIVE_BACK_WITHIN`]; otherwise the
+/// lease expires. The coordinator does not count the attempt.
+async fn give_back(s: &mut Session, l: &Leased) {
+    let (shard, token) = (l.spec.shard_id, l.lease.lease_token);
+    let req = pb::FailShardRequest {
+        worker_id: s.worker_id.clone(),
+        worker_secret: s.secret.clone(),
+        shard_id: shard,
+        lease_token: token,
+        reason: "the worker was stopped before it finished the shard".into(),
+        retryable: true,
+        given_back: true,
+    };
+    match tokio::time::timeout(GIVE_BACK_WITHIN, s.client.fail_shard(req)).await {
+        Ok(Ok(r)) => tracing::warn!(
+            shard,
+            token,
+            will_retry = r.into_inner().will_retry,
+            "stopped: the shard was given back to the coordinator"
+        ),
+        Ok(Err(e)) => tracing::warn!(shard, token, error = %e.message(), "stopped: could not give the shard back; its lease will expire"),
+        Err(_) => tracing::warn!(shard, token, "stopped: the coordinator did not answer within {GIVE_BACK_WITHIN:?}; the shard's lease will expire"),
+    }
+}
+
+/// Runs until the job is done or `stop` says stop: connect and register,
+/// load the job, then lease, attempt and report, shard after shard. A drain
+/// returns the summary so far; a stop-now `Err(Stopped)`, having given the
+/// shard in hand back.
+pub async fn run(o: WorkerOptions, stop: impl Into<Stop>) -> Result<WorkerSummary, WorkerError> {
+    let stop: Stop = stop.into();
+    let (mut session, reg) = Session::open(&o, &stop).await?;
+    // Loading a large model takes a while: a stop does not wait for it.
+    let job = stop.unless(Job::load(&o, &reg)).await?;
     session.model_sha256 = job.model_sha256.clone();
     let mut summary = WorkerSummary::default();
-    while !stop.load(Ordering::Relaxed) {
+    loop {
+        if stop.is_now() {
+            return Err(WorkerError::Stopped);
+        }
+        if stop.draining() {
+            break;
+        }
         let Some(l) = lease(&mut session).await? else {
             break;
         };
         match attempt(&session, &job, &l).await {
-            Err((reason, retryable)) => {
+            Attempt::Stopped => {
+                give_back(&mut session, &l).await;
+                return Err(WorkerError::Stopped);
+            }
+            Attempt::Failed(reason, retryable) => {
                 summary.shards_failed += 1;
                 report_failure(&mut session, &l, reason, retryable).await;
             }
-            Ok((files, counts)) => {
-                if report_completion(&mut session, &job, &l, files, &counts).await? {
-                    summary.shards_committed += 1;
-                    summary.pairs += counts.pairs;
-                } else {
-                    summary.shards_refused += 1;
+            Attempt::Stored(files, counts) => {
+                match report_completion(&mut session, &job, &l, files, &counts).await {
+                    Ok(true) => {
+                        summary.shards_committed += 1;
+                        summary.pairs += counts.pairs;
+                    }
+                    Ok(false) => summary.shards_refused += 1,
+                    // Whether the completion arrived is unknown: a give-back
+                    // of a committed shard is refused as stale.
+                    Err(WorkerError::Stopped) => {
+                        give_back(&mut session, &l).await;
+                        return Err(WorkerError::Stopped);
+                    }
+                    Err(e) => return Err(e),
                 }
             }
         }
