@@ -384,7 +384,7 @@ fn train_options(a: &TrainArgs) -> TrainOptions {
         megabatch: a.megabatch,
         batch_size: a.batch_size,
         margin: a.margin.unwrap_or(match &a.model {
-            Encoder::Neural(spec) => paraforge_trainer::neural::default_margin(&spec),
+            Encoder::Neural(spec) => paraforge_trainer::neural::default_margin(spec),
             Encoder::Average(_) => 0.4,
         }),
         lr: a.lr,
