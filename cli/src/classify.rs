@@ -1,4 +1,4 @@
-//! `paraforge train-classifier`: seed 001's reference/translation
+//! `paraforge train-classifier`: Wieting et al. (2017)'s reference/translation
 //! classifier (docs/filters.md), whose P(reference) `paraforge rescore
 //! --classifier` writes as the `reference_probability` column.
 
@@ -25,7 +25,7 @@ pub struct TrainClassifierArgs {
     /// followed by a logistic layer.
     #[arg(long, default_value = "lstm")]
     model: ClassifierKind,
-    /// Pairs to train on, to pick the epoch on, and to test on (seed 001:
+    /// Pairs to train on, to pick the epoch on, and to test on (Wieting et al., 2017:
     /// 40,000 / 5,000 / 5,000). A smaller dataset is split 80/10/10.
     #[arg(long, default_value_t = 40_000)]
     train_pairs: usize,
@@ -37,7 +37,7 @@ pub struct TrainClassifierArgs {
     /// candidate the current model finds most reference-like).
     #[arg(long, default_value = "random")]
     negatives: NegativeChoice,
-    /// L2 weight on the word table's distance from its start (seed 001
+    /// L2 weight on the word table's distance from its start (Wieting et al. (2017)
     /// tunes it over 1e-5 ... 1e-8 and 0).
     #[arg(long, default_value_t = 0.0)]
     l2: f64,

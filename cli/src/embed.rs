@@ -47,7 +47,7 @@ pub struct TrainArgs {
     /// L2 weight on the word table's distance from its start.
     #[arg(long, default_value_t = 0.0)]
     lambda_w: f64,
-    /// Weight of the Gaussian encoders' KL prior to N(0, I) (seed 004
+    /// Weight of the Gaussian encoders' KL prior to N(0, I) (Chen and Gimpel (2020)
     /// section 3.2).
     #[arg(long, default_value_t = paraforge_trainer::nn_train::DEFAULT_LAMBDA_KL)]
     lambda_kl: f64,
@@ -79,7 +79,7 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 100)]
     batch_size: usize,
     /// The margin delta (default 0.4; 1 for the Gaussian encoders, as
-    /// seed 004).
+    /// Chen and Gimpel (2020)).
     #[arg(long)]
     margin: Option<f32>,
     /// Adam's learning rate (a finite number above 0). A run whose weights

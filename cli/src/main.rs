@@ -58,7 +58,7 @@ enum Command {
     LmTrain(lm::LmTrainArgs),
     /// Recompute para_score and/or P(reference) of a dataset (no new translation).
     Rescore(dataset::RescoreArgs),
-    /// Train a reference/translation classifier (seed 001) for `rescore --classifier`.
+    /// Train a reference/translation classifier (Wieting et al., 2017) for `rescore --classifier`.
     TrainClassifier(classify::TrainClassifierArgs),
     /// Train paraphrastic sentence embeddings (WORD, TRIGRAM, WORD,TRIGRAM) on binned pairs.
     Train(embed::TrainArgs),

@@ -1,5 +1,5 @@
 //! The scores of a (reference, translation) pair, as docs/DEFINITIONS.md section 3
-//! defines them: n-gram overlap (seed 000, footnote 6), the paraphrase score
+//! defines them: n-gram overlap (Wieting and Gimpel, 2018, footnote 6), the paraphrase score
 //! (cosine of the two sentence embeddings of a [`SentenceEncoder`]: a
 //! trained model or averaged word vectors), and token lengths. Every score
 //! reads the same tokens, from [`crate::tokenize`], except sentence BLEU
@@ -153,7 +153,7 @@ pub struct PairScores {
     /// n-gram model ([`crate::lm`]); `None` without one.
     pub translation_perplexity: Option<f32>,
     /// P(reference) of the translation under a reference/translation
-    /// classifier (seed 001 section 5.6.1): set by `paraforge rescore
+    /// classifier (Wieting et al., 2017, section 5.6.1): set by `paraforge rescore
     /// --classifier`, which needs a classifier trained on translations, so
     /// `None` when a worker scores.
     pub reference_probability: Option<f32>,

@@ -21,17 +21,17 @@ use crate::ModelError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Arch {
-    /// Mean of the hidden states (seed 000).
+    /// Mean of the hidden states (Wieting and Gimpel, 2018).
     Lstm,
-    /// LSTM whose output gate is fixed at 1 (seed 002).
+    /// LSTM whose output gate is fixed at 1 (Wieting et al., 2016).
     LstmNoO,
     /// Forward and backward LSTMs, hidden states averaged, then their mean.
     Blstm,
-    /// As `Blstm`, the two directions concatenated (seed 000 Table 10).
+    /// As `Blstm`, the two directions concatenated (Wieting and Gimpel, 2018, Table 10).
     BlstmConcat,
-    /// Gated recurrent averaging network (seed 001, eq. 1).
+    /// Gated recurrent averaging network (Wieting et al., 2017, eq. 1).
     Gran,
-    /// tanh RNN, the last hidden state (seed 002).
+    /// tanh RNN, the last hidden state (Wieting et al., 2016).
     Rnn,
     /// Identity-initialised RNN with identity activation, the last hidden
     /// state divided by the length: the word average before training.
@@ -41,22 +41,22 @@ pub enum Arch {
     /// The average, then one linear projection with bias.
     Proj,
     /// The plain word average, no parameters besides the word table: the
-    /// encoder of seed 001's averaging reference classifier (`classifier.rs`;
+    /// encoder of Wieting et al. (2017)'s averaging reference classifier (`classifier.rs`;
     /// not a `train --model`, where `word` is the fast average).
     Avg,
-    /// Word linear operators (seed 004 section 2): each word scales and
+    /// Word linear operators (Chen and Gimpel, 2020, section 2): each word scales and
     /// translates a Gaussian that starts as N(0, I); the embedding is the
     /// final mean and diagonal variance, concatenated.
     Gaussian,
     /// The LSTM's averaged hidden states, then two linear maps: the mean
-    /// and the log variance of a Gaussian (seed 004 section 4.1).
+    /// and the log variance of a Gaussian (Chen and Gimpel, 2020, section 4.1).
     LstmGaussian,
     /// Mean of the character-trigram vectors: only a part of a
     /// combination (alone, `trigram` is the fast average).
     Trigram,
-    /// The sum of its parts' embeddings (seed 000 Tables 8-9, "addition").
+    /// The sum of its parts' embeddings (Wieting and Gimpel, 2018, Tables 8-9, "addition").
     Sum,
-    /// Its parts' embeddings concatenated (seed 000, "concatenation").
+    /// Its parts' embeddings concatenated (Wieting and Gimpel, 2018, "concatenation").
     Concat,
 }
 
@@ -96,7 +96,7 @@ impl Arch {
     }
 
     /// Does it embed a sentence as a Gaussian (mean, variance), trained
-    /// with the expected-likelihood similarity and the KL prior of seed 004?
+    /// with the expected-likelihood similarity and the KL prior of Chen and Gimpel (2020)?
     pub fn is_gaussian(self) -> bool {
         matches!(self, Arch::Gaussian | Arch::LstmGaussian)
     }
@@ -738,7 +738,7 @@ impl Net {
             .collect()
     }
 
-    /// The Gaussian encoders (seed 004): [mean, variance] of the sentence
+    /// The Gaussian encoders (Chen and Gimpel, 2020): [mean, variance] of the sentence
     /// [n, 2k] and each sentence's KL term [n, 1], the sum of
     /// KL(N(mean, diag variance) || N(0, I)) over the distributions the
     /// prior constrains: for `gaussian` the one after each word's operator
@@ -792,7 +792,7 @@ impl Net {
         reverse: bool,
         out_gate: bool,
     ) -> (Tensor<2>, Tensor<2>) {
-        // The fused kernel where it runs (crate::lstm_scan; issue 15).
+        // The fused kernel where it runs (crate::lstm_scan).
         if let Some(out) = crate::lstm_scan::lstm(self, at, x, mask, reverse, out_gate) {
             return out;
         }

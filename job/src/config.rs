@@ -154,7 +154,7 @@ pub struct Model {
     pub top_k_on: TopKOnName,
     #[serde(default = "default_beam")]
     pub beam: usize,
-    /// Hypotheses kept per pair, best first (Wieting et al. (2017) keep many of a
+    /// Hypotheses kept per pair, best first (Wieting et al., 2017, kept many of a
     /// beam's candidates); each is a row with its `candidate_rank`.
     #[serde(default = "default_beam_candidates")]
     pub beam_candidates: usize,

@@ -1,7 +1,7 @@
 //! `paraforge rescore`: recompute para_score of an existing dataset with
 //! another encoder (a model from `paraforge train`, or word vectors),
 //! and/or fill `reference_probability` with a reference/translation
-//! classifier (`paraforge train-classifier`, seed 001 section 5.6.1),
+//! classifier (`paraforge train-classifier`, Wieting et al. (2017) section 5.6.1),
 //! without translating again.
 //!
 //! Translation is the expensive stage (hours of GPU per million pairs);

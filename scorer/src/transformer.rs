@@ -1,5 +1,5 @@
-//! A BERT-style sentence encoder on ONNX Runtime as the para_score model
-//! (issue 16, item 4): a directory holding `model.onnx` (input_ids,
+//! A BERT-style sentence encoder on ONNX Runtime as the para_score model:
+//! a directory holding `model.onnx` (input_ids,
 //! attention_mask, token_type_ids -> last_hidden_state), the Hugging Face
 //! `tokenizer.json` and `paraforge-encoder.json` (pooling, normalisation,
 //! longest input), as `tools/export_sentence_encoder.py` writes it, e.g. for

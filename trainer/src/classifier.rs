@@ -134,7 +134,7 @@ pub struct ClassifierOptions {
 
 impl Default for ClassifierOptions {
     fn default() -> Self {
-        // Seed 001 section 5.6.1: 40,000 / 5,000 / 5,000, ten epochs, Adam 0.001.
+        // Wieting et al. (2017) section 5.6.1: 40,000 / 5,000 / 5,000, ten epochs, Adam 0.001.
         ClassifierOptions {
             epochs: 10,
             lr: 0.001,

@@ -1,7 +1,7 @@
 //! The training stage (docs/DEFINITIONS.md section 6): sentence embeddings that
 //! average word embeddings (WORD), character-trigram embeddings (TRIGRAM)
 //! or concatenate the two (WORD,TRIGRAM), trained on paraphrase pairs with
-//! the margin loss and mega-batch negatives of seed 000 section 4, and
+//! the margin loss and mega-batch negatives of Wieting and Gimpel (2018) section 4, and
 //! evaluated by Pearson's r on the STS tasks.
 //!
 //! Data flows one way: Parquet pairs -> [`data`] (streamed, shuffle buffer,

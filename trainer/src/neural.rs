@@ -24,7 +24,7 @@ pub fn default_margin(spec: &Spec) -> f32 {
 }
 
 /// Words are scrambled while training with this probability unless told
-/// otherwise (Wieting and Gimpel (2018) use 0.3 for their recurrent
+/// otherwise (Wieting and Gimpel, 2018, used 0.3 for their recurrent
 /// encoders); a combination takes the largest default of its parts.
 pub fn default_scramble(spec: &Spec) -> f64 {
     let of = |a: Arch| match a {
@@ -40,7 +40,7 @@ pub fn default_scramble(spec: &Spec) -> f64 {
     spec.parts.iter().map(|&p| of(p)).fold(0.0, f64::max)
 }
 
-/// Negative sampling (seed 002 section 3.1).
+/// Negative sampling (Wieting et al., 2016, section 3.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Sampling {
@@ -76,7 +76,7 @@ pub fn margin_loss(g: Tensor<2>, pairs: usize, margin: f64) -> Tensor<1> {
 }
 
 /// log of the expected inner product of two diagonal Gaussians given as
-/// rows [mean, variance] (seed 004 eq. 4): log N(0; mu1 - mu2, v1 + v2),
+/// rows [mean, variance] (Chen and Gimpel, 2020, eq. 4): log N(0; mu1 - mu2, v1 + v2),
 /// less its constant -k/2 log(2 pi), which cancels in the margin loss.
 /// One value per row pair, [n, 1].
 pub fn expected_likelihood(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
@@ -87,7 +87,7 @@ pub fn expected_likelihood(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
 }
 
 /// The margin loss of [`margin_loss`] with the expected-likelihood
-/// similarity of two Gaussians in place of the cosine (seed 004 section 3).
+/// similarity of two Gaussians in place of the cosine (Chen and Gimpel, 2020, section 3).
 pub fn gaussian_margin_loss(g: Tensor<2>, pairs: usize, margin: f64) -> Tensor<1> {
     let part = |k: usize| g.clone().narrow(0, k * pairs, pairs);
     let (s, s2, ns, ns2) = (part(0), part(1), part(2), part(3));
@@ -118,7 +118,7 @@ pub fn objective(
     (gaussian_margin_loss(g, pairs, margin), prior)
 }
 
-/// lambda_c |W_c - W_c0|^2 + lambda_w |W_w - W_w0|^2 (seed 002 eq. 1; the
+/// lambda_c |W_c - W_c0|^2 + lambda_w |W_w - W_w0|^2 (Wieting et al., 2016, eq. 1; the
 /// iRNN and the word operators' scales are pulled towards their start,
 /// every other W_c towards 0; a trigram table is a W_w).
 pub fn regulariser(net: &Net, start: &Net, lambda_c: f64, lambda_w: f64) -> Option<Tensor<1>> {

@@ -1,5 +1,5 @@
 //! Training of the neural encoders: the loss, mega-batching and epoch loop
-//! of [`crate::train`] (seed 000 section 4), with burn computing gradients
+//! of [`crate::train`] (Wieting and Gimpel, 2018, section 4), with burn computing gradients
 //! and Adam updating every parameter densely.
 
 use std::time::Instant;
@@ -25,14 +25,14 @@ pub struct NeuralOptions {
     /// Probability that a training sentence's words are shuffled.
     pub scramble: f64,
     pub sampling: Sampling,
-    /// L2 weight on the compositional parameters (seed 002's lambda_c).
+    /// L2 weight on the compositional parameters (lambda_c of Wieting et al., 2016).
     pub lambda_c: f64,
     /// L2 weight on the word table's distance from its start (lambda_w).
     pub lambda_w: f64,
     /// Sentences are cut to this many tokens (bounds a batch's memory).
     pub max_tokens: usize,
-    /// Weight of the Gaussian encoders' KL prior (seed 004 section 3.2's
-    /// lambda); ignored by the others.
+    /// Weight of the Gaussian encoders' KL prior (the
+    /// lambda of Chen and Gimpel, 2020, section 3.2); ignored by the others.
     pub lambda_kl: f64,
 }
 
@@ -50,7 +50,7 @@ impl Default for NeuralOptions {
     }
 }
 
-/// The KL prior's weight unless told otherwise (seed 004 tunes it and
+/// The KL prior's weight unless told otherwise (Chen and Gimpel, 2020, tune it and
 /// does not say the value; docs/encoders.md says how this one was chosen).
 pub const DEFAULT_LAMBDA_KL: f64 = 0.01;
 

@@ -1,4 +1,4 @@
-//! Training (seed 000 section 4): for a pair (s, s') and its negative t,
+//! Training (Wieting and Gimpel, 2018, section 4): for a pair (s, s') and its negative t,
 //! loss = max(0, delta - cos(g(s), g(s')) + cos(g(s), g(t))), with t the
 //! sentence nearest to g(s) among the other pairs of the mega-batch (M
 //! mini-batches, chosen with the parameters at the mega-batch's start).
