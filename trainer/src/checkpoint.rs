@@ -42,14 +42,18 @@ pub struct RunKey {
     pub rows: u64,
 }
 
+/// A checkpoint's `state.json`, of either trainer: `K` is what must match
+/// for a run to resume ([`RunKey`], the neural encoders' `NeuralKey`), `E`
+/// what only that trainer counts ([`Steps`], the neural encoders'
+/// `ParamIds`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct State {
+pub struct State<K, E> {
     pub version: u32,
-    pub key: RunKey,
+    pub key: K,
     /// Epochs finished.
     pub epoch: usize,
-    /// Adam steps taken.
-    pub step: u64,
+    #[serde(flatten)]
+    pub extra: E,
     /// The shuffle generator's position (ChaCha8 word position), as text.
     pub rng_word_pos: String,
     pub read: ReadStats,
@@ -57,14 +61,25 @@ pub struct State {
     pub epochs: Vec<EpochReport>,
     /// (epoch, dev score) of the best epoch so far.
     pub best: Option<(usize, f64)>,
-    /// SHA-256 of each other file, by its name in the directory ([`save`]
-    /// fills it in).
+    /// SHA-256 of each other file, by its path in the directory (the
+    /// trainer's `save` fills it in).
     #[serde(default)]
     pub sha256: BTreeMap<String, String>,
 }
 
+/// The averages' own counter: their lazy Adam's bias correction needs the
+/// step count, which burn's Adam (the neural encoders') keeps in its state.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Steps {
+    /// Adam steps taken.
+    pub step: u64,
+}
+
+/// The averages' `state.json`.
+pub type AverageState = State<RunKey, Steps>;
+
 pub struct Checkpoint {
-    pub state: State,
+    pub state: AverageState,
     pub model: Model,
     /// Adam moments: m and v of the word table, then of the trigram table.
     pub adam: [Vec<f32>; 4],
@@ -98,7 +113,7 @@ pub fn save(dir: &Path, c: &Checkpoint) -> Result<(), TrainError> {
             .map_err(|e| TrainError::io(&p, e.into_error()))?
             .sync_all()
             .map_err(io(&p))?;
-        let state = State {
+        let state = AverageState {
             sha256: digests(tmp, &files)?,
             ..c.state.clone()
         };
@@ -239,7 +254,7 @@ pub(crate) fn read_state<S: serde::de::DeserializeOwned>(
 /// the two renames of [`save`].
 pub fn load(dir: &Path) -> Result<Checkpoint, TrainError> {
     let dir = &resolve(dir);
-    let state: State = read_state(dir, |s: &State| s.version)?;
+    let state: AverageState = read_state(dir, |s: &AverageState| s.version)?;
     let mut files = vec!["model.pfe", "adam.f32"];
     if dir.join("best.pfe").exists() {
         files.push("best.pfe");

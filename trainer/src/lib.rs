@@ -11,6 +11,7 @@
 pub mod checkpoint;
 pub mod classifier;
 pub mod data;
+mod epochs;
 pub mod limits;
 pub mod model;
 pub mod neural;

@@ -10,18 +10,15 @@
 //! (burnpack), keyed by parameter id, which is why the ids are kept: the
 //! network is rebuilt under them before the state is loaded.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use burn::module::{Param, ParamId};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{bad, digests, read_state, resolve, verify, write_dir, write_state};
-use crate::data::ReadStats;
+use crate::checkpoint::{bad, digests, read_state, resolve, verify, write_dir, write_state, State};
 use crate::neural::{Net, Sampling, Shape};
 use crate::nn_model::NeuralModel;
-use crate::train::EpochReport;
 use crate::TrainError;
 
 /// Everything about a run that must match for it to resume.
@@ -47,26 +44,17 @@ pub struct NeuralKey {
     pub rows: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NeuralState {
-    pub version: u32,
-    pub key: NeuralKey,
-    /// Epochs finished.
-    pub epoch: usize,
-    /// The shuffle generator's position (ChaCha8 word position), as text.
-    pub rng_word_pos: String,
-    pub read: ReadStats,
-    pub skipped: u64,
-    pub epochs: Vec<EpochReport>,
-    /// (epoch, dev score) of the best epoch so far.
-    pub best: Option<(usize, f64)>,
+/// The neural encoders' own part of the state: burn's Adam state is keyed
+/// by parameter id, so the network is rebuilt under these ids before it is
+/// loaded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParamIds {
     /// Ids of the word table and of each compositional parameter.
     pub param_ids: Vec<u64>,
-    /// SHA-256 of each other file, by its path in the directory ([`save`]
-    /// fills it in).
-    #[serde(default)]
-    pub sha256: BTreeMap<String, String>,
 }
+
+/// The neural encoders' `state.json`.
+pub type NeuralState = State<NeuralKey, ParamIds>;
 
 /// The files of a checkpoint whose digests `state.json` records.
 fn files(best: bool) -> Vec<&'static str> {
@@ -149,7 +137,7 @@ pub fn load(dir: &Path, dev: &Device) -> Result<Loaded, TrainError> {
     let state: NeuralState = read_state(dir, |s: &NeuralState| s.version)?;
     verify(dir, &state.sha256, &files(dir.join("best").exists()))?;
     let mut model = NeuralModel::load(&dir.join("model"), dev)?;
-    model.net = with_ids(model.net, &state.param_ids).map_err(|m| bad(dir, m))?;
+    model.net = with_ids(model.net, &state.extra.param_ids).map_err(|m| bad(dir, m))?;
     let best = if dir.join("best").exists() {
         Some(NeuralModel::load(&dir.join("best"), dev)?)
     } else {

@@ -10,14 +10,15 @@ use burn::tensor::Device;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use crate::data::{PairSource, ReadStats};
+use crate::data::PairSource;
+use crate::epochs::{check_finite, Epochs, Saved};
 use crate::model::Encoded;
 use crate::neural::{objective, regulariser, Batch, Net, Sampling};
-use crate::nn_checkpoint::{self, NeuralKey, NeuralState};
+use crate::nn_checkpoint::{self, NeuralKey, ParamIds};
 use crate::nn_model::{embed_encoded, first_non_finite, named_params, NeuralModel};
 use crate::train::{check_negatives, check_options, nearest_of_other_pair, next_megabatch};
 use crate::train::{EpochReport, Progress, TrainOptions, TrainReport};
-use crate::{check_dev_score, check_pairs, no_usable_pairs, TrainError};
+use crate::{check_pairs, no_usable_pairs, TrainError};
 
 #[derive(Debug, Clone)]
 pub struct NeuralOptions {
@@ -193,50 +194,36 @@ pub fn train(
     // The regulariser's start is the network as the run began, resumed or not.
     let initial = model.net.clone();
     let mut opt = AdamConfig::new().with_epsilon(1e-8).init();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(b.seed);
-    let mut stats = ReadStats::default();
-    let mut skipped = 0u64;
-    let mut report: Vec<EpochReport> = Vec::new();
-    let mut best: Option<(usize, f64, Net)> = None;
-    let (mut first, mut resumed_after) = (1, None);
-    if let (Some(dir), true) = (&b.checkpoint, b.resume) {
-        if crate::checkpoint::exists(dir) {
-            let c = nn_checkpoint::load(dir, device)?;
-            rng.set_word_pos(crate::checkpoint::resume_point(
-                dir,
-                &c.state.key,
-                &key,
-                &c.state.rng_word_pos,
-            )?);
-            opt = opt
-                .from_bytes(burn::tensor::Bytes::from_bytes_vec(c.adam))
-                .map_err(|e| {
-                    TrainError::Invalid(format!("checkpoint {}: adam.bpk: {e}", dir.display()))
-                })?;
-            model.net = c.model.net;
-            stats = c.state.read;
-            skipped = c.state.skipped;
-            report = c.state.epochs;
-            best = match (c.state.best, c.best) {
-                (Some((e, d)), Some(m)) => Some((e, d, m.net)),
-                _ => None,
-            };
-            first = c.state.epoch + 1;
-            resumed_after = Some(c.state.epoch);
-            tracing::info!(epoch = c.state.epoch, "resumed from {}", dir.display());
-        }
+    let mut run: Epochs<NeuralKey, Net> = Epochs::new(key, b.seed);
+    let resumed = run.resume(b, |dir| {
+        let c = nn_checkpoint::load(dir, device)?;
+        Ok(Saved {
+            state: c.state,
+            best: c.best.map(|m| m.net),
+            rest: (c.model.net, c.adam, dir.to_path_buf()),
+        })
+    })?;
+    // Read once the checkpoint is known to be of this run.
+    if let Some((_, (net, adam, dir))) = resumed {
+        opt = opt
+            .from_bytes(burn::tensor::Bytes::from_bytes_vec(adam))
+            .map_err(|e| {
+                TrainError::Invalid(format!("checkpoint {}: adam.bpk: {e}", dir.display()))
+            })?;
+        model.net = net;
     }
     let ad = device.clone().autodiff();
     let mut net = model.net.clone().fork(&ad).train();
     let start = (o.lambda_c > 0.0 || o.lambda_w > 0.0).then(|| initial.fork(&ad));
-    for epoch in first..=b.epochs {
+    for epoch in run.remaining(b.epochs) {
         let started = Instant::now();
         let (mut pairs, mut loss_sum) = (0u64, 0f64);
-        let mut it = source.epoch(b.shuffle_buffer, &mut rng, &mut stats);
+        let last_dev = run.last_dev();
+        let mut it = source.epoch(b.shuffle_buffer, &mut run.rng, &mut run.stats);
         let mut mrng = rand_chacha::ChaCha8Rng::seed_from_u64(b.seed ^ (epoch as u64) << 32);
         let (mut done, mut usable) = (false, 0);
         while !done {
-            let mb = next_megabatch(&mut it, b, pairs, &mut skipped, &mut done, |x, y| {
+            let mb = next_megabatch(&mut it, b, pairs, &mut run.skipped, &mut done, |x, y| {
                 let ids = |t: &str| {
                     let mut e = model.words.encode(t);
                     e.words.truncate(o.max_tokens);
@@ -325,66 +312,42 @@ pub fn train(
                 epoch,
                 pairs,
                 loss: loss_sum / pairs.max(1) as f64,
-                dev: report.last().and_then(|e| e.dev),
+                dev: last_dev,
             });
         }
         drop(it);
         let secs = started.elapsed().as_secs_f64();
         if pairs == 0 {
-            return Err(no_usable_pairs(&stats, skipped, usable, "word"));
+            return Err(no_usable_pairs(&run.stats, run.skipped, usable, "word"));
         }
         model.net = net.valid();
         let score = dev_score.map(|f| f(model));
-        report.push(EpochReport::logged(epoch, pairs, loss_sum, secs, score));
-        if let Some(d) = score {
-            check_dev_score(epoch, d)?;
-            if best.as_ref().is_none_or(|x| d > x.1) {
-                best = Some((epoch, d, model.net.clone()));
-            }
-        }
+        let row = EpochReport::logged(epoch, pairs, loss_sum, secs, score);
+        run.end_epoch(row, || model.net.clone())?;
         if let Some(dir) = &b.checkpoint {
-            let state = NeuralState {
-                version: crate::checkpoint::VERSION,
-                key: key.clone(),
-                epoch,
-                rng_word_pos: rng.get_word_pos().to_string(),
-                read: stats,
-                skipped,
-                epochs: report.clone(),
-                best: best.as_ref().map(|x| (x.0, x.1)),
+            let ids = ParamIds {
                 param_ids: nn_checkpoint::param_ids(&model.net),
-                sha256: Default::default(),
             };
-            let best_model = best.as_ref().map(|x| NeuralModel {
-                net: x.2.clone(),
+            let best_model = run.best().map(|net| NeuralModel {
+                net: net.clone(),
                 words: model.words.clone(),
                 notes: serde_json::Value::Null,
             });
             let adam = opt.into_bytes().map_err(|e| {
                 TrainError::Invalid(format!("checkpoint {}: adam: {e}", dir.display()))
             })?;
-            nn_checkpoint::save(dir, &state, model, best_model.as_ref(), &adam)?;
+            nn_checkpoint::save(
+                dir,
+                &run.state(epoch, ids),
+                model,
+                best_model.as_ref(),
+                &adam,
+            )?;
         }
     }
-    let best_epoch = best.map(|(e, _, n)| {
-        model.net = n;
-        e
-    });
-    if let Some(what) = first_non_finite(&named_params(&model.net)) {
-        return Err(TrainError::Diverged {
-            epoch: report.last().map_or(0, |e| e.epoch),
-            pairs: report.last().map_or(0, |e| e.pairs),
-            what,
-            lr: b.lr.to_string(),
-        });
-    }
-    Ok(TrainReport {
-        epochs: report,
-        read: stats,
-        skipped_unembeddable: skipped,
-        best_epoch,
-        resumed_after,
-    })
+    let report = run.finish(|n| model.net = n);
+    check_finite(&report, first_non_finite(&named_params(&model.net)), b.lr)?;
+    Ok(report)
 }
 
 #[cfg(test)]

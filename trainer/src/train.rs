@@ -18,8 +18,9 @@ use rustc_hash::FxHashMap;
 
 use crate::checkpoint;
 use crate::data::{PairSource, ReadStats};
+use crate::epochs::{check_finite, Epochs, Saved};
 use crate::model::{cosine, for_each_trigram, trigram_text, Encoded, Model};
-use crate::{check_dev_score, check_pairs, limits, no_usable_pairs, TrainError};
+use crate::{check_pairs, limits, no_usable_pairs, TrainError};
 
 #[derive(Debug, Clone)]
 pub struct TrainOptions {
@@ -653,51 +654,33 @@ pub fn train(
 ) -> Result<TrainReport, TrainError> {
     check_options(o)?;
     check_pairs(source.rows(), o.max_pairs)?;
-    let key = run_key(model, source, o);
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(o.seed);
-    let mut stats = ReadStats::default();
+    let mut run = Epochs::new(run_key(model, source, o), o.seed);
     let mut adam_w = Adam::new(model.w.len());
     let mut adam_t = Adam::new(model.t.len());
     let (mut gw, mut gt) = (Grads::default(), Grads::default());
     let (wd, td) = (model.word_dim, model.trigram_dim);
     let mut step = 0u64;
-    let mut skipped = 0u64;
-    let mut report = Vec::new();
-    let mut best: Option<(usize, f64, Model)> = None;
-    let mut first = 1;
-    let mut resumed_after = None;
-    if let (Some(dir), true) = (&o.checkpoint, o.resume) {
-        if checkpoint::exists(dir) {
-            let c = checkpoint::load(dir)?;
-            rng.set_word_pos(checkpoint::resume_point(
-                dir,
-                &c.state.key,
-                &key,
-                &c.state.rng_word_pos,
-            )?);
-            *model = c.model;
-            let [mw, vw, mt, vt] = c.adam;
-            (adam_w.m, adam_w.v, adam_t.m, adam_t.v) = (mw, vw, mt, vt);
-            step = c.state.step;
-            stats = c.state.read;
-            skipped = c.state.skipped;
-            report = c.state.epochs;
-            best = match (c.state.best, c.best) {
-                (Some((e, d)), Some(m)) => Some((e, d, m)),
-                _ => None,
-            };
-            first = c.state.epoch + 1;
-            resumed_after = Some(c.state.epoch);
-            tracing::info!(epoch = c.state.epoch, "resumed from {}", dir.display());
-        }
+    let resumed = run.resume(o, |dir| {
+        let c = checkpoint::load(dir)?;
+        Ok(Saved {
+            state: c.state,
+            best: c.best,
+            rest: (c.model, c.adam),
+        })
+    })?;
+    if let Some((steps, (m, [mw, vw, mt, vt]))) = resumed {
+        *model = m;
+        (adam_w.m, adam_w.v, adam_t.m, adam_t.v) = (mw, vw, mt, vt);
+        step = steps.step;
     }
-    for epoch in first..=o.epochs {
+    for epoch in run.remaining(o.epochs) {
         let started = Instant::now();
         let (mut pairs, mut loss_sum) = (0u64, 0f64);
-        let mut it = source.epoch(o.shuffle_buffer, &mut rng, &mut stats);
+        let last_dev = run.last_dev();
+        let mut it = source.epoch(o.shuffle_buffer, &mut run.rng, &mut run.stats);
         let (mut done, mut usable) = (false, 0);
         while !done {
-            let mb = next_megabatch(&mut it, o, pairs, &mut skipped, &mut done, |a, b| {
+            let mb = next_megabatch(&mut it, o, pairs, &mut run.skipped, &mut done, |a, b| {
                 let (ea, eb) = (model.encode(a), model.encode(b));
                 (!ea.is_empty() && !eb.is_empty()).then_some((ea, eb))
             })?;
@@ -736,38 +719,27 @@ pub fn train(
                 epoch,
                 pairs,
                 loss: loss_sum / pairs.max(1) as f64,
-                dev: report.last().and_then(|e: &EpochReport| e.dev),
+                dev: last_dev,
             });
         }
         drop(it);
         let secs = started.elapsed().as_secs_f64();
         if pairs == 0 {
-            return Err(no_usable_pairs(&stats, skipped, usable, "word or trigram"));
+            return Err(no_usable_pairs(
+                &run.stats,
+                run.skipped,
+                usable,
+                "word or trigram",
+            ));
         }
         let score = dev.map(|f| f(model));
-        report.push(EpochReport::logged(epoch, pairs, loss_sum, secs, score));
-        if let Some(d) = score {
-            check_dev_score(epoch, d)?;
-            if best.as_ref().is_none_or(|b| d > b.1) {
-                best = Some((epoch, d, model.clone()));
-            }
-        }
+        let row = EpochReport::logged(epoch, pairs, loss_sum, secs, score);
+        run.end_epoch(row, || model.clone())?;
         if let Some(dir) = &o.checkpoint {
             checkpoint::save(
                 dir,
                 &checkpoint::Checkpoint {
-                    state: checkpoint::State {
-                        version: checkpoint::VERSION,
-                        key: key.clone(),
-                        epoch,
-                        step,
-                        rng_word_pos: rng.get_word_pos().to_string(),
-                        read: stats,
-                        skipped,
-                        epochs: report.clone(),
-                        best: best.as_ref().map(|b| (b.0, b.1)),
-                        sha256: Default::default(),
-                    },
+                    state: run.state(epoch, checkpoint::Steps { step }),
                     model: model.clone(),
                     adam: [
                         adam_w.m.clone(),
@@ -775,32 +747,18 @@ pub fn train(
                         adam_t.m.clone(),
                         adam_t.v.clone(),
                     ],
-                    best: best.as_ref().map(|b| b.2.clone()),
+                    best: run.best().cloned(),
                 },
             )?;
         }
     }
-    let best_epoch = best.map(|(e, _, m)| {
-        *model = m;
-        e
-    });
-    // One pass over what the caller will write (a resumed run's weights
-    // came from a file).
-    if let Some(at) = model.first_non_finite() {
-        return Err(TrainError::Diverged {
-            epoch: report.last().map_or(0, |e| e.epoch),
-            pairs: report.last().map_or(0, |e| e.pairs),
-            what: at.to_string(),
-            lr: o.lr.to_string(),
-        });
-    }
-    Ok(TrainReport {
-        epochs: report,
-        read: stats,
-        skipped_unembeddable: skipped,
-        best_epoch,
-        resumed_after,
-    })
+    let report = run.finish(|m| *model = m);
+    check_finite(
+        &report,
+        model.first_non_finite().map(|at| at.to_string()),
+        o.lr,
+    )?;
+    Ok(report)
 }
 
 #[cfg(test)]
