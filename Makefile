@@ -88,7 +88,7 @@ minilm: venv
 # its own reference computation. The stamp names the package lists, so an
 # existing environment gets packages added here.
 TESTENV := $(CURDIR)/.cache/testenv
-TESTENV_PKGS := pyarrow duckdb moto[server] sacrebleu safetensors numpy datasets
+TESTENV_PKGS := pyarrow duckdb moto[server] sacrebleu safetensors numpy datasets kubernetes-validate
 TESTENV_OPTIONAL := kenlm
 TESTENV_STAMP := $(TESTENV)/.done-$(shell echo '$(TESTENV_PKGS) / $(TESTENV_OPTIONAL)' | cksum | cut -d' ' -f1)
 testenv: $(TESTENV_STAMP)
@@ -100,6 +100,7 @@ $(TESTENV_STAMP):
 		echo "testenv: could not install $(TESTENV_OPTIONAL); perplexity is compared with the test's own computation"
 
 test: $(ORT_LIB) testenv
+	deploy/k8s/validate.sh
 	$(CARGO) build --bin paraforge
 	PARAFORGE_TEST_PYTHON=$(TESTENV)/bin/python $(CARGO) test --workspace --all-targets < /dev/null
 	$(CARGO) clippy --workspace --all-targets -- -D warnings < /dev/null
