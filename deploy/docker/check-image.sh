@@ -27,8 +27,10 @@
 #   default_ulimits = ["nofile=N:N", "nproc=4096:4096"]   # N = `ulimit -Hn`
 #   [engine]
 #   runtime = "runc"
-# This script tries podman as configured first and writes that file (into
-# OUTDIR, via CONTAINERS_CONF) only when needed. Storage: the default
+# deploy/docker/containers.conf is that file with N = 4096. This script
+# tries podman as configured first; when that fails it uses the shipped
+# file (CONTAINERS_CONF) if runc is installed and `ulimit -Hn` allows 4096,
+# else writes one from the host's limit into OUTDIR. Storage: the default
 # overlay driver worked there, as root; elsewhere "--storage-driver vfs" in
 # CONTAINER (see build.sh) is the slow, always-working fallback.
 set -uo pipefail
@@ -56,14 +58,21 @@ if ! runs; then
     echo "check-image.sh: podman cannot start a container as configured: $(tail -n 1 "$out/probe.err")"
     nofile=$(ulimit -Hn)
     [ "$nofile" = unlimited ] && nofile=1048576
-    {
-        echo '[containers]'
-        echo "default_ulimits = [\"nofile=$nofile:$nofile\", \"nproc=4096:4096\"]"
-        if command -v runc >/dev/null; then echo '[engine]'; echo 'runtime = "runc"'; fi
-    } >"$out/containers.conf"
-    export CONTAINERS_CONF=$out/containers.conf
-    runs || skip "podman cannot start containers here, also with $(tr '\n' ' ' <"$out/containers.conf"): $(tail -n 1 "$out/probe.err")"
-    echo "check-image.sh: using $(tr '\n' ' ' <"$out/containers.conf")"
+    shipped=$repo/deploy/docker/containers.conf
+    if command -v runc >/dev/null && [ "$nofile" -ge 4096 ]; then
+        conf=$shipped
+    else
+        conf=$out/containers.conf
+        {
+            echo '[containers]'
+            echo "default_ulimits = [\"nofile=$nofile:$nofile\", \"nproc=4096:4096\"]"
+            if command -v runc >/dev/null; then echo '[engine]'; echo 'runtime = "runc"'; fi
+        } >"$conf"
+    fi
+    export CONTAINERS_CONF=$conf
+    settings=$(grep -v '^#' "$conf" | tr -s '\n' ' ')
+    runs || skip "podman cannot start containers here, also with $conf ($settings): $(tail -n 1 "$out/probe.err")"
+    echo "check-image.sh: using $conf ($settings)"
 fi
 
 cleanup() { podman rmi -f "$tag" >/dev/null 2>&1 || true; }
