@@ -16,9 +16,10 @@ use std::path::{Path, PathBuf};
 use arrow_array::RecordBatch;
 use arrow_array::{Array, BooleanArray, Float32Array, Float64Array, Int32Array, Int64Array};
 use arrow_select::filter::filter_record_batch;
-use paraforge_core::schema::{DataError, PairFileWriter, PairReader};
+use paraforge_core::schema::{DataError, PairReader};
 
 use crate::output::{NewDataset, OutputError};
+use crate::rewrite::{rewrite, At, Rewrite};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -91,23 +92,10 @@ pub enum FilterError {
     Data(#[from] DataError),
     #[error("{0}")]
     BadRule(String),
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     #[error(transparent)]
     Output(#[from] OutputError),
     #[error("{input}: the dataset has no rows to filter")]
     Empty { input: PathBuf },
-}
-
-fn io(path: &Path) -> impl Fn(std::io::Error) -> FilterError + '_ {
-    move |source| FilterError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
 }
 
 /// One rule's counts.
@@ -181,8 +169,49 @@ fn values(batch: &RecordBatch, name: &str, path: &Path) -> Result<Vec<Option<f64
     Ok(out)
 }
 
-fn file_sha256(path: &Path) -> Result<String, FilterError> {
-    paraforge_core::layout::sha256_file(path).map_err(io(path))
+/// The footer key every filtered file records its rules under.
+const FOOTER_KEY: &str = "paraforge.filter";
+
+/// One rule's counts over a file.
+#[derive(Debug, Clone, Copy, Default)]
+struct Fails {
+    /// Rows this rule was the first to fail.
+    first: u64,
+    /// Rows failing this rule at all.
+    any: u64,
+}
+
+/// The rows of `batch` that pass every rule, counting each rule's failures
+/// into `fails` (one per rule).
+fn filter_batch(
+    rules: &[Rule],
+    batch: &RecordBatch,
+    path: &Path,
+    fails: &mut Vec<Fails>,
+) -> Result<RecordBatch, FilterError> {
+    fails.resize(rules.len(), Fails::default());
+    let cols: Vec<Vec<Option<f64>>> = rules
+        .iter()
+        .map(|r| values(batch, &r.column, path))
+        .collect::<Result<_, _>>()?;
+    let mut keep = vec![true; batch.num_rows()];
+    for (i, k) in keep.iter_mut().enumerate() {
+        for (j, r) in rules.iter().enumerate() {
+            if !r.passes(cols[j][i]) {
+                fails[j].any += 1;
+                if *k {
+                    fails[j].first += 1;
+                    *k = false;
+                }
+            }
+        }
+    }
+    filter_record_batch(batch, &BooleanArray::from(keep)).map_err(|source| {
+        FilterError::Data(DataError::Arrow {
+            path: path.to_path_buf(),
+            source,
+        })
+    })
 }
 
 /// Filters `input` (a local dataset directory or file) into `out` (a new
@@ -200,11 +229,10 @@ pub fn run(
         ));
     }
     let dataset = paraforge_core::dataset::open(input)?;
-    let files = dataset.paths();
     // Every rule's column must be a number: checked on the first file
     // before anything is written (every file is checked as it is read).
     let columns: Vec<&str> = rules.iter().map(|r| r.column.as_str()).collect();
-    if let Some(first) = files.first() {
+    if let Some(first) = dataset.paths().first() {
         if let Some(batch) = PairReader::open(first, &columns)?.next() {
             let batch = batch?;
             for c in &columns {
@@ -213,8 +241,19 @@ pub fn run(
         }
     }
     let staged = NewDataset::create(out, &[input], overwrite, "filter")?;
-    let root = dataset.root.clone();
-    let rules_text: Vec<String> = rules.iter().map(Rule::label).collect();
+    let labels: Vec<String> = rules.iter().map(Rule::label).collect();
+    let how = Rewrite {
+        columns: &columns,
+        replaced: &[FOOTER_KEY],
+        added: vec![(FOOTER_KEY.into(), labels.join("; "))],
+        parallel: false,
+    };
+    let transform = || {
+        |batch: RecordBatch, at: At<'_>, fails: &mut Vec<Fails>| {
+            filter_batch(rules, &batch, at.path, fails)
+        }
+    };
+    let files = rewrite(&dataset, &staged, &how, transform, &|_| {})?;
     let mut m = FilterManifest {
         kind: paraforge_core::layout::ManifestKind::Filter,
         input: input.display().to_string(),
@@ -233,73 +272,18 @@ pub fn run(
             .collect(),
         files: Vec::new(),
     };
-    for path in &files {
-        let reader = PairReader::open(path, &columns)?;
-        let mut metadata: Vec<(String, String)> = reader
-            .metadata()
-            .iter()
-            .filter(|(k, _)| k.as_str() != "ARROW:schema" && k.as_str() != "paraforge.filter")
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        metadata.sort();
-        metadata.push(("paraforge.filter".into(), rules_text.join("; ")));
-        let md: Vec<(&str, String)> = metadata
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.clone()))
-            .collect();
-        let rel = path.strip_prefix(&root).unwrap_or(path).to_path_buf();
-        let target = staged.dir().join(&rel);
-        let mut writer: Option<PairFileWriter> = None;
-        let (mut rows, mut input_rows) = (0u64, 0u64);
-        for batch in reader {
-            let batch = batch?;
-            let n = batch.num_rows();
-            let cols: Vec<Vec<Option<f64>>> = rules
-                .iter()
-                .map(|r| values(&batch, &r.column, path))
-                .collect::<Result<_, _>>()?;
-            let mut keep = vec![true; n];
-            for (i, k) in keep.iter_mut().enumerate() {
-                for (j, r) in rules.iter().enumerate() {
-                    if !r.passes(cols[j][i]) {
-                        m.rules[j].failed += 1;
-                        if *k {
-                            m.rules[j].dropped += 1;
-                            *k = false;
-                        }
-                    }
-                }
-            }
-            input_rows += n as u64;
-            let sel = filter_record_batch(&batch, &BooleanArray::from(keep)).map_err(|source| {
-                DataError::Arrow {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
-            if writer.is_none() {
-                writer = Some(PairFileWriter::create(&target, batch.schema(), &md)?);
-            }
-            if let Some(w) = writer.as_mut() {
-                rows += sel.num_rows() as u64;
-                w.write(&sel)?;
-            }
+    for f in files {
+        for (count, fails) in m.rules.iter_mut().zip(&f.counts) {
+            count.dropped += fails.first;
+            count.failed += fails.any;
         }
-        match writer {
-            Some(w) => {
-                w.close()?;
-            }
-            None => {
-                PairFileWriter::create(&target, paraforge_core::schema::schema(), &md)?.close()?;
-            }
-        }
-        m.input_rows += input_rows;
-        m.kept_rows += rows;
+        m.input_rows += f.input_rows;
+        m.kept_rows += f.rows;
         m.files.push(FilteredFile {
-            path: rel.display().to_string(),
-            rows,
-            input_rows,
-            sha256: file_sha256(&target)?,
+            path: f.path,
+            rows: f.rows,
+            input_rows: f.input_rows,
+            sha256: f.sha256,
         });
     }
     m.dropped_rows = m.input_rows - m.kept_rows;
