@@ -19,14 +19,14 @@ use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, Float32Array, RecordBatch, StringArray};
 use paraforge_core::layout::ListedFile;
-use paraforge_core::schema::{self, col, meta, DataError, PairFileWriter, PairReader};
+use paraforge_core::schema::{self, col, meta, DataError};
 use paraforge_core::{EncoderError, Scorer, SentenceEncoder, TextScorer};
 use paraforge_scorer::ScorerStamp;
-use rayon::prelude::*;
 use serde::Serialize;
 
 use paraforge_dataset::bins::{para_range, PARA_RANGES};
 use paraforge_dataset::output::{NewDataset, OutputError};
+use paraforge_dataset::rewrite::{rewrite, At, Rewrite};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RescoreError {
@@ -206,7 +206,6 @@ pub fn run(
         return Err(RescoreError::NothingToDo);
     }
     let dataset = paraforge_core::dataset::open(input)?;
-    let files = dataset.paths();
     progress(Progress::Total(dataset.rows()));
     let encoder = scorer.map(|s| s.load()).transpose()?;
     let stamp = match (scorer, &encoder) {
@@ -228,62 +227,72 @@ pub fn run(
     inputs.extend(scorer.map(|s| s.path()));
     inputs.extend(classifier.map(|c| c.file));
     let staged = NewDataset::create(out, &inputs, overwrite, "rescore")?;
-    {
-        let root = dataset.root.clone();
-        let failed_before = encoder.as_ref().map_or(0, |e| e.failures());
-        let results: Vec<(ListedFile, Tally)> = files
-            .par_iter()
-            .map(|path| {
-                let rel = path.strip_prefix(&root).unwrap_or(path);
-                let para = encoder.as_deref().zip(stamp.as_ref());
-                let class = classifier.map(|c| c.scorer).zip(class_stamp.as_ref());
-                rescore_file(path, rel, staged.dir(), para, class, progress)
-            })
-            .collect::<Result<_, _>>()?;
-        let failed = encoder.as_ref().map_or(0, |e| e.failures()) - failed_before;
-        if failed > 0 {
-            return Err(RescoreError::EncoderFailed { failed });
+    let (replaced, added) = footer(stamp.as_ref(), class_stamp.as_ref());
+    let how = Rewrite {
+        columns: &[col::REFERENCE, col::TRANSLATION, col::PARA_SCORE],
+        replaced: &replaced,
+        added,
+        parallel: true,
+    };
+    let (para, class) = (encoder.is_some(), classifier.map(|c| c.scorer));
+    let transform = || {
+        let mut scorer = Scorer::new(encoder.as_deref());
+        move |batch: RecordBatch, at: At<'_>, tally: &mut Tally| {
+            rescore_batch(&mut scorer, para, class, batch, at, tally)
         }
-
-        let (scorer, scorer_kind, scorer_sha256) =
-            stamp.map_or_else(Default::default, |s| (s.file, s.kind, s.sha256));
-        let (classifier, classifier_sha256) =
-            class_stamp.map_or_else(Default::default, |s| (s.file, s.sha256));
-        let mut m = RescoreManifest {
-            kind: paraforge_core::layout::ManifestKind::Rescore,
-            input: input_name.map_or_else(|| input.display().to_string(), String::from),
-            scorer,
-            scorer_kind,
-            scorer_sha256,
-            classifier,
-            classifier_sha256,
-            ..Default::default()
-        };
-        let mut total = Tally::default();
-        for (f, t) in results {
-            m.rows += f.rows;
-            m.files.push(f);
-            total = total.merge(t);
-        }
-        for i in 0..=PARA_RANGES.len() {
-            m.ranges_before.insert(label(i), total.before[i]);
-            m.ranges_after.insert(label(i), total.after[i]);
-        }
-        if !m.scorer.is_empty() && m.rows > 0 && total.n_after == 0 {
-            return Err(RescoreError::NothingScored {
-                scorer: m.scorer.clone(),
-                rows: m.rows,
-            });
-        }
-        m.mean_before = total.sum_before / total.n_before.max(1) as f64;
-        m.mean_after = total.sum_after / total.n_after.max(1) as f64;
-        if !m.classifier.is_empty() {
-            m.mean_reference_probability = Some(total.sum_prob / total.n_prob.max(1) as f64);
-        }
-        let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
-        staged.publish(text.as_bytes())?;
-        Ok(m)
+    };
+    let failed_before = encoder.as_ref().map_or(0, |e| e.failures());
+    let files = rewrite(&dataset, &staged, &how, transform, &|n| {
+        progress(Progress::Done(n))
+    })?;
+    let failed = encoder.as_ref().map_or(0, |e| e.failures()) - failed_before;
+    if failed > 0 {
+        return Err(RescoreError::EncoderFailed { failed });
     }
+
+    let (scorer, scorer_kind, scorer_sha256) =
+        stamp.map_or_else(Default::default, |s| (s.file, s.kind, s.sha256));
+    let (classifier, classifier_sha256) =
+        class_stamp.map_or_else(Default::default, |s| (s.file, s.sha256));
+    let mut m = RescoreManifest {
+        kind: paraforge_core::layout::ManifestKind::Rescore,
+        input: input_name.map_or_else(|| input.display().to_string(), String::from),
+        scorer,
+        scorer_kind,
+        scorer_sha256,
+        classifier,
+        classifier_sha256,
+        ..Default::default()
+    };
+    let mut total = Tally::default();
+    for f in files {
+        m.rows += f.rows;
+        m.files.push(ListedFile {
+            path: f.path,
+            rows: f.rows,
+            bytes: Some(f.bytes),
+            sha256: Some(f.sha256),
+        });
+        total = total.merge(f.counts);
+    }
+    for i in 0..=PARA_RANGES.len() {
+        m.ranges_before.insert(label(i), total.before[i]);
+        m.ranges_after.insert(label(i), total.after[i]);
+    }
+    if !m.scorer.is_empty() && m.rows > 0 && total.n_after == 0 {
+        return Err(RescoreError::NothingScored {
+            scorer: m.scorer.clone(),
+            rows: m.rows,
+        });
+    }
+    m.mean_before = total.sum_before / total.n_before.max(1) as f64;
+    m.mean_after = total.sum_after / total.n_after.max(1) as f64;
+    if !m.classifier.is_empty() {
+        m.mean_reference_probability = Some(total.sum_prob / total.n_prob.max(1) as f64);
+    }
+    let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
+    staged.publish(text.as_bytes())?;
+    Ok(m)
 }
 
 /// What `run` reports as it goes.
@@ -301,18 +310,14 @@ struct ClassifierStamp {
     sha256: String,
 }
 
-fn rescore_file(
-    path: &Path,
-    rel: &Path,
-    out: &Path,
-    para: Option<(&dyn SentenceEncoder, &ScorerStamp)>,
-    class: Option<(&(dyn TextScorer + Sync), &ClassifierStamp)>,
-    progress: &(dyn Fn(Progress) + Sync),
-) -> Result<(ListedFile, Tally), RescoreError> {
-    let reader = PairReader::open(path, &[col::REFERENCE, col::TRANSLATION, col::PARA_SCORE])?;
-    // What a step rewrites, its footer keys are replaced; the rest is kept.
-    let mut replaced = vec!["ARROW:schema"];
-    if para.is_some() {
+/// The footer keys a rescore writes anew (those of each column it
+/// rewrites, whatever the input said), and what it writes under them.
+fn footer(
+    para: Option<&ScorerStamp>,
+    class: Option<&ClassifierStamp>,
+) -> (Vec<&'static str>, Vec<(String, String)>) {
+    let (mut replaced, mut added) = (Vec::new(), Vec::new());
+    if let Some(stamp) = para {
         replaced.extend([
             meta::PARA_SCORER,
             meta::PARA_SCORER_KIND,
@@ -320,140 +325,108 @@ fn rescore_file(
             meta::PARA_VECTORS,
             meta::PARA_VECTORS_SHA256,
         ]);
+        added.extend(stamp.footer().map(|(k, v)| (k.to_string(), v)));
     }
-    if class.is_some() {
+    if let Some(stamp) = class {
         replaced.extend([
             meta::REFERENCE_CLASSIFIER,
             meta::REFERENCE_CLASSIFIER_SHA256,
         ]);
-    }
-    let mut metadata: Vec<(String, String)> = reader
-        .metadata()
-        .iter()
-        .filter(|(k, _)| !replaced.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    metadata.sort();
-    if let Some((_, stamp)) = para {
-        metadata.extend(stamp.footer().map(|(k, v)| (k.to_string(), v)));
-    }
-    if let Some((_, stamp)) = class {
-        metadata.push((meta::REFERENCE_CLASSIFIER.into(), stamp.file.clone()));
-        metadata.push((
+        added.push((meta::REFERENCE_CLASSIFIER.into(), stamp.file.clone()));
+        added.push((
             meta::REFERENCE_CLASSIFIER_SHA256.into(),
             stamp.sha256.clone(),
         ));
     }
-    let md: Vec<(&str, String)> = metadata
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.clone()))
-        .collect();
+    (replaced, added)
+}
 
-    let target = out.join(rel);
-    let mut writer: Option<PairFileWriter> = None;
-    let mut scorer = Scorer::new(para.map(|p| p.0));
-    let mut tally = Tally::default();
-    let mut done = 0u64;
-    let arrow = |source| DataError::Arrow {
-        path: path.to_path_buf(),
-        source,
-    };
-    for batch in reader {
-        let mut batch = batch?;
-        let refs = schema::column::<StringArray>(&batch, col::REFERENCE, path)?;
-        let trans = schema::column::<StringArray>(&batch, col::TRANSLATION, path)?;
-        let old = schema::column::<Float32Array>(&batch, col::PARA_SCORE, path)?;
-        let mut cols: Vec<ArrayRef> = batch.columns().to_vec();
-        if para.is_some() {
-            let mut new = Vec::with_capacity(batch.num_rows());
-            for r in 0..batch.num_rows() {
-                let s = scorer.score(refs.value(r), trans.value(r)).para_score;
-                if let Some(v) = s.filter(|v| !v.is_finite()) {
-                    return Err(RescoreError::NonFinite {
-                        path: path.to_path_buf(),
-                        row: done + r as u64,
-                        column: col::PARA_SCORE,
-                        value: v,
-                    });
-                }
-                let before = (!old.is_null(r)).then(|| old.value(r));
-                tally.add(before, s);
-                new.push(s);
-            }
-            let new = Float32Array::from(new);
-            let idx = batch
-                .schema()
-                .index_of(col::PARA_SCORE)
-                .expect("checked by PairReader::open");
-            cols[idx] = Arc::new(new);
-        } else {
-            for r in 0..batch.num_rows() {
-                let s = (!old.is_null(r)).then(|| old.value(r));
-                tally.add(s, s);
-            }
-        }
-        let mut fields: Vec<arrow_schema::FieldRef> =
-            batch.schema().fields().iter().cloned().collect();
-        if let Some((c, _)) = class {
-            let texts: Vec<&str> = (0..batch.num_rows()).map(|r| trans.value(r)).collect();
-            let p = c.score_texts(&texts);
-            if let Some((r, v)) = p
-                .iter()
-                .enumerate()
-                .find_map(|(r, v)| v.filter(|v| !v.is_finite()).map(|v| (r, v)))
-            {
+/// `batch` with para_score from `scorer` (when `para`) and
+/// `reference_probability` from `class`, tallied into `tally`.
+fn rescore_batch(
+    scorer: &mut Scorer<'_>,
+    para: bool,
+    class: Option<&(dyn TextScorer + Sync)>,
+    batch: RecordBatch,
+    at: At<'_>,
+    tally: &mut Tally,
+) -> Result<RecordBatch, RescoreError> {
+    let path = at.path;
+    let refs = schema::column::<StringArray>(&batch, col::REFERENCE, path)?;
+    let trans = schema::column::<StringArray>(&batch, col::TRANSLATION, path)?;
+    let old = schema::column::<Float32Array>(&batch, col::PARA_SCORE, path)?;
+    let mut cols: Vec<ArrayRef> = batch.columns().to_vec();
+    if para {
+        let mut new = Vec::with_capacity(batch.num_rows());
+        for r in 0..batch.num_rows() {
+            let s = scorer.score(refs.value(r), trans.value(r)).para_score;
+            if let Some(v) = s.filter(|v| !v.is_finite()) {
                 return Err(RescoreError::NonFinite {
                     path: path.to_path_buf(),
-                    row: done + r as u64,
-                    column: col::REFERENCE_PROBABILITY,
+                    row: at.row + r as u64,
+                    column: col::PARA_SCORE,
                     value: v,
                 });
             }
-            for v in p.iter().flatten() {
-                tally.sum_prob += *v as f64;
-                tally.n_prob += 1;
-            }
-            let p: ArrayRef = Arc::new(Float32Array::from(p));
-            match batch.schema().index_of(col::REFERENCE_PROBABILITY) {
-                Ok(idx) => cols[idx] = p,
-                // Outputs from before the column: it goes last.
-                Err(_) => {
-                    cols.push(p);
-                    fields.push(Arc::new(arrow_schema::Field::new(
-                        col::REFERENCE_PROBABILITY,
-                        arrow_schema::DataType::Float32,
-                        true,
-                    )));
-                }
-            }
+            let before = (!old.is_null(r)).then(|| old.value(r));
+            tally.add(before, s);
+            new.push(s);
         }
-        let schema = Arc::new(arrow_schema::Schema::new_with_metadata(
-            fields,
-            batch.schema().metadata().clone(),
-        ));
-        batch = RecordBatch::try_new(schema, cols).map_err(arrow)?;
-        if writer.is_none() {
-            writer = Some(PairFileWriter::create(&target, batch.schema(), &md)?);
+        let new = Float32Array::from(new);
+        let idx = batch
+            .schema()
+            .index_of(col::PARA_SCORE)
+            .expect("checked by PairReader::open");
+        cols[idx] = Arc::new(new);
+    } else {
+        for r in 0..batch.num_rows() {
+            let s = (!old.is_null(r)).then(|| old.value(r));
+            tally.add(s, s);
         }
-        if let Some(w) = writer.as_mut() {
-            w.write(&batch)?;
-        }
-        progress(Progress::Done(batch.num_rows() as u64));
-        done += batch.num_rows() as u64;
     }
-    let rows = match writer {
-        Some(w) => w.close()?,
-        None => PairFileWriter::create(&target, schema::schema(), &md)?.close()?,
-    };
-    Ok((
-        ListedFile {
-            path: rel.display().to_string(),
-            rows,
-            bytes: Some(std::fs::metadata(&target).map_err(io(&target))?.len()),
-            sha256: Some(file_sha256(&target)?),
-        },
-        tally,
-    ))
+    let mut fields: Vec<arrow_schema::FieldRef> = batch.schema().fields().iter().cloned().collect();
+    if let Some(c) = class {
+        let texts: Vec<&str> = (0..batch.num_rows()).map(|r| trans.value(r)).collect();
+        let p = c.score_texts(&texts);
+        if let Some((r, v)) = p
+            .iter()
+            .enumerate()
+            .find_map(|(r, v)| v.filter(|v| !v.is_finite()).map(|v| (r, v)))
+        {
+            return Err(RescoreError::NonFinite {
+                path: path.to_path_buf(),
+                row: at.row + r as u64,
+                column: col::REFERENCE_PROBABILITY,
+                value: v,
+            });
+        }
+        for v in p.iter().flatten() {
+            tally.sum_prob += *v as f64;
+            tally.n_prob += 1;
+        }
+        let p: ArrayRef = Arc::new(Float32Array::from(p));
+        match batch.schema().index_of(col::REFERENCE_PROBABILITY) {
+            Ok(idx) => cols[idx] = p,
+            // Outputs from before the column: it goes last.
+            Err(_) => {
+                cols.push(p);
+                fields.push(Arc::new(arrow_schema::Field::new(
+                    col::REFERENCE_PROBABILITY,
+                    arrow_schema::DataType::Float32,
+                    true,
+                )));
+            }
+        }
+    }
+    let schema = Arc::new(arrow_schema::Schema::new_with_metadata(
+        fields,
+        batch.schema().metadata().clone(),
+    ));
+    let batch = RecordBatch::try_new(schema, cols).map_err(|source| DataError::Arrow {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(batch)
 }
 
 fn file_sha256(path: &Path) -> Result<String, RescoreError> {
@@ -463,7 +436,7 @@ fn file_sha256(path: &Path) -> Result<String, RescoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use paraforge_core::schema::{PairRow, RowsBuilder};
+    use paraforge_core::schema::{PairFileWriter, PairReader, PairRow, RowsBuilder};
     use paraforge_core::PairScores;
 
     fn row(id: &str, reference: &str, translation: &str, para: Option<f32>) -> PairRow {
