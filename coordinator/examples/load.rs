@@ -65,12 +65,7 @@ async fn put_files(
 ) -> Vec<pb::OutputFile> {
     use paraforge_core::layout::OutputLayout;
     use sha2::Digest;
-    let hex = |b: &[u8]| -> String {
-        sha2::Sha256::digest(b)
-            .iter()
-            .map(|x| format!("{x:02x}"))
-            .collect()
-    };
+    let hex = |b: &[u8]| -> String { hex::encode(sha2::Sha256::digest(b)) };
     let (pq, rj) = (
         OutputLayout::temp_part_path(shard, token),
         OutputLayout::temp_rejects_path(shard, token),

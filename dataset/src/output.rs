@@ -95,8 +95,15 @@ impl NewDataset {
             .ok_or_else(|| OutputError::IsFile(target.to_path_buf()))?;
         let staging = parent.join(format!(".{name}.staging"));
         let lock = claim(&staging, target, command)?;
-        // Looked at under the lock: no other run can publish here now.
-        let replaces = match existing(target)? {
+        let mut new = NewDataset {
+            target: target.to_path_buf(),
+            staging,
+            lock: Some(lock),
+            replaces: false,
+        };
+        // Looked at under the lock: no other run can publish here now. A
+        // refusal drops `new`, which removes the staging directory.
+        new.replaces = match existing(target)? {
             Existing::Nothing => false,
             Existing::Dataset(kind) if overwrite => {
                 tracing::info!(out = %target.display(), %kind, "replacing a finished dataset (--overwrite)");
@@ -109,12 +116,7 @@ impl NewDataset {
                 })
             }
         };
-        Ok(NewDataset {
-            target: target.to_path_buf(),
-            staging,
-            lock: Some(lock),
-            replaces,
-        })
+        Ok(new)
     }
 
     /// Where the command writes the dataset's files (relative paths as
@@ -404,6 +406,10 @@ mod tests {
         assert!(
             e.to_string().contains("--overwrite") && matches!(e, OutputError::Exists { .. }),
             "{e}"
+        );
+        assert!(
+            !d.path().join(".done.staging").exists(),
+            "a refused run leaves no staging directory"
         );
         NewDataset::create(&done, &[], true, "rescore")
             .unwrap()
