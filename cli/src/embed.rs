@@ -4,15 +4,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use paraforge_trainer::data::PairSource;
-use paraforge_trainer::neural::{Arch, Spec};
 use paraforge_trainer::nn_model::{self, NeuralModel};
-use paraforge_trainer::nn_train::NeuralOptions;
 use paraforge_trainer::sts;
-use paraforge_trainer::train::{
-    train as run_training, trigram_vocab, word_vocab, TrainOptions, TrainReport,
-};
-use paraforge_trainer::{Kind, Model};
+use paraforge_trainer::train::TrainReport;
+use paraforge_trainer::{Encoder, Event, Model, TrainSpec};
 
 #[derive(clap::Args)]
 pub struct TrainArgs {
@@ -132,7 +127,7 @@ pub struct TrainArgs {
     sts: Option<PathBuf>,
     /// Scored after every epoch; the best epoch's model is the one written.
     /// An STS Benchmark-layout file or an STS directory (mean Pearson).
-    #[arg(long, default_value = "data/sts/stsbenchmark/sts-dev.csv")]
+    #[arg(long, default_value = paraforge_trainer::DEFAULT_DEV)]
     dev: PathBuf,
     /// Keep the last epoch's model, scoring no dev set.
     #[arg(long)]
@@ -178,254 +173,97 @@ pub struct ExportArgs {
     overwrite: bool,
 }
 
-/// `--model`: one of the averages, or a neural encoder or combination.
-#[derive(Debug, Clone)]
-pub enum Encoder {
-    Average(Kind),
-    Neural(Spec),
-}
-
-impl std::str::FromStr for Encoder {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Encoder, String> {
-        if let Ok(k) = s.parse::<Kind>() {
-            return Ok(Encoder::Average(k));
-        }
-        if s.contains(['+', ',']) {
-            // A combination: its error names the bad part.
-            return s.parse::<Spec>().map(Encoder::Neural);
-        }
-        s.parse::<Spec>().map(Encoder::Neural).map_err(|_| {
-            let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
-            format!(
-                "unknown model {s:?} (word, trigram, word,trigram, {}, or parts joined by + or ,)",
-                names.join(", ")
-            )
-        })
-    }
-}
-
-/// The options' bounds, before anything is read or allocated: each limit
-/// is far above the papers' settings ([`paraforge_trainer::limits`]).
-fn check_train_args(a: &TrainArgs) -> Result<()> {
-    use paraforge_trainer::limits::*;
-    for (name, value) in [
-        ("--word-dim", a.word_dim),
-        ("--hidden", a.hidden),
-        ("--trigram-dim", a.trigram_dim),
-    ] {
-        if let Some(v) = value {
-            at_most(name, v, MAX_DIM)?;
+impl TrainArgs {
+    fn spec(self) -> TrainSpec {
+        TrainSpec {
+            data: self.data,
+            model: self.model,
+            hidden: self.hidden,
+            layers: self.layers,
+            scramble: self.scramble,
+            negatives: self.negatives,
+            lambda_c: self.lambda_c,
+            lambda_w: self.lambda_w,
+            lambda_kl: self.lambda_kl,
+            device: self.device,
+            init_vectors: self.init_vectors,
+            min_word_count: self.min_word_count,
+            max_words: self.max_words,
+            word_dim: self.word_dim,
+            megabatch: self.megabatch,
+            batch_size: self.batch_size,
+            margin: self.margin,
+            lr: self.lr,
+            epochs: self.epochs,
+            seed: self.seed,
+            trigram_dim: self.trigram_dim,
+            min_trigram_count: self.min_trigram_count,
+            max_trigrams: self.max_trigrams,
+            shuffle_buffer: self.shuffle_buffer,
+            max_pairs: self.max_pairs,
+            out: self.out,
+            precision: self.precision,
+            sts: self.sts,
+            dev: (!self.no_dev).then_some(self.dev),
+            checkpoint: self.checkpoint,
+            resume: self.resume,
         }
     }
-    at_most("--layers", a.layers, MAX_LAYERS)?;
-    at_most("--epochs", a.epochs, MAX_EPOCHS)?;
-    at_most("--batch-size", a.batch_size, MAX_MEGABATCH_PAIRS)?;
-    at_most("--shuffle-buffer", a.shuffle_buffer, MAX_SHUFFLE_BUFFER)?;
-    anyhow::ensure!(
-        a.megabatch.saturating_mul(a.batch_size) <= MAX_MEGABATCH_PAIRS,
-        "--megabatch {} x --batch-size {}: more than the limit of {MAX_MEGABATCH_PAIRS} pairs a mega-batch",
-        a.megabatch,
-        a.batch_size
+}
+
+pub fn train(a: TrainArgs) -> Result<()> {
+    let (overwrite, threads) = (a.overwrite, a.threads);
+    let spec = a.spec();
+    spec.check()?;
+    let inputs = spec.inputs();
+    let inputs: Vec<(&str, &std::path::Path)> =
+        inputs.iter().map(|(n, p)| (*n, p.as_path())).collect();
+    let out = crate::out::Out::claim("--out", &spec.out, &inputs, overwrite)?;
+    crate::threads(threads)?;
+    let (target, sts_dir) = (spec.out.clone(), spec.sts.clone());
+    let mut bar: Option<(ProgressBar, u64)> = None;
+    let outcome = paraforge_trainer::run(spec, &out.path(), &mut |e| match e {
+        Event::Note(n) => eprintln!("{n}"),
+        Event::Started {
+            pairs_per_epoch,
+            epochs,
+        } => bar = Some((progress_bar(pairs_per_epoch, epochs), pairs_per_epoch)),
+        Event::Progress(p) => {
+            if let Some((bar, per_epoch)) = &bar {
+                show(bar, *per_epoch, p);
+            }
+        }
+        Event::Trained => {
+            if let Some((bar, _)) = &bar {
+                bar.finish_and_clear();
+            }
+        }
+    })?;
+    out.commit()?;
+    print_epochs(&outcome.report);
+    let r = &outcome.report;
+    println!(
+        "model {} (dim {}) written to {}; {} rows read, {} empty and {} null sides skipped, {} pairs without a known {} skipped",
+        outcome.name,
+        outcome.dim,
+        target.display(),
+        r.read.rows,
+        r.read.skipped_empty,
+        r.read.skipped_null,
+        r.skipped_unembeddable,
+        outcome.units
     );
-    // NaN or a negative rate would train to NaN weights (or away from the
-    // data) for a whole epoch before anything said so.
-    anyhow::ensure!(
-        a.lr.is_finite() && a.lr > 0.0,
-        "--lr {}: the learning rate must be a finite number above 0",
-        a.lr
-    );
-    for (name, v) in [
-        ("--margin", a.margin.map(f64::from)),
-        ("--lambda-c", Some(a.lambda_c)),
-        ("--lambda-w", Some(a.lambda_w)),
-        ("--lambda-kl", Some(a.lambda_kl)),
-    ] {
-        if let Some(v) = v {
-            anyhow::ensure!(
-                v.is_finite() && v >= 0.0,
-                "{name} {v}: must be a finite number, 0 or more"
-            );
+    if let Some(dir) = &sts_dir {
+        for (g, p, s) in sts::by_group(&outcome.evaluate_sts(dir)?) {
+            println!("  {g:<8} pearson {p:5.1}  spearman {s:5.1}");
         }
     }
     Ok(())
 }
 
-/// What `train` reads, which its --out may never be.
-fn train_inputs(a: &TrainArgs) -> Vec<(&'static str, PathBuf)> {
-    let mut v = vec![
-        ("--data", a.data.clone()),
-        (
-            "--checkpoint",
-            train_options(a).checkpoint.unwrap_or_default(),
-        ),
-    ];
-    if let Some(p) = &a.init_vectors {
-        v.push(("--init-vectors", p.clone()));
-    }
-    if !a.no_dev && a.dev.exists() {
-        v.push(("--dev", a.dev.clone()));
-    }
-    if let Some(p) = &a.sts {
-        v.push(("--sts", p.clone()));
-    }
-    v
-}
-
-pub fn train(a: TrainArgs) -> Result<()> {
-    check_train_args(&a)?;
-    let inputs = train_inputs(&a);
-    let inputs: Vec<(&str, &std::path::Path)> =
-        inputs.iter().map(|(n, p)| (*n, p.as_path())).collect();
-    let out = crate::out::Out::claim("--out", &a.out, &inputs, a.overwrite)?;
-    crate::threads(a.threads)?;
-    let source = PairSource::open(&a.data)?;
-    if a.epochs > 0 {
-        // Before the vocabularies, whose messages would be about them.
-        paraforge_trainer::check_pairs(source.rows(), a.max_pairs)
-            .with_context(|| format!("--data {}", a.data.display()))?;
-    }
-    // A neural encoder reads words; its table starts as a WORD model's.
-    let kind = match &a.model {
-        Encoder::Average(k) => *k,
-        Encoder::Neural(s) if s.has_trigrams() => Kind::WordTrigram,
-        Encoder::Neural(_) => Kind::Word,
-    };
-    let name = match &a.model {
-        Encoder::Average(k) => k.name().to_string(),
-        Encoder::Neural(s) => s.name(),
-    };
-    let init = match (&a.init_vectors, kind.words()) {
-        (Some(p), true) => {
-            let (v, rep) = paraforge_core::Vectors::load(p)?;
-            let bad = rep.wrong_dimension + rep.unparsable + rep.duplicates;
-            if bad > 0 {
-                eprintln!(
-                    "{}: {bad} bad lines skipped (first at line {})",
-                    p.display(),
-                    rep.first_skipped_line.unwrap_or(0)
-                );
-            }
-            Some(v)
-        }
-        (None, true) if a.min_word_count.is_none() => anyhow::bail!(
-            "--model {name} needs --init-vectors (a GloVe-format file) or --min-word-count (a vocabulary from the data)"
-        ),
-        _ => None,
-    };
-    let tdim = a
-        .trigram_dim
-        .unwrap_or_else(|| init.as_ref().map_or(300, |v| v.dim()));
-    let trigrams = if kind.trigrams() {
-        let t = trigram_vocab(&source, a.min_trigram_count, a.max_trigrams)?;
-        eprintln!("trigram vocabulary: {} trigrams", t.len());
-        t
-    } else {
-        Vec::new()
-    };
-    let mut model = match (a.min_word_count, kind.words()) {
-        (Some(min), true) => {
-            let words = word_vocab(&source, min, a.max_words)?;
-            let wdim = a
-                .word_dim
-                .unwrap_or_else(|| init.as_ref().map_or(300, |v| v.dim()));
-            let (m, known) = paraforge_trainer::model::init_with_words(
-                kind,
-                words,
-                wdim,
-                init.as_ref(),
-                trigrams,
-                tdim,
-                a.seed,
-            )?;
-            eprintln!(
-                "word vocabulary: {} words seen at least {min} times, {known} initialised from --init-vectors",
-                m.words().len()
-            );
-            m
-        }
-        _ => paraforge_trainer::model::init(kind, init.as_ref(), trigrams, tdim, a.seed)?,
-    };
-    drop(init);
-    if let Encoder::Neural(spec) = a.model.clone() {
-        return train_neural(a, spec, model, source, out);
-    }
-    let o = train_options(&a);
-    let dev_sets = dev_sets(&a)?;
-    let dev_fn =
-        |m: &Model| sts::dev_score(dev_sets.as_deref().unwrap_or_default(), &|s| m.embed(s));
-    let (bar, per_epoch) = progress_bar(&a, &source);
-    let report = if a.epochs == 0 {
-        TrainReport::default()
-    } else {
-        let dev = dev_sets
-            .is_some()
-            .then_some(&dev_fn as paraforge_trainer::train::DevScore);
-        run_training(&mut model, &source, &o, dev, &mut |p| {
-            show(&bar, per_epoch, p)
-        })?
-    };
-    bar.finish_and_clear();
-    model.notes = notes(&a, &report, serde_json::json!({}));
-    model.save_as(&out.path(), a.precision)?;
-    out.commit()?;
-    finish(
-        &a,
-        &report,
-        model.kind.name(),
-        model.dim(),
-        "word or trigram",
-        |sets| sts::evaluate(sets, &|s| model.embed(s)),
-    )
-}
-
-fn train_options(a: &TrainArgs) -> TrainOptions {
-    TrainOptions {
-        megabatch: a.megabatch,
-        batch_size: a.batch_size,
-        margin: a.margin.unwrap_or(match &a.model {
-            Encoder::Neural(spec) => paraforge_trainer::neural::default_margin(spec),
-            Encoder::Average(_) => 0.4,
-        }),
-        lr: a.lr,
-        epochs: a.epochs,
-        seed: a.seed,
-        shuffle_buffer: a.shuffle_buffer,
-        max_pairs: a.max_pairs,
-        checkpoint: Some(
-            a.checkpoint
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(format!("{}.ckpt", a.out.display()))),
-        ),
-        resume: a.resume,
-    }
-}
-
-/// The dev sets of `--dev`, or None (`--no-dev`, or the default file absent).
-fn dev_sets(a: &TrainArgs) -> Result<Option<Vec<sts::StsSet>>> {
-    let default_dev = a.dev == std::path::Path::new("data/sts/stsbenchmark/sts-dev.csv");
-    if a.no_dev || (default_dev && !a.dev.exists()) {
-        if !a.no_dev {
-            eprintln!(
-                "no dev set at {} (the default): the last epoch is kept; --dev names another",
-                a.dev.display()
-            );
-        }
-        return Ok(None);
-    }
-    Ok(Some(
-        sts::load_dev(&a.dev).with_context(|| format!("--dev {}", a.dev.display()))?,
-    ))
-}
-
-/// A bar over every epoch's pairs, and the pairs of one epoch.
-fn progress_bar(a: &TrainArgs, source: &PairSource) -> (ProgressBar, u64) {
-    let per_epoch = if a.max_pairs > 0 {
-        a.max_pairs.min(source.rows())
-    } else {
-        source.rows()
-    };
-    let bar = ProgressBar::new(per_epoch.saturating_mul(a.epochs as u64));
+/// A bar over every epoch's pairs.
+fn progress_bar(per_epoch: u64, epochs: usize) -> ProgressBar {
+    let bar = ProgressBar::new(per_epoch.saturating_mul(epochs as u64));
     bar.set_style(
         ProgressStyle::with_template(
             "{elapsed_precise} [{bar:30}] {pos}/{len} pairs ({per_sec}, eta {eta}) {msg}",
@@ -433,7 +271,7 @@ fn progress_bar(a: &TrainArgs, source: &PairSource) -> (ProgressBar, u64) {
         .expect("valid template")
         .progress_chars("=> "),
     );
-    (bar, per_epoch)
+    bar
 }
 
 fn show(bar: &ProgressBar, per_epoch: u64, p: paraforge_trainer::train::Progress) {
@@ -457,109 +295,6 @@ fn print_epochs(report: &TrainReport) {
     if let Some(e) = report.best_epoch {
         println!("kept epoch {e} (best dev score)");
     }
-}
-
-fn train_neural(
-    a: TrainArgs,
-    spec: Spec,
-    words: Model,
-    source: PairSource,
-    out: crate::out::Out,
-) -> Result<()> {
-    let device = nn_model::device(&a.device)?;
-    let hidden = a.hidden.unwrap_or(words.word_dim);
-    let mut model = NeuralModel::init_spec(&spec, words, hidden, a.layers, a.seed, &device)
-        .with_context(|| format!("--model {spec}"))?;
-    let arch = spec.arch;
-    let o = NeuralOptions {
-        base: train_options(&a),
-        scramble: a
-            .scramble
-            .unwrap_or(paraforge_trainer::neural::default_scramble(&spec)),
-        sampling: a.negatives,
-        lambda_c: a.lambda_c,
-        lambda_w: a.lambda_w,
-        lambda_kl: a.lambda_kl,
-        ..NeuralOptions::default()
-    };
-    let dev_sets = dev_sets(&a)?;
-    let dev_fn = |m: &NeuralModel| {
-        let sets = dev_sets.as_deref().unwrap_or_default();
-        let table = sts::embed_sets(sets, &|t| m.embed_many(t));
-        sts::dev_score(sets, &|s| table[s].clone())
-    };
-    let (bar, per_epoch) = progress_bar(&a, &source);
-    let report = if a.epochs == 0 {
-        TrainReport::default()
-    } else {
-        let dev = dev_sets
-            .is_some()
-            .then_some(&dev_fn as paraforge_trainer::nn_train::NeuralDevScore);
-        paraforge_trainer::nn_train::train(&mut model, &source, &o, &device, dev, &mut |p| {
-            show(&bar, per_epoch, p)
-        })?
-    };
-    bar.finish_and_clear();
-    model.notes = notes(
-        &a,
-        &report,
-        serde_json::json!({
-            "scramble": o.scramble, "negatives": o.sampling,
-            "lambda_c": o.lambda_c, "lambda_w": o.lambda_w,
-            "lambda_kl": arch.is_gaussian().then_some(o.lambda_kl),
-        }),
-    );
-    model.save(&out.path())?;
-    out.commit()?;
-    finish(&a, &report, &spec.name(), model.dim(), "word", |sets| {
-        let table = sts::embed_sets(sets, &|t| model.embed_many(t));
-        sts::evaluate(sets, &|s| table[s].clone())
-    })
-}
-
-/// What a saved model records of its training: the options every encoder
-/// shares, `extra`, and the report.
-fn notes(a: &TrainArgs, report: &TrainReport, extra: serde_json::Value) -> serde_json::Value {
-    let mut n = serde_json::json!({
-        "data": a.data.display().to_string(),
-        "init_vectors": a.init_vectors.as_ref().map(|p| p.display().to_string()),
-        "megabatch": a.megabatch, "batch_size": a.batch_size, "margin": train_options(a).margin,
-        "lr": a.lr, "epochs": a.epochs, "seed": a.seed,
-        "report": report,
-    });
-    if let (Some(n), serde_json::Value::Object(extra)) = (n.as_object_mut(), extra) {
-        n.extend(extra);
-    }
-    n
-}
-
-/// The summary after a model is written, and its STS results with `--sts`.
-fn finish(
-    a: &TrainArgs,
-    report: &TrainReport,
-    name: &str,
-    dim: usize,
-    units: &str,
-    evaluate: impl Fn(&[sts::StsSet]) -> Result<Vec<sts::SetResult>, paraforge_trainer::TrainError>,
-) -> Result<()> {
-    print_epochs(report);
-    println!(
-        "model {name} (dim {dim}) written to {}; {} rows read, {} empty and {} null sides skipped, {} pairs without a known {units} skipped",
-        a.out.display(),
-        report.read.rows,
-        report.read.skipped_empty,
-        report.read.skipped_null,
-        report.skipped_unembeddable
-    );
-    if let Some(dir) = &a.sts {
-        let r = evaluate(&sts::load(dir)?).with_context(|| {
-            format!("evaluating {} on --sts {}", a.out.display(), dir.display())
-        })?;
-        for (g, p, s) in sts::by_group(&r) {
-            println!("  {g:<8} pearson {p:5.1}  spearman {s:5.1}");
-        }
-    }
-    Ok(())
 }
 
 pub fn eval_sts(a: EvalArgs) -> Result<()> {

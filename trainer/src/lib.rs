@@ -7,6 +7,10 @@
 //! Data flows one way: Parquet pairs -> [`data`] (streamed, shuffle buffer,
 //! tokenized) -> [`train`] (negatives, gradients, Adam) -> [`model`] (saved
 //! file, GloVe export) -> [`sts`] (evaluation).
+//!
+//! [`run()`] is a whole `paraforge train` (and [`classifier::run`] a whole
+//! `train-classifier`): the command line only parses its options into a
+//! [`TrainSpec`] and shows what the run reports.
 
 pub mod checkpoint;
 pub mod classifier;
@@ -18,10 +22,12 @@ pub mod neural;
 pub mod nn_checkpoint;
 pub mod nn_model;
 pub mod nn_train;
+mod run;
 pub mod sts;
 pub mod train;
 
 pub use model::{Kind, Model};
+pub use run::{run, Encoder, Event, TrainOutcome, TrainSpec, Trained, DEFAULT_DEV, DEFAULT_MARGIN};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
@@ -66,6 +72,13 @@ pub enum TrainError {
         path: std::path::PathBuf,
         expected: String,
         actual: String,
+    },
+    /// `source` while doing what `context` says (the option being read).
+    #[error("{context}: {source}")]
+    Context {
+        context: String,
+        #[source]
+        source: Box<TrainError>,
     },
 }
 
@@ -127,6 +140,14 @@ impl From<paraforge_encoders::ModelError> for TrainError {
 }
 
 impl TrainError {
+    /// This error, said to have happened while doing `context`.
+    pub fn context(self, context: impl Into<String>) -> TrainError {
+        TrainError::Context {
+            context: context.into(),
+            source: Box::new(self),
+        }
+    }
+
     pub fn io(path: &std::path::Path, source: std::io::Error) -> TrainError {
         TrainError::Io {
             path: path.to_path_buf(),

@@ -1,0 +1,496 @@
+//! A whole training run (`paraforge train`) as one call: from a
+//! [`TrainSpec`] (what the command line asked for) to a written model. The
+//! policy lives here, not in the command line: the vocabularies, which
+//! encoder trains (an average or a neural one, whose word table starts as
+//! a WORD model's), the defaults the papers give (margin, scramble rate),
+//! the checkpoint beside the output, and which dev set picks the epoch.
+
+use std::path::{Path, PathBuf};
+
+use crate::data::PairSource;
+use crate::model::Precision;
+use crate::neural::{Arch, Sampling, Spec};
+use crate::nn_model::{self, NeuralModel};
+use crate::nn_train::NeuralOptions;
+use crate::sts::{self, SetResult, StsSet};
+use crate::train::{Progress, TrainOptions, TrainReport};
+use crate::{Kind, Model, TrainError};
+
+/// The dev set scored after every epoch unless another is named: read
+/// from the working directory, as the repository lays it out.
+pub const DEFAULT_DEV: &str = "data/sts/stsbenchmark/sts-dev.csv";
+
+/// The margin delta of the averages (Wieting and Gimpel, 2018).
+pub const DEFAULT_MARGIN: f32 = 0.4;
+
+/// Which encoder to train: one of the averages, or a neural encoder or
+/// combination.
+#[derive(Debug, Clone)]
+pub enum Encoder {
+    Average(Kind),
+    Neural(Spec),
+}
+
+impl std::str::FromStr for Encoder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Encoder, String> {
+        if let Ok(k) = s.parse::<Kind>() {
+            return Ok(Encoder::Average(k));
+        }
+        if s.contains(['+', ',']) {
+            // A combination: its error names the bad part.
+            return s.parse::<Spec>().map(Encoder::Neural);
+        }
+        s.parse::<Spec>().map(Encoder::Neural).map_err(|_| {
+            let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
+            format!(
+                "unknown model {s:?} (word, trigram, word,trigram, {}, or parts joined by + or ,)",
+                names.join(", ")
+            )
+        })
+    }
+}
+
+impl Encoder {
+    /// The model's name, as `--model` spells it.
+    pub fn name(&self) -> String {
+        match self {
+            Encoder::Average(k) => k.name().to_string(),
+            Encoder::Neural(s) => s.name(),
+        }
+    }
+}
+
+/// What to train, on what, and where the model goes; the options of
+/// `paraforge train`, each named in messages by its flag.
+#[derive(Debug, Clone)]
+pub struct TrainSpec {
+    /// Training pairs: a dataset directory or one Parquet file.
+    pub data: PathBuf,
+    pub model: Encoder,
+    /// A neural encoder's hidden size (default: the word dimension).
+    pub hidden: Option<usize>,
+    /// Layers of dan.
+    pub layers: usize,
+    /// Probability that a training sentence's words are shuffled (default:
+    /// [`crate::neural::default_scramble`]).
+    pub scramble: Option<f64>,
+    pub negatives: Sampling,
+    pub lambda_c: f64,
+    pub lambda_w: f64,
+    pub lambda_kl: f64,
+    /// Where a neural encoder trains: cpu or cuda:N.
+    pub device: String,
+    /// Vectors that initialise the word embeddings (and, without
+    /// `min_word_count`, fix the vocabulary).
+    pub init_vectors: Option<PathBuf>,
+    /// Take the word vocabulary from the data: words seen this often.
+    pub min_word_count: Option<u64>,
+    pub max_words: usize,
+    /// Word embedding size with `min_word_count` (default: the vectors'
+    /// size, else 300).
+    pub word_dim: Option<usize>,
+    pub megabatch: usize,
+    pub batch_size: usize,
+    /// The margin delta (default: [`DEFAULT_MARGIN`], or the neural
+    /// encoder's [`crate::neural::default_margin`]).
+    pub margin: Option<f32>,
+    pub lr: f32,
+    /// Passes over the data; 0 writes the initial model.
+    pub epochs: usize,
+    pub seed: u64,
+    /// Trigram embedding size (default: the vectors' size, else 300).
+    pub trigram_dim: Option<usize>,
+    pub min_trigram_count: u64,
+    pub max_trigrams: usize,
+    pub shuffle_buffer: usize,
+    /// Stop each epoch after this many pairs (0 = all).
+    pub max_pairs: u64,
+    /// Where the model ends up: names the default checkpoint and the
+    /// messages (it is written where [`run`] is told).
+    pub out: PathBuf,
+    /// How an average's file stores its tables.
+    pub precision: Precision,
+    /// STS sets to evaluate on after training ([`TrainOutcome::evaluate_sts`]).
+    pub sts: Option<PathBuf>,
+    /// The dev set that picks the epoch, None to keep the last epoch; the
+    /// default [`DEFAULT_DEV`] may be absent (then the last epoch is kept).
+    pub dev: Option<PathBuf>,
+    /// Checkpoint directory (default: OUT.ckpt).
+    pub checkpoint: Option<PathBuf>,
+    pub resume: bool,
+}
+
+/// What a run tells its caller as it goes.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A line for the person running it (vocabulary sizes, skipped lines,
+    /// the dev set's absence).
+    Note(String),
+    /// Training starts: `epochs` of at most `pairs_per_epoch` pairs.
+    Started { pairs_per_epoch: u64, epochs: usize },
+    /// After each mega-batch.
+    Progress(Progress),
+    /// Training is done; the model is written next.
+    Trained,
+}
+
+/// The trained model, of either family.
+pub enum Trained {
+    Average(Model),
+    Neural(NeuralModel),
+}
+
+/// A finished run: its report and the model written.
+pub struct TrainOutcome {
+    pub report: TrainReport,
+    /// The model's name (as `--model` spells it) and embedding size.
+    pub name: String,
+    pub dim: usize,
+    /// What a pair skipped as unembeddable had none of.
+    pub units: &'static str,
+    pub model: Trained,
+    out: PathBuf,
+}
+
+impl TrainOutcome {
+    /// The written model on the STS sets under `dir`.
+    pub fn evaluate_sts(&self, dir: &Path) -> Result<Vec<SetResult>, TrainError> {
+        let sets = sts::load(dir)?;
+        let r = match &self.model {
+            Trained::Average(m) => sts::evaluate(&sets, &|s| m.embed(s)),
+            Trained::Neural(m) => {
+                let table = sts::embed_sets(&sets, &|t| m.embed_many(t));
+                sts::evaluate(&sets, &|s| table[s].clone())
+            }
+        };
+        r.map_err(|e| {
+            e.context(format!(
+                "evaluating {} on --sts {}",
+                self.out.display(),
+                dir.display()
+            ))
+        })
+    }
+}
+
+impl TrainSpec {
+    /// The options' bounds, before anything is read or allocated: each
+    /// limit is far above the papers' settings ([`crate::limits`]).
+    pub fn check(&self) -> Result<(), TrainError> {
+        use crate::limits::*;
+        for (name, value) in [
+            ("--word-dim", self.word_dim),
+            ("--hidden", self.hidden),
+            ("--trigram-dim", self.trigram_dim),
+        ] {
+            if let Some(v) = value {
+                at_most(name, v, MAX_DIM)?;
+            }
+        }
+        at_most("--layers", self.layers, MAX_LAYERS)?;
+        at_most("--epochs", self.epochs, MAX_EPOCHS)?;
+        at_most("--batch-size", self.batch_size, MAX_MEGABATCH_PAIRS)?;
+        at_most("--shuffle-buffer", self.shuffle_buffer, MAX_SHUFFLE_BUFFER)?;
+        if self.megabatch.saturating_mul(self.batch_size) > MAX_MEGABATCH_PAIRS {
+            return Err(TrainError::Invalid(format!(
+                "--megabatch {} x --batch-size {}: more than the limit of {MAX_MEGABATCH_PAIRS} pairs a mega-batch",
+                self.megabatch, self.batch_size
+            )));
+        }
+        // NaN or a negative rate would train to NaN weights (or away from
+        // the data) for a whole epoch before anything said so.
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(TrainError::Invalid(format!(
+                "--lr {}: the learning rate must be a finite number above 0",
+                self.lr
+            )));
+        }
+        for (name, v) in [
+            ("--margin", self.margin.map(f64::from)),
+            ("--lambda-c", Some(self.lambda_c)),
+            ("--lambda-w", Some(self.lambda_w)),
+            ("--lambda-kl", Some(self.lambda_kl)),
+        ] {
+            if let Some(v) = v {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(TrainError::Invalid(format!(
+                        "{name} {v}: must be a finite number, 0 or more"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the run reads (flag, path), which its output may never be.
+    pub fn inputs(&self) -> Vec<(&'static str, PathBuf)> {
+        let mut v = vec![
+            ("--data", self.data.clone()),
+            ("--checkpoint", self.checkpoint_dir()),
+        ];
+        if let Some(p) = &self.init_vectors {
+            v.push(("--init-vectors", p.clone()));
+        }
+        if let Some(p) = self.dev.as_ref().filter(|p| p.exists()) {
+            v.push(("--dev", p.clone()));
+        }
+        if let Some(p) = &self.sts {
+            v.push(("--sts", p.clone()));
+        }
+        v
+    }
+
+    /// Where checkpoints go: `checkpoint`, else beside the output.
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        self.checkpoint
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{}.ckpt", self.out.display())))
+    }
+
+    fn margin(&self) -> f32 {
+        self.margin.unwrap_or(match &self.model {
+            Encoder::Neural(spec) => crate::neural::default_margin(spec),
+            Encoder::Average(_) => DEFAULT_MARGIN,
+        })
+    }
+
+    fn options(&self) -> TrainOptions {
+        TrainOptions {
+            megabatch: self.megabatch,
+            batch_size: self.batch_size,
+            margin: self.margin(),
+            lr: self.lr,
+            epochs: self.epochs,
+            seed: self.seed,
+            shuffle_buffer: self.shuffle_buffer,
+            max_pairs: self.max_pairs,
+            checkpoint: Some(self.checkpoint_dir()),
+            resume: self.resume,
+        }
+    }
+
+    /// The dev sets, or None (no dev set asked for, or the default file
+    /// absent: said in a note).
+    fn dev_sets(&self, events: &mut dyn FnMut(Event)) -> Result<Option<Vec<StsSet>>, TrainError> {
+        let Some(dev) = &self.dev else {
+            return Ok(None);
+        };
+        if dev == Path::new(DEFAULT_DEV) && !dev.exists() {
+            events(Event::Note(format!(
+                "no dev set at {} (the default): the last epoch is kept; --dev names another",
+                dev.display()
+            )));
+            return Ok(None);
+        }
+        let sets = sts::load_dev(dev).map_err(|e| e.context(format!("--dev {}", dev.display())))?;
+        Ok(Some(sets))
+    }
+
+    /// What a saved model records of its training: the options every
+    /// encoder shares, `extra`, and the report.
+    fn notes(&self, report: &TrainReport, extra: serde_json::Value) -> serde_json::Value {
+        let mut n = serde_json::json!({
+            "data": self.data.display().to_string(),
+            "init_vectors": self.init_vectors.as_ref().map(|p| p.display().to_string()),
+            "megabatch": self.megabatch, "batch_size": self.batch_size, "margin": self.margin(),
+            "lr": self.lr, "epochs": self.epochs, "seed": self.seed,
+            "report": report,
+        });
+        if let (Some(n), serde_json::Value::Object(extra)) = (n.as_object_mut(), extra) {
+            n.extend(extra);
+        }
+        n
+    }
+
+    /// The bounds of a progress display: pairs an epoch, and epochs.
+    fn started(&self, source: &PairSource) -> Event {
+        let pairs_per_epoch = if self.max_pairs > 0 {
+            self.max_pairs.min(source.rows())
+        } else {
+            source.rows()
+        };
+        Event::Started {
+            pairs_per_epoch,
+            epochs: self.epochs,
+        }
+    }
+}
+
+/// Trains what `spec` asks for and writes the model to `write_to` (the
+/// caller moves it to `spec.out`); `events` hears of progress.
+pub fn run(
+    spec: TrainSpec,
+    write_to: &Path,
+    events: &mut dyn FnMut(Event),
+) -> Result<TrainOutcome, TrainError> {
+    let s = &spec;
+    let source = PairSource::open(&s.data)?;
+    if s.epochs > 0 {
+        // Before the vocabularies, whose messages would be about them.
+        crate::check_pairs(source.rows(), s.max_pairs)
+            .map_err(|e| e.context(format!("--data {}", s.data.display())))?;
+    }
+    // A neural encoder reads words; its table starts as a WORD model's.
+    let kind = match &s.model {
+        Encoder::Average(k) => *k,
+        Encoder::Neural(n) if n.has_trigrams() => Kind::WordTrigram,
+        Encoder::Neural(_) => Kind::Word,
+    };
+    let init = match (&s.init_vectors, kind.words()) {
+        (Some(p), true) => {
+            let (v, rep) = paraforge_core::Vectors::load(p)?;
+            let bad = rep.wrong_dimension + rep.unparsable + rep.duplicates;
+            if bad > 0 {
+                events(Event::Note(format!(
+                    "{}: {bad} bad lines skipped (first at line {})",
+                    p.display(),
+                    rep.first_skipped_line.unwrap_or(0)
+                )));
+            }
+            Some(v)
+        }
+        (None, true) if s.min_word_count.is_none() => {
+            return Err(TrainError::Invalid(format!(
+                "--model {} needs --init-vectors (a GloVe-format file) or --min-word-count (a vocabulary from the data)",
+                s.model.name()
+            )))
+        }
+        _ => None,
+    };
+    let tdim = s
+        .trigram_dim
+        .unwrap_or_else(|| init.as_ref().map_or(300, |v| v.dim()));
+    let trigrams = if kind.trigrams() {
+        let t = crate::train::trigram_vocab(&source, s.min_trigram_count, s.max_trigrams)?;
+        events(Event::Note(format!(
+            "trigram vocabulary: {} trigrams",
+            t.len()
+        )));
+        t
+    } else {
+        Vec::new()
+    };
+    let words = match (s.min_word_count, kind.words()) {
+        (Some(min), true) => {
+            let words = crate::train::word_vocab(&source, min, s.max_words)?;
+            let wdim = s
+                .word_dim
+                .unwrap_or_else(|| init.as_ref().map_or(300, |v| v.dim()));
+            let (m, known) = crate::model::init_with_words(
+                kind,
+                words,
+                wdim,
+                init.as_ref(),
+                trigrams,
+                tdim,
+                s.seed,
+            )?;
+            events(Event::Note(format!(
+                "word vocabulary: {} words seen at least {min} times, {known} initialised from --init-vectors",
+                m.words().len()
+            )));
+            m
+        }
+        _ => crate::model::init(kind, init.as_ref(), trigrams, tdim, s.seed)?,
+    };
+    drop(init);
+    let outcome = match &s.model {
+        Encoder::Average(_) => train_average(s, words, &source, write_to, events)?,
+        Encoder::Neural(n) => train_neural(s, n, words, &source, write_to, events)?,
+    };
+    Ok(outcome)
+}
+
+fn train_average(
+    s: &TrainSpec,
+    mut model: Model,
+    source: &PairSource,
+    write_to: &Path,
+    events: &mut dyn FnMut(Event),
+) -> Result<TrainOutcome, TrainError> {
+    let o = s.options();
+    let dev_sets = s.dev_sets(events)?;
+    let dev_fn =
+        |m: &Model| sts::dev_score(dev_sets.as_deref().unwrap_or_default(), &|t| m.embed(t));
+    events(s.started(source));
+    let report = if s.epochs == 0 {
+        TrainReport::default()
+    } else {
+        let dev = dev_sets
+            .is_some()
+            .then_some(&dev_fn as crate::train::DevScore);
+        crate::train::train(&mut model, source, &o, dev, &mut |p| {
+            events(Event::Progress(p))
+        })?
+    };
+    events(Event::Trained);
+    model.notes = s.notes(&report, serde_json::json!({}));
+    model.save_as(write_to, s.precision)?;
+    Ok(TrainOutcome {
+        report,
+        name: model.kind.name().to_string(),
+        dim: model.dim(),
+        units: "word or trigram",
+        model: Trained::Average(model),
+        out: s.out.clone(),
+    })
+}
+
+fn train_neural(
+    s: &TrainSpec,
+    spec: &Spec,
+    words: Model,
+    source: &PairSource,
+    write_to: &Path,
+    events: &mut dyn FnMut(Event),
+) -> Result<TrainOutcome, TrainError> {
+    let device = nn_model::device(&s.device)?;
+    let hidden = s.hidden.unwrap_or(words.word_dim);
+    let mut model = NeuralModel::init_spec(spec, words, hidden, s.layers, s.seed, &device)
+        .map_err(|e| TrainError::from(e).context(format!("--model {spec}")))?;
+    let o = NeuralOptions {
+        base: s.options(),
+        scramble: s.scramble.unwrap_or(crate::neural::default_scramble(spec)),
+        sampling: s.negatives,
+        lambda_c: s.lambda_c,
+        lambda_w: s.lambda_w,
+        lambda_kl: s.lambda_kl,
+        ..NeuralOptions::default()
+    };
+    let dev_sets = s.dev_sets(events)?;
+    let dev_fn = |m: &NeuralModel| {
+        let sets = dev_sets.as_deref().unwrap_or_default();
+        let table = sts::embed_sets(sets, &|t| m.embed_many(t));
+        sts::dev_score(sets, &|t| table[t].clone())
+    };
+    events(s.started(source));
+    let report = if s.epochs == 0 {
+        TrainReport::default()
+    } else {
+        let dev = dev_sets
+            .is_some()
+            .then_some(&dev_fn as crate::nn_train::NeuralDevScore);
+        crate::nn_train::train(&mut model, source, &o, &device, dev, &mut |p| {
+            events(Event::Progress(p))
+        })?
+    };
+    events(Event::Trained);
+    model.notes = s.notes(
+        &report,
+        serde_json::json!({
+            "scramble": o.scramble, "negatives": o.sampling,
+            "lambda_c": o.lambda_c, "lambda_w": o.lambda_w,
+            "lambda_kl": spec.arch.is_gaussian().then_some(o.lambda_kl),
+        }),
+    );
+    model.save(write_to)?;
+    Ok(TrainOutcome {
+        report,
+        name: spec.name(),
+        dim: model.dim(),
+        units: "word",
+        model: Trained::Neural(model),
+        out: s.out.clone(),
+    })
+}
