@@ -7,12 +7,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use paraforge_trainer::classifier::{
-    self, ClassifierKind, ClassifierOptions, NegativeChoice, ReferenceClassifier,
+    self, ClassifierEvent, ClassifierKind, ClassifierSpec, NegativeChoice,
 };
-use paraforge_trainer::data::PairSource;
-use paraforge_trainer::nn_model;
-use paraforge_trainer::train::word_vocab;
-use paraforge_trainer::Kind;
 
 #[derive(clap::Args)]
 pub struct TrainClassifierArgs {
@@ -84,137 +80,83 @@ pub struct TrainClassifierArgs {
     overwrite: bool,
 }
 
-/// The options' bounds, before anything is read or allocated.
-fn check_args(a: &TrainClassifierArgs) -> Result<()> {
-    use paraforge_trainer::limits::*;
-    for (name, value) in [("--word-dim", a.word_dim), ("--hidden", a.hidden)] {
-        if let Some(v) = value {
-            at_most(name, v, MAX_DIM)?;
+impl TrainClassifierArgs {
+    fn spec(self) -> ClassifierSpec {
+        ClassifierSpec {
+            data: self.data,
+            model: self.model,
+            train_pairs: self.train_pairs,
+            valid_pairs: self.valid_pairs,
+            test_pairs: self.test_pairs,
+            negatives: self.negatives,
+            l2: self.l2,
+            epochs: self.epochs,
+            lr: self.lr,
+            batch_pairs: self.batch_pairs,
+            hidden: self.hidden,
+            init_vectors: self.init_vectors,
+            min_word_count: self.min_word_count,
+            max_words: self.max_words,
+            word_dim: self.word_dim,
+            seed: self.seed,
+            device: self.device,
         }
     }
-    at_most("--epochs", a.epochs, MAX_EPOCHS)?;
-    at_most("--batch-pairs", a.batch_pairs, MAX_MEGABATCH_PAIRS)?;
-    for (name, v) in [
-        ("--train-pairs", a.train_pairs),
-        ("--valid-pairs", a.valid_pairs),
-        ("--test-pairs", a.test_pairs),
-    ] {
-        at_most(name, v, MAX_SHUFFLE_BUFFER)?;
-    }
-    anyhow::ensure!(
-        a.lr.is_finite() && a.lr > 0.0,
-        "--lr {}: the learning rate must be a finite number above 0",
-        a.lr
-    );
-    anyhow::ensure!(
-        a.l2.is_finite() && a.l2 >= 0.0,
-        "--l2 {}: must be a finite number, 0 or more",
-        a.l2
-    );
-    Ok(())
 }
 
 pub fn train(a: TrainClassifierArgs) -> Result<()> {
-    check_args(&a)?;
-    let mut inputs = vec![("--data", a.data.as_path())];
-    if let Some(v) = &a.init_vectors {
-        inputs.push(("--init-vectors", v.as_path()));
-    }
-    let out = crate::out::Out::claim("--out", &a.out, &inputs, a.overwrite)?;
-    crate::threads(a.threads)?;
-    let device = nn_model::device(&a.device)?;
-    let source = PairSource::open(&a.data)?;
-    let vectors = a
-        .init_vectors
-        .as_ref()
-        .map(|p| paraforge_core::Vectors::load(p).map(|v| v.0))
-        .transpose()?;
-    let words = word_vocab(&source, a.min_word_count, a.max_words)?;
-    anyhow::ensure!(
-        !words.is_empty(),
-        "{}: no word is seen {} times (lower --min-word-count)",
-        a.data.display(),
-        a.min_word_count
-    );
-    let dim = a
-        .word_dim
-        .unwrap_or_else(|| vectors.as_ref().map_or(300, |v| v.dim()));
-    let (words, known) = paraforge_trainer::model::init_with_words(
-        Kind::Word,
-        words,
-        dim,
-        vectors.as_ref(),
-        Vec::new(),
-        0,
-        a.seed,
-    )?;
-    eprintln!(
-        "word vocabulary: {} words seen at least {} times, {known} initialised from --init-vectors",
-        words.words().len(),
-        a.min_word_count
-    );
-    let mut model =
-        ReferenceClassifier::init(a.model, words, a.hidden.unwrap_or(dim), a.seed, &device)?;
-    let want = a.train_pairs + a.valid_pairs + a.test_pairs;
-    let examples = classifier::read_examples(&a.data, want)?;
-    let o = ClassifierOptions {
-        epochs: a.epochs,
-        lr: a.lr,
-        batch_pairs: a.batch_pairs,
-        l2: a.l2,
-        negatives: a.negatives,
-        seed: a.seed,
-        train: a.train_pairs,
-        valid: a.valid_pairs,
-        test: a.test_pairs,
-    };
-    let per_epoch = (examples.len() as u64).min(a.train_pairs as u64);
-    let bar = ProgressBar::new(per_epoch.saturating_mul(a.epochs as u64)).with_style(
-        ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:30}] {pos}/{len} pairs ({per_sec}, eta {eta}) {msg}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    let report = classifier::train(
-        &mut model,
-        examples,
-        &o,
-        &device,
-        &mut |epoch, done, loss| {
-            bar.set_position((epoch as u64 - 1) * per_epoch + done as u64);
-            bar.set_message(format!("epoch {epoch} loss {loss:.4}"));
-        },
-    )
-    .with_context(|| format!("training on {}", a.data.display()))?;
-    bar.finish_and_clear();
-    for e in &report.epochs {
-        println!(
-            "epoch {:>2}  loss {:.4}  valid accuracy {:.1}  ({:.0} s)",
-            e.epoch, e.loss, e.valid.all, e.seconds
-        );
-    }
-    println!(
-        "pairs: {} train, {} valid, {} test; best epoch {}",
-        report.train_pairs, report.valid_pairs, report.test_pairs, report.best_epoch
-    );
-    println!(
-        "test accuracy {:.1} (references {:.1}, translations {:.1})",
-        report.test.all, report.test.reference, report.test.translation
-    );
-    model.notes = serde_json::json!({
-        "data": a.data.display().to_string(),
-        "options": {
-            "negatives": a.negatives, "l2": a.l2, "epochs": a.epochs, "lr": a.lr,
-            "batch_pairs": a.batch_pairs, "seed": a.seed,
-            "init_vectors": a.init_vectors.as_ref().map(|p| p.display().to_string()),
-            "min_word_count": a.min_word_count,
-        },
-        "report": report,
-    });
-    model.save(&out.path())?;
+    let (target, overwrite, threads) = (a.out.clone(), a.overwrite, a.threads);
+    let spec = a.spec();
+    spec.check()?;
+    let inputs = spec.inputs();
+    let inputs: Vec<(&str, &std::path::Path)> =
+        inputs.iter().map(|(n, p)| (*n, p.as_path())).collect();
+    let out = crate::out::Out::claim("--out", &target, &inputs, overwrite)?;
+    crate::threads(threads)?;
+    let mut bar: Option<(ProgressBar, u64)> = None;
+    classifier::run(&spec, &out.path(), &mut |e| match e {
+        ClassifierEvent::Note(n) => eprintln!("{n}"),
+        ClassifierEvent::Started {
+            pairs_per_epoch,
+            epochs,
+        } => {
+            let b = ProgressBar::new(pairs_per_epoch.saturating_mul(epochs as u64)).with_style(
+                ProgressStyle::with_template(
+                    "{elapsed_precise} [{bar:30}] {pos}/{len} pairs ({per_sec}, eta {eta}) {msg}",
+                )
+                .expect("valid template")
+                .progress_chars("=> "),
+            );
+            bar = Some((b, pairs_per_epoch));
+        }
+        ClassifierEvent::Progress { epoch, pairs, loss } => {
+            if let Some((bar, per_epoch)) = &bar {
+                bar.set_position((epoch as u64 - 1) * per_epoch + pairs as u64);
+                bar.set_message(format!("epoch {epoch} loss {loss:.4}"));
+            }
+        }
+        ClassifierEvent::Trained(report) => {
+            if let Some((bar, _)) = &bar {
+                bar.finish_and_clear();
+            }
+            for e in &report.epochs {
+                println!(
+                    "epoch {:>2}  loss {:.4}  valid accuracy {:.1}  ({:.0} s)",
+                    e.epoch, e.loss, e.valid.all, e.seconds
+                );
+            }
+            println!(
+                "pairs: {} train, {} valid, {} test; best epoch {}",
+                report.train_pairs, report.valid_pairs, report.test_pairs, report.best_epoch
+            );
+            println!(
+                "test accuracy {:.1} (references {:.1}, translations {:.1})",
+                report.test.all, report.test.reference, report.test.translation
+            );
+        }
+    })?;
     out.commit()?;
-    println!("written to {}", a.out.display());
+    println!("written to {}", target.display());
     Ok(())
 }
 

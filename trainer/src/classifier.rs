@@ -12,7 +12,7 @@
 //! one the current model finds most reference-like (the paper tunes that
 //! choice).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, Int32Array, StringArray};
 use burn::module::Module;
@@ -27,6 +27,7 @@ pub use paraforge_encoders::classifier::{
 };
 
 use crate::neural::{regulariser, Batch};
+use crate::train::WordCounts;
 use crate::TrainError;
 
 /// Which translation of a pair is its negative example while training.
@@ -76,8 +77,21 @@ pub struct Example {
 /// together, as the worker writes them). Rows with an empty side are left
 /// out.
 pub fn read_examples(path: &Path, limit: usize) -> Result<Vec<Example>, TrainError> {
+    read_dataset(path, limit, None)
+}
+
+/// [`read_examples`], and with `counts` the tokens of both sides of every
+/// row with no empty side (the rows a word vocabulary is counted on) in
+/// the same pass, to the dataset's end.
+fn read_dataset(
+    path: &Path,
+    limit: usize,
+    mut counts: Option<&mut WordCounts>,
+) -> Result<Vec<Example>, TrainError> {
     let mut out: Vec<Example> = Vec::new();
     let mut last_id: Option<String> = None;
+    let mut full = false;
+    let mut toks = paraforge_core::Tokens::default();
     for f in dataset_files(path)? {
         let reader = PairReader::open(&f, &[col::ID, col::REFERENCE, col::TRANSLATION])?;
         for b in reader {
@@ -95,13 +109,26 @@ pub fn read_examples(path: &Path, limit: usize) -> Result<Vec<Example>, TrainErr
                 if rf.is_empty() || tr.is_empty() {
                     continue;
                 }
+                if let Some(c) = counts.as_deref_mut() {
+                    for text in [rf, tr] {
+                        paraforge_core::tokenize::tokenize_into(text, &mut toks);
+                        c.add(&toks);
+                    }
+                }
+                if full {
+                    continue;
+                }
                 let next_rank = rank.is_some_and(|a| a.value(i) > 1);
                 let same = next_rank && last_id.as_deref() == Some(id.value(i));
                 match out.last_mut() {
                     Some(e) if same => e.candidates.push(tr.to_string()),
                     _ => {
                         if out.len() == limit {
-                            return Ok(out);
+                            if counts.is_none() {
+                                return Ok(out);
+                            }
+                            full = true;
+                            continue;
                         }
                         out.push(Example {
                             reference: rf.to_string(),
@@ -384,6 +411,185 @@ pub fn train(
     report.valid = valid_acc;
     report.test = accuracy(&kept, &ts, &tl);
     model.net = kept;
+    Ok(report)
+}
+
+/// `paraforge train-classifier`: what to train on and how, each option
+/// named in messages by its flag.
+#[derive(Debug, Clone)]
+pub struct ClassifierSpec {
+    /// A scored dataset: references are the positive examples, their
+    /// translations the negative ones.
+    pub data: PathBuf,
+    pub model: ClassifierKind,
+    /// Pairs to train on, to pick the epoch on and to test on.
+    pub train_pairs: usize,
+    pub valid_pairs: usize,
+    pub test_pairs: usize,
+    pub negatives: NegativeChoice,
+    pub l2: f64,
+    pub epochs: usize,
+    pub lr: f64,
+    pub batch_pairs: usize,
+    /// LSTM hidden size (default: the word dimension).
+    pub hidden: Option<usize>,
+    pub init_vectors: Option<PathBuf>,
+    /// Words seen at least this often in the dataset form the vocabulary.
+    pub min_word_count: u64,
+    pub max_words: usize,
+    /// Word embedding size (default: the vectors' size, else 300).
+    pub word_dim: Option<usize>,
+    pub seed: u64,
+    /// cpu or cuda:N.
+    pub device: String,
+}
+
+/// What a classifier run tells its caller as it goes.
+#[derive(Debug, Clone)]
+pub enum ClassifierEvent {
+    /// A line for the person running it (the vocabulary's size).
+    Note(String),
+    /// Training starts: `epochs` of `pairs_per_epoch` pairs at most.
+    Started { pairs_per_epoch: u64, epochs: usize },
+    /// After each mini-batch: the epoch, its pairs so far, its mean loss.
+    Progress {
+        epoch: usize,
+        pairs: usize,
+        loss: f64,
+    },
+    /// Training is done (the model is written next).
+    Trained(ClassifierReport),
+}
+
+impl ClassifierSpec {
+    /// The options' bounds, before anything is read or allocated.
+    pub fn check(&self) -> Result<(), TrainError> {
+        use crate::limits::*;
+        for (name, value) in [("--word-dim", self.word_dim), ("--hidden", self.hidden)] {
+            if let Some(v) = value {
+                at_most(name, v, MAX_DIM)?;
+            }
+        }
+        at_most("--epochs", self.epochs, MAX_EPOCHS)?;
+        at_most("--batch-pairs", self.batch_pairs, MAX_MEGABATCH_PAIRS)?;
+        for (name, v) in [
+            ("--train-pairs", self.train_pairs),
+            ("--valid-pairs", self.valid_pairs),
+            ("--test-pairs", self.test_pairs),
+        ] {
+            at_most(name, v, MAX_SHUFFLE_BUFFER)?;
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(TrainError::Invalid(format!(
+                "--lr {}: the learning rate must be a finite number above 0",
+                self.lr
+            )));
+        }
+        if !(self.l2.is_finite() && self.l2 >= 0.0) {
+            return Err(TrainError::Invalid(format!(
+                "--l2 {}: must be a finite number, 0 or more",
+                self.l2
+            )));
+        }
+        Ok(())
+    }
+
+    /// What the run reads (flag, path), which its output may never be.
+    pub fn inputs(&self) -> Vec<(&'static str, PathBuf)> {
+        let mut v = vec![("--data", self.data.clone())];
+        if let Some(p) = &self.init_vectors {
+            v.push(("--init-vectors", p.clone()));
+        }
+        v
+    }
+}
+
+/// Trains the classifier `spec` asks for, reading the dataset once (its
+/// vocabulary and its examples), and writes it to `write_to` (the caller
+/// moves it into place).
+pub fn run(
+    spec: &ClassifierSpec,
+    write_to: &Path,
+    events: &mut dyn FnMut(ClassifierEvent),
+) -> Result<ClassifierReport, TrainError> {
+    let s = spec;
+    let device = crate::nn_model::device(&s.device)?;
+    if dataset_files(&s.data)?.is_empty() {
+        return Err(TrainError::Invalid(format!(
+            "{}: no Parquet files to train on",
+            s.data.display()
+        )));
+    }
+    let vectors = s
+        .init_vectors
+        .as_ref()
+        .map(|p| paraforge_core::Vectors::load(p).map(|v| v.0))
+        .transpose()?;
+    let mut counts = WordCounts::default();
+    let want = s.train_pairs + s.valid_pairs + s.test_pairs;
+    let examples = read_dataset(&s.data, want, Some(&mut counts))?;
+    let words = counts.vocab(s.min_word_count, s.max_words);
+    if words.is_empty() {
+        return Err(TrainError::Invalid(format!(
+            "{}: no word is seen {} times (lower --min-word-count)",
+            s.data.display(),
+            s.min_word_count
+        )));
+    }
+    let dim = s
+        .word_dim
+        .unwrap_or_else(|| vectors.as_ref().map_or(300, |v| v.dim()));
+    let (words, known) = crate::model::init_with_words(
+        crate::Kind::Word,
+        words,
+        dim,
+        vectors.as_ref(),
+        Vec::new(),
+        0,
+        s.seed,
+    )?;
+    events(ClassifierEvent::Note(format!(
+        "word vocabulary: {} words seen at least {} times, {known} initialised from --init-vectors",
+        words.words().len(),
+        s.min_word_count
+    )));
+    let mut model =
+        ReferenceClassifier::init(s.model, words, s.hidden.unwrap_or(dim), s.seed, &device)?;
+    let o = ClassifierOptions {
+        epochs: s.epochs,
+        lr: s.lr,
+        batch_pairs: s.batch_pairs,
+        l2: s.l2,
+        negatives: s.negatives,
+        seed: s.seed,
+        train: s.train_pairs,
+        valid: s.valid_pairs,
+        test: s.test_pairs,
+    };
+    events(ClassifierEvent::Started {
+        pairs_per_epoch: (examples.len() as u64).min(s.train_pairs as u64),
+        epochs: s.epochs,
+    });
+    let report = train(
+        &mut model,
+        examples,
+        &o,
+        &device,
+        &mut |epoch, pairs, loss| events(ClassifierEvent::Progress { epoch, pairs, loss }),
+    )
+    .map_err(|e| e.context(format!("training on {}", s.data.display())))?;
+    events(ClassifierEvent::Trained(report.clone()));
+    model.notes = serde_json::json!({
+        "data": s.data.display().to_string(),
+        "options": {
+            "negatives": s.negatives, "l2": s.l2, "epochs": s.epochs, "lr": s.lr,
+            "batch_pairs": s.batch_pairs, "seed": s.seed,
+            "init_vectors": s.init_vectors.as_ref().map(|p| p.display().to_string()),
+            "min_word_count": s.min_word_count,
+        },
+        "report": report,
+    });
+    model.save(write_to)?;
     Ok(report)
 }
 

@@ -164,24 +164,39 @@ pub fn word_vocab(
     min_count: u64,
     max: usize,
 ) -> Result<Vec<String>, TrainError> {
-    let mut counts: FxHashMap<String, u64> = FxHashMap::default();
-    each_sentence(source, |toks| {
+    let mut counts = WordCounts::default();
+    each_sentence(source, |toks| counts.add(toks))?;
+    Ok(counts.vocab(min_count, max))
+}
+
+/// How often each token was seen: what a word vocabulary is chosen from.
+#[derive(Default)]
+pub(crate) struct WordCounts(FxHashMap<String, u64>);
+
+impl WordCounts {
+    pub fn add(&mut self, toks: &paraforge_core::Tokens) {
         for t in toks.iter() {
-            match counts.get_mut(t.text) {
+            match self.0.get_mut(t.text) {
                 Some(c) => *c += 1,
                 None => {
-                    counts.insert(t.text.to_string(), 1);
+                    self.0.insert(t.text.to_string(), 1);
                 }
             }
         }
-    })?;
-    let mut v: Vec<(String, u64)> = counts
-        .into_iter()
-        .filter(|(_, c)| *c >= min_count)
-        .collect();
-    v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    v.truncate(max);
-    Ok(v.into_iter().map(|(w, _)| w).collect())
+    }
+
+    /// Tokens seen at least `min_count` times, the `max` most frequent,
+    /// ties by text.
+    pub fn vocab(self, min_count: u64, max: usize) -> Vec<String> {
+        let mut v: Vec<(String, u64)> = self
+            .0
+            .into_iter()
+            .filter(|(_, c)| *c >= min_count)
+            .collect();
+        v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        v.truncate(max);
+        v.into_iter().map(|(w, _)| w).collect()
+    }
 }
 
 /// Adam moments of one table, updated only on touched rows.
