@@ -138,7 +138,7 @@ pub enum Event {
 /// The trained model, of either family.
 pub enum Trained {
     Average(Model),
-    Neural(NeuralModel),
+    Neural(Box<NeuralModel>),
 }
 
 /// A finished run: its report and the model written.
@@ -490,7 +490,7 @@ fn train_neural(
         name: spec.name(),
         dim: model.dim(),
         units: "word",
-        model: Trained::Neural(model),
+        model: Trained::Neural(Box::new(model)),
         out: s.out.clone(),
     })
 }
