@@ -77,6 +77,14 @@ pub fn local_path(url: &str) -> Option<&std::path::Path> {
     }
 }
 
+/// Makes ring the process's TLS crypto provider for the object-store
+/// clients (reqwest is built without a provider of its own, so that the
+/// build has one crypto library, not ring and aws-lc); a provider installed
+/// before, by the binary or a test, is kept.
+fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 impl Storage {
     /// Opens a local directory (created if missing) or an object-store URL.
     pub fn open(url: &str) -> Result<Storage, StorageError> {
@@ -90,6 +98,7 @@ impl Storage {
         };
         let (store, prefix): (Arc<dyn ObjectStore>, String) = match url.split_once("://") {
             Some(("s3", rest)) => {
+                install_tls_provider();
                 let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
                 let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
                 // S3-compatible servers (MinIO, moto) are often plain HTTP.
@@ -105,6 +114,7 @@ impl Storage {
                 )
             }
             Some(("gs", rest)) => {
+                install_tls_provider();
                 let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
                 let b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
                     .with_bucket_name(bucket);
