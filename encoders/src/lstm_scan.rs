@@ -18,7 +18,8 @@
 //!
 //! The cell is the one of [`crate::neural`] (gates i, f, o, g in that order
 //! of the 4h columns, state carried over padding, a backward direction that
-//! starts at each sentence's last token). The output is every step's hidden
+//! starts at each sentence's last token), which calls [`scan`] with its
+//! weights: this file knows nothing of the model's parameter layout. The output is every step's hidden
 //! state, [n, len, h], zero at padding. Gradients are checked against
 //! finite differences in f64 and the outputs against the burn-op cell (the
 //! tests below and neural.rs's gradient check).
@@ -37,13 +38,10 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{backend_extension, Autodiff, Backend, Dispatch, DispatchTensorKind, Flex};
-use burn::tensor::activation::sigmoid;
 use burn::tensor::{DType, Shape, Tensor, TensorData};
 use ndarray::{ArrayView2, ArrayViewMut2, LinalgScalar};
 
 use crate::linalg::general_mat_mul;
-
-use crate::neural::{Arch, Net};
 
 /// The fused LSTM as a backend operation.
 #[backend_extension(Flex, Autodiff)]
@@ -200,55 +198,6 @@ pub fn scan(
         reverse,
         out_gate,
     ))
-}
-
-/// [`crate::neural`]'s LSTM through [`scan`]: the LSTM whose parameters
-/// start at `net.comp[at]` over `x` [n, len, d] with `mask` [n, len]: (sum
-/// of its hidden states, and for GRAN the sum of the gated inputs). `None`
-/// where the kernel is not [`available`].
-pub(crate) fn lstm(
-    net: &Net,
-    at: usize,
-    x: &Tensor<3>,
-    mask: &Tensor<2>,
-    reverse: bool,
-    out_gate: bool,
-) -> Option<(Tensor<2>, Tensor<2>)> {
-    let p = |i: usize| net.comp[i].val();
-    if !available(&p(at)) {
-        return None;
-    }
-    let [n, len, d] = x.dims();
-    let h = net.shape.hidden;
-    // Right-padded: each sentence's length is its mask's sum.
-    let m = mask.to_data().convert::<f32>();
-    let lens = m
-        .as_slice::<f32>()
-        .expect("f32 mask")
-        .chunks(len)
-        .map(|row| row.iter().filter(|&&v| v > 0.0).count())
-        .collect();
-    let hs = scan(
-        x.clone(),
-        p(at),
-        p(at + 2),
-        p(at + 1),
-        lens,
-        reverse,
-        out_gate,
-    );
-    let sum = hs.clone().sum_dim(1).reshape([n, h]);
-    let gsum = if net.shape.arch == Arch::Gran {
-        // a_t = x_t * sigmoid(x_t W_x + h_t W_h + b), over the real tokens.
-        let xg = x.clone().reshape([n * len, d]).matmul(p(at + 3)) + p(at + 5);
-        let gate = sigmoid(xg + hs.reshape([n * len, h]).matmul(p(at + 4))).reshape([n, len, d]);
-        (x.clone() * gate * mask.clone().unsqueeze_dim::<3>(2))
-            .sum_dim(1)
-            .reshape([n, d])
-    } else {
-        Tensor::<2>::zeros([n, d], (&x.device(), x.dtype()))
-    };
-    Some((sum, gsum))
 }
 
 /// The order in which one group's tokens are processed: the group's
@@ -817,7 +766,7 @@ impl Real for f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::neural::{Batch, Shape};
+    use crate::neural::{Arch, Batch, Net, Shape};
     use burn::tensor::Device;
     use rand::{Rng, SeedableRng};
 

@@ -780,6 +780,56 @@ impl Net {
         (Tensor::cat(vec![mu, lv.exp()], 1), klsum)
     }
 
+    /// The LSTM through the fused kernel ([`crate::lstm_scan::scan`]): the
+    /// LSTM whose parameters start at `comp[at]` over `x` [n, len, d] with `mask` [n, len]: (sum
+    /// of its hidden states, and for GRAN the sum of the gated inputs). `None`
+    /// where the kernel is not available (`lstm_scan::available`).
+    fn fused_lstm(
+        &self,
+        at: usize,
+        x: &Tensor<3>,
+        mask: &Tensor<2>,
+        reverse: bool,
+        out_gate: bool,
+    ) -> Option<(Tensor<2>, Tensor<2>)> {
+        let p = |i: usize| self.comp[i].val();
+        if !crate::lstm_scan::available(&p(at)) {
+            return None;
+        }
+        let [n, len, d] = x.dims();
+        let h = self.shape.hidden;
+        // Right-padded: each sentence's length is its mask's sum.
+        let m = mask.to_data().convert::<f32>();
+        let lens = m
+            .as_slice::<f32>()
+            .expect("f32 mask")
+            .chunks(len)
+            .map(|row| row.iter().filter(|&&v| v > 0.0).count())
+            .collect();
+        let hs = crate::lstm_scan::scan(
+            x.clone(),
+            p(at),
+            p(at + 2),
+            p(at + 1),
+            lens,
+            reverse,
+            out_gate,
+        );
+        let sum = hs.clone().sum_dim(1).reshape([n, h]);
+        let gsum = if self.shape.arch == Arch::Gran {
+            // a_t = x_t * sigmoid(x_t W_x + h_t W_h + b), over the real tokens.
+            let xg = x.clone().reshape([n * len, d]).matmul(p(at + 3)) + p(at + 5);
+            let gate =
+                sigmoid(xg + hs.reshape([n * len, h]).matmul(p(at + 4))).reshape([n, len, d]);
+            (x.clone() * gate * mask.clone().unsqueeze_dim::<3>(2))
+                .sum_dim(1)
+                .reshape([n, d])
+        } else {
+            Tensor::<2>::zeros([n, d], (&x.device(), x.dtype()))
+        };
+        Some((sum, gsum))
+    }
+
     /// Runs the LSTM whose parameters start at `comp[at]` over `x` [n, len,
     /// d]: (sum of its masked hidden states, and for GRAN the sum of the
     /// gated inputs a_t). The state is carried unchanged over padding, so a
@@ -793,7 +843,7 @@ impl Net {
         out_gate: bool,
     ) -> (Tensor<2>, Tensor<2>) {
         // The fused kernel where it runs (crate::lstm_scan).
-        if let Some(out) = crate::lstm_scan::lstm(self, at, x, mask, reverse, out_gate) {
+        if let Some(out) = self.fused_lstm(at, x, mask, reverse, out_gate) {
             return out;
         }
         let [n, len, d] = x.dims();
