@@ -722,6 +722,18 @@ impl JobState {
         Ok(Ok(leased_ms))
     }
 
+    /// Whether `worker` holds `shard_id` under `token` now (a failure or
+    /// give-back of any other lease is stale).
+    fn holds(&self, shard_id: u64, worker: &str, token: u64) -> Result<bool, StateError> {
+        let s = self
+            .shards
+            .get(&shard_id)
+            .ok_or(StateError::UnknownShard(shard_id))?;
+        Ok(
+            matches!(&s.status, Status::Leased { token: t, worker: w, .. } if *t == token && w == worker),
+        )
+    }
+
     /// Records a failed attempt; returns whether the shard will be retried.
     pub fn fail(
         &mut self,
@@ -731,18 +743,13 @@ impl JobState {
         reason: &str,
         retryable: bool,
     ) -> Result<FailOutcome, StateError> {
+        if !self.holds(shard_id, worker, token)? {
+            return Ok(FailOutcome::Stale);
+        }
         let s = self
             .shards
             .get_mut(&shard_id)
             .ok_or(StateError::UnknownShard(shard_id))?;
-        match &s.status {
-            Status::Leased {
-                token: t,
-                worker: w,
-                ..
-            } if *t == token && w == worker => {}
-            _ => return Ok(FailOutcome::Stale),
-        }
         s.last_error = Some(reason.to_string());
         let retry = retryable && s.attempts < self.max_attempts;
         if retry {
@@ -773,18 +780,13 @@ impl JobState {
         worker: &str,
         token: u64,
     ) -> Result<bool, StateError> {
+        if !self.holds(shard_id, worker, token)? {
+            return Ok(false);
+        }
         let s = self
             .shards
             .get_mut(&shard_id)
             .ok_or(StateError::UnknownShard(shard_id))?;
-        match &s.status {
-            Status::Leased {
-                token: t,
-                worker: w,
-                ..
-            } if *t == token && w == worker => {}
-            _ => return Ok(false),
-        }
         s.attempts = s.attempts.saturating_sub(1);
         s.status = Status::Pending;
         self.pending.insert(shard_id);
