@@ -69,7 +69,7 @@ fn score_of(r: &PairRow, name: &str) -> Option<f32> {
     match name {
         "para_score" => r.scores.para_score,
         "trigram_overlap" => Some(r.scores.trigram_overlap),
-        "translation_score" => Some(r.translation_score),
+        "translation_score" => r.translation_score,
         _ => unreachable!(),
     }
     .filter(|v| !v.is_nan())
@@ -238,6 +238,17 @@ fn duplicates_and_length_filters_are_dropped_and_counted() {
         m.input_rows - m.dropped_length - m.kept_rows
     );
     assert!(m.dropped_duplicates >= N as u64 - m.dropped_length / 2);
+
+    // Past its memory budget the check spills to disk and gives the same
+    // bins, file for file.
+    let spilled = tempfile::tempdir().unwrap();
+    o.output = spilled.path().to_path_buf();
+    o.dedup_memory = 1;
+    let s = bins::run(&o).unwrap();
+    assert_eq!(
+        serde_json::to_value(&s).unwrap(),
+        serde_json::to_value(&m).unwrap()
+    );
 }
 
 #[test]

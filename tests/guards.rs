@@ -507,8 +507,8 @@ fn pairs_dataset(dir: &Path) -> std::path::PathBuf {
             reference: r.to_string(),
             translation: t.to_string(),
             candidate_rank: 1,
-            translation_score: -0.5,
-            source_len: 1,
+            translation_score: Some(-0.5),
+            source_len: Some(1),
             truncated: false,
             scores: Scorer::new(None).score(r, t),
         });

@@ -151,9 +151,9 @@ async fn a_resumed_job_refuses_a_changed_input_or_config() {
     // Threads, streams and batch size do not change the output: a resume
     // may change them.
     let mut faster = cfg.clone();
-    faster.model.threads = 2;
-    faster.model.streams = 2;
-    faster.model.batch_size = 32;
+    faster.model.as_mut().unwrap().threads = 2;
+    faster.model.as_mut().unwrap().streams = 2;
+    faster.model.as_mut().unwrap().batch_size = 32;
     coordinator(&faster).await.unwrap().stop().await;
 }
 
@@ -237,11 +237,11 @@ async fn a_worker_runs_a_node_local_copy_of_the_model() {
     let (mut cfg, ids) = job(dir.path(), "local-model", 20, 10, "");
     let local = dir.path().join("node-local-model");
     std::fs::create_dir_all(&local).unwrap();
-    for e in std::fs::read_dir(&cfg.model.dir).unwrap() {
+    for e in std::fs::read_dir(&cfg.model.as_ref().unwrap().dir).unwrap() {
         let p = e.unwrap().path();
         std::fs::copy(&p, local.join(p.file_name().unwrap())).unwrap();
     }
-    cfg.model.dir = "/nonexistent/shared-fs/model".into();
+    cfg.model.as_mut().unwrap().dir = "/nonexistent/shared-fs/model".into();
     let c = coordinator(&cfg).await.unwrap();
     let o = WorkerOptions {
         coordinator: format!("http://{}", c.grpc_addr),
@@ -413,7 +413,7 @@ async fn a_worker_or_a_resume_with_another_model_is_refused() {
     let (mut cfg, ids) = job(dir.path(), "one-model", 20, 10, "");
     let copy = |to: &Path| {
         std::fs::create_dir_all(to).unwrap();
-        for e in std::fs::read_dir(&cfg.model.dir).unwrap() {
+        for e in std::fs::read_dir(&cfg.model.as_ref().unwrap().dir).unwrap() {
             let p = e.unwrap().path();
             std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
         }
@@ -424,7 +424,7 @@ async fn a_worker_or_a_resume_with_another_model_is_refused() {
     let g = other.join("generation_config.json");
     let text = std::fs::read_to_string(&g).unwrap() + "\n";
     std::fs::write(&g, text).unwrap();
-    cfg.model.dir = model.display().to_string();
+    cfg.model.as_mut().unwrap().dir = model.display().to_string();
     let c = coordinator(&cfg).await.unwrap();
     let o = |name: &str, model_dir: Option<PathBuf>| WorkerOptions {
         coordinator: format!("http://{}", c.grpc_addr),
@@ -553,13 +553,14 @@ fn a_para_score_encoder_failing_at_run_time_fails_the_job() {
 fn all_rows(out: &Path) -> Vec<String> {
     use arrow_array::{Array, Float32Array, StringArray};
     use paraforge_core::schema::{col, column, dataset_files, PairReader};
-    let texts = [col::ID, col::REFERENCE, col::TRANSLATION];
+    let texts = [col::ID, col::SOURCE, col::REFERENCE, col::TRANSLATION];
     let scores = [
         col::TRANSLATION_SCORE,
         col::PARA_SCORE,
         col::UNIGRAM_OVERLAP,
         col::BIGRAM_OVERLAP,
         col::TRIGRAM_OVERLAP,
+        col::SENTENCE_BLEU,
     ];
     let mut rows = Vec::new();
     for f in dataset_files(out).unwrap() {
@@ -614,9 +615,10 @@ async fn the_corpus_does_not_depend_on_shards_batches_or_workers() {
         std::fs::write(dir.path().join("input.tsv"), rows.join("\n") + "\n").unwrap();
         let mut cfg = config(dir.path(), "invariance", per, "", "beam = 12");
         cfg.filters.dedup_sources = true;
-        cfg.model.dir = paraforge_tests::model("demo-cs-en").display().to_string();
-        cfg.model.batch_size = batch;
-        cfg.model.max_new_tokens = None;
+        cfg.model.as_mut().unwrap().dir =
+            paraforge_tests::model("demo-cs-en").display().to_string();
+        cfg.model.as_mut().unwrap().batch_size = batch;
+        cfg.model.as_mut().unwrap().max_new_tokens = None;
         let c = coordinator(&cfg).await.unwrap();
         let ws: Vec<_> = (0..workers)
             .map(|i| {
@@ -694,8 +696,8 @@ async fn beam_candidates_keep_the_k_best_hypotheses_as_ranked_rows() {
         let dir = tempfile::tempdir().unwrap();
         let (cfg, _) = job(dir.path(), "kbest", n, 5, "");
         let mut cfg = cfg;
-        cfg.model.beam = 4;
-        cfg.model.beam_candidates = candidates;
+        cfg.model.as_mut().unwrap().beam = 4;
+        cfg.model.as_mut().unwrap().beam_candidates = candidates;
         let c = coordinator(&cfg).await.unwrap();
         work(&c).await;
         let storage = Storage::open(&cfg.job.output).unwrap();
@@ -755,4 +757,98 @@ async fn beam_candidates_keep_the_k_best_hypotheses_as_ranked_rows() {
         distinct += usize::from(tr.nbest[0].text != tr.nbest[k - 1].text);
     }
     assert!(distinct > 0, "the candidates all equal the best one");
+}
+
+/// Pairs translated already (`input.format = "pairs"`, as users rescore
+/// and filter an existing corpus) run the whole job without a model and
+/// score every pair exactly as the translating job did: the translating
+/// job's output, written out as a pairs file with its scores, comes back
+/// with the same text and the same scores bit for bit; the manifest says
+/// no model translated it, and lines with a bad score or no translation
+/// are rejected by reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn already_translated_pairs_score_as_the_translating_job_did() {
+    use arrow_array::{Array, Float32Array, Int32Array, StringArray};
+    use paraforge_core::schema::{col, column, dataset_files, PairReader};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cfg, _) = job(dir.path(), "translated", 60, 25, "");
+    let scorer = paraforge_tests::model("scorer-trigram");
+    cfg.scoring.model = Some(scorer.display().to_string());
+    let c = coordinator(&cfg).await.unwrap();
+    work(&c).await;
+    let storage = Storage::open(&cfg.job.output).unwrap();
+    let m = finalize(&c.shared, &storage).await.unwrap();
+    c.stop().await;
+    let model = m.model.expect("a translating job names its model");
+    let tiny = paraforge_tests::model("tiny-cs-en");
+    assert_eq!(
+        model.sha256,
+        paraforge_core::model_digest::model_digest(&tiny).unwrap()
+    );
+
+    let translated = dir.path().join("out");
+    let mut lines = Vec::new();
+    for f in dataset_files(&translated).unwrap() {
+        for b in PairReader::open(&f, &[]).unwrap() {
+            let b = b.unwrap();
+            let text = |c| column::<StringArray>(&b, c, &f).unwrap();
+            let (id, src, r, t) = (
+                text(col::ID),
+                text(col::SOURCE),
+                text(col::REFERENCE),
+                text(col::TRANSLATION),
+            );
+            let score = column::<Float32Array>(&b, col::TRANSLATION_SCORE, &f).unwrap();
+            for i in 0..b.num_rows() {
+                // Rust prints the shortest text that reads back to the same f32.
+                lines.push(format!(
+                    "{}\t{}\t{}\t{}\t{}",
+                    id.value(i),
+                    src.value(i),
+                    r.value(i),
+                    t.value(i),
+                    score.value(i)
+                ));
+            }
+        }
+    }
+    assert_eq!(lines.len(), 60);
+    lines.insert(10, "bad-1\tx\tA reference.\tA translation.\tabc".into());
+    lines.insert(20, "bad-2\tx\tA reference.\t\t-1.5".into());
+    let pairs = dir.path().join("pairs");
+    std::fs::create_dir(&pairs).unwrap();
+    std::fs::write(pairs.join("pairs.tsv"), lines.join("\n") + "\n").unwrap();
+    let toml = format!(
+        "[job]\nname = \"pairs\"\noutput = \"{}\"\nshard_pairs = 25\n\n[input]\npaths = [\"{}\"]\nformat = \"pairs\"\nid_column = 0\nsource_column = 1\nreference_column = 2\ntranslation_column = 3\ntranslation_score_column = 4\n\n[scoring]\nmodel = \"{}\"\n",
+        pairs.join("out").display(),
+        pairs.join("pairs.tsv").display(),
+        scorer.display()
+    );
+    let out = paraforge_run(
+        &pairs,
+        JobConfig::parse(&toml, Path::new("pairs.toml")).unwrap(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(all_rows(&pairs.join("out")), all_rows(&translated));
+
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(pairs.join("out").join("_manifest.json")).unwrap())
+            .unwrap();
+    assert!(manifest["model"].is_null(), "{manifest}");
+    assert_eq!(manifest["pairs"], 60);
+    assert_eq!(manifest["rejects_by_reason"]["bad_score"], 1, "{manifest}");
+    assert_eq!(manifest["rejects_by_reason"]["empty_translation"], 1);
+    // No model counted the source's tokens.
+    for f in dataset_files(&pairs.join("out")).unwrap() {
+        for b in PairReader::open(&f, &[]).unwrap() {
+            let b = b.unwrap();
+            let n = column::<Int32Array>(&b, col::SOURCE_LEN, &f).unwrap();
+            assert_eq!(n.null_count(), b.num_rows());
+        }
+    }
 }

@@ -130,8 +130,8 @@ pub fn scored_dataset_with(
             reference: en.clone(),
             translation: tr.text.clone(),
             candidate_rank: 1,
-            translation_score: tr.score,
-            source_len: tr.source_tokens as i32,
+            translation_score: Some(tr.score),
+            source_len: Some(tr.source_tokens as i32),
             truncated: tr.flag.is_some(),
             scores: scorer.score(en, &tr.text),
         })

@@ -326,8 +326,8 @@ fn write(path: &Path, rows: &[(&str, &str)]) {
             reference: r.to_string(),
             translation: t.to_string(),
             candidate_rank: 1,
-            translation_score: -0.5,
-            source_len: 1,
+            translation_score: Some(-0.5),
+            source_len: Some(1),
             truncated: false,
             scores: paraforge_core::Scorer::new(None).score(r, t),
         });
@@ -714,8 +714,8 @@ fn reference_classifier_tells_references_from_translations() {
                 reference: en.clone(),
                 translation: h.text.clone(),
                 candidate_rank: k as i32 + 1,
-                translation_score: h.score,
-                source_len: tr.source_tokens as i32,
+                translation_score: Some(h.score),
+                source_len: Some(tr.source_tokens as i32),
                 truncated: false,
                 scores: scorer.score(en, &h.text),
             });

@@ -125,8 +125,8 @@ fn parquet_rows_of(n: usize, model: &str) -> Vec<u8> {
             reference: "a reference".into(),
             translation: "a translation".into(),
             candidate_rank: 1,
-            translation_score: -1.0,
-            source_len: 2,
+            translation_score: Some(-1.0),
+            source_len: Some(2),
             truncated: false,
             scores: scorer.score("a reference", "a translation"),
         });
@@ -325,7 +325,7 @@ async fn completions_their_files_do_not_back_are_refused_and_the_shard_is_redone
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path(), 60, "shard_pairs = 60\nmax_attempts = 12", "");
     // Two rows per pair: a pairs file of three rows cannot be whole pairs.
-    cfg.model.beam_candidates = 2;
+    cfg.model.as_mut().unwrap().beam_candidates = 2;
     let c = serve(&cfg).await;
     let storage = Storage::open(&cfg.job.output).unwrap();
     let mut cl = client(&c, None).await;

@@ -40,6 +40,10 @@ pub struct BinArgs {
     /// Drop exact duplicate (reference, translation) pairs, keeping the first.
     #[arg(long)]
     dedup: bool,
+    /// Memory --dedup may take, in MiB; past it the pairs' keys are spilled
+    /// to disk (TMPDIR) and sorted in partitions.
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
+    dedup_memory_mb: u64,
     /// Keep only pairs whose two sides have at least this many tokens.
     #[arg(long)]
     min_tokens: Option<i32>,
@@ -56,6 +60,7 @@ pub fn bin(a: BinArgs) -> Result<()> {
         train_max_tokens: a.train_max_tokens,
         seed: a.seed,
         dedup: a.dedup,
+        dedup_memory: a.dedup_memory_mb << 20,
         min_tokens: a.min_tokens,
         max_tokens: a.max_tokens,
         overwrite: a.overwrite,

@@ -42,6 +42,9 @@ enum Command {
     Translate(translate::Args),
     /// Run a whole job on this machine: a coordinator and local workers.
     Run(pipeline::RunArgs),
+    /// Plan a job without running it: its inputs' fingerprints, shards and,
+    /// with `[filters] dedup_sources`, the repeated sources (writes nothing).
+    Plan(pipeline::PlanArgs),
     /// Serve a job's shards to workers (gRPC), with metrics over HTTP.
     Coordinator(pipeline::CoordinatorArgs),
     /// Lease shards from a coordinator and process them until the job is done.
@@ -74,6 +77,7 @@ fn main() {
     let result: Result<()> = match cli.command {
         Command::Translate(a) => translate::run(a),
         Command::Run(a) => pipeline::run(a),
+        Command::Plan(a) => pipeline::plan(a),
         Command::Coordinator(a) => pipeline::coordinator(a),
         Command::Worker(a) => pipeline::worker(a),
         Command::Status(a) => pipeline::status(a),

@@ -29,6 +29,16 @@ pub struct RunArgs {
 }
 
 #[derive(clap::Args)]
+pub struct PlanArgs {
+    /// The job configuration (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    /// Print the plan as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
 pub struct CoordinatorArgs {
     #[arg(long)]
     config: PathBuf,
@@ -108,6 +118,46 @@ fn block_on<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
     let r = rt.block_on(f);
     rt.shutdown_background();
     r
+}
+
+/// `paraforge plan`: the coordinator's own planning (the same function a
+/// run calls), reported instead of served. Nothing is written: the spill
+/// files of the dedup pass go to the temporary directory and are removed.
+pub fn plan(a: PlanArgs) -> Result<()> {
+    let cfg = load(&a.config)?;
+    let started = std::time::Instant::now();
+    let plan = paraforge_coordinator::plan::plan_job(&cfg).context("planning the job")?;
+    let lines: u64 = plan.shards.iter().map(|s| s.range.lines).sum();
+    let dropped: u64 = plan.shards.iter().map(|s| s.drop_lines.len() as u64).sum();
+    let largest = plan.shards.iter().map(|s| s.range.lines).max().unwrap_or(0);
+    let bytes: u64 = plan.inputs.iter().map(|f| f.size).sum();
+    let summary = serde_json::json!({
+        "job": cfg.job.name,
+        "inputs": plan.inputs,
+        "input_bytes": bytes,
+        "lines": lines,
+        "shards": plan.shards.len(),
+        "largest_shard_lines": largest,
+        "repeated_sources_dropped": cfg.filters.dedup_sources.then_some(dropped),
+        "seconds": started.elapsed().as_secs_f64(),
+    });
+    if a.json {
+        println!("{summary}");
+        return Ok(());
+    }
+    println!(
+        "{}: {} input file(s), {bytes} bytes, {lines} lines in {} shards (largest {largest} lines)",
+        cfg.job.name,
+        plan.inputs.len(),
+        plan.shards.len()
+    );
+    for f in &plan.inputs {
+        println!("  {} ({} bytes, xxh3 {})", f.input, f.size, f.xxh3);
+    }
+    if cfg.filters.dedup_sources {
+        println!("  {dropped} lines repeat an earlier source and will be dropped");
+    }
+    Ok(())
 }
 
 fn load(path: &std::path::Path) -> Result<JobConfig> {
@@ -224,7 +274,9 @@ pub fn run(a: RunArgs) -> Result<()> {
         // Every local worker runs on model.device: checked the same way, so
         // a GPU index the machine lacks stops here, not in each worker
         // after the coordinator has claimed the output.
-        parse_device("model.device", &cfg.model.device)?;
+        if let Some(m) = &cfg.model {
+            parse_device("model.device", &m.device)?;
+        }
         a.workers.unwrap_or(cfg.workers.local).max(1)
     } else {
         gpus.len()

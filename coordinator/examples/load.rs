@@ -42,8 +42,8 @@ fn one_row_parquet() -> bytes::Bytes {
         reference: "en".into(),
         translation: "en".into(),
         candidate_rank: 1,
-        translation_score: -1.0,
-        source_len: 1,
+        translation_score: Some(-1.0),
+        source_len: Some(1),
         truncated: false,
         scores: Scorer::new(None).score("en", "en"),
     });

@@ -63,7 +63,7 @@ pub fn mark_duplicates(
             let Record::Pair(p) = rec? else {
                 continue;
             };
-            let h = twox_hash::XxHash3_128::oneshot(p.source.as_bytes());
+            let h = twox_hash::XxHash3_128::oneshot(p.source_side().as_bytes());
             let part = (h >> (128 - PARTITIONS.trailing_zeros())) as usize;
             let mut rec = [0u8; RECORD];
             rec[..16].copy_from_slice(&h.to_le_bytes());

@@ -221,7 +221,21 @@ async fn reconcile(state: &mut JobState, storage: &Storage) -> Result<(), RunErr
 /// (a cluster that mounts the model on workers only), the first worker to
 /// lease fixes it and every later one must match (`service::check_model`).
 async fn fix_model(cfg: &JobConfig, state: &mut JobState) -> Result<(), RunError> {
-    let dir = PathBuf::from(&cfg.model.dir);
+    let Some(model) = &cfg.model else {
+        // An input of pairs: the digest of no model, which a worker that
+        // loaded one does not have.
+        let none = paraforge_core::model_digest::no_model_digest();
+        return match state.model_sha256() {
+            Some(was) if !was.eq_ignore_ascii_case(&none) => Err(RunError::ModelChanged {
+                dir: "(none: the input holds its translations)".into(),
+                was: was.to_string(),
+                now: none,
+            }),
+            Some(_) => Ok(()),
+            None => Ok(state.set_model_sha256(&none)?),
+        };
+    };
+    let dir = PathBuf::from(&model.dir);
     if !dir.exists() {
         tracing::warn!(dir = %dir.display(), "model.dir is not readable by the coordinator: the first worker's model fixes the job's model digest");
         return Ok(());
@@ -230,16 +244,16 @@ async fn fix_model(cfg: &JobConfig, state: &mut JobState) -> Result<(), RunError
     let now = tokio::task::spawn_blocking(move || paraforge_core::model_digest::model_digest(&d))
         .await
         .map_err(|e| RunError::ModelUnreadable {
-            dir: cfg.model.dir.clone(),
+            dir: model.dir.clone(),
             source: std::io::Error::other(e.to_string()),
         })?
         .map_err(|source| RunError::ModelUnreadable {
-            dir: cfg.model.dir.clone(),
+            dir: model.dir.clone(),
             source,
         })?;
     match state.model_sha256() {
         Some(was) if !was.eq_ignore_ascii_case(&now) => Err(RunError::ModelChanged {
-            dir: cfg.model.dir.clone(),
+            dir: model.dir.clone(),
             was: was.to_string(),
             now,
         }),
@@ -416,12 +430,15 @@ async fn serve(
         state,
         cfg.to_toml(),
         cfg.job.output.clone(),
-        cfg.model.device.clone(),
+        cfg.model
+            .as_ref()
+            .map_or_else(|| "none".to_string(), |m| m.device.clone()),
         Duration::from_secs(cfg.job.lease_seconds as u64),
     );
     shared.max_reject_rate = cfg.job.max_reject_rate;
     shared.filters = cfg.filters.clone();
-    shared.beam_candidates = cfg.model.beam_candidates as u64;
+    shared.beam_candidates = cfg.beam_candidates() as u64;
+    shared.model_dir = cfg.model.as_ref().map(|m| m.dir.clone());
     shared.skips_blank_lines = cfg.input.format == paraforge_job::config::FormatName::Czeng20;
     let shared = Arc::new(shared);
     let parse = |what: &'static str, s: &str| {
@@ -549,6 +566,9 @@ pub struct Manifest {
     pub pairs: u64,
     /// `model.beam_candidates`.
     pub beam_candidates: u64,
+    /// The model that translated the corpus; null when none did (the
+    /// input held its translations, `input.format = "pairs"`).
+    pub model: Option<ManifestModel>,
     pub rejects: u64,
     /// Rejects by reason code: malformed lines and `[filters]` rules
     /// (`RejectReason::is_filter_code`); they sum to `rejects`.
@@ -557,6 +577,16 @@ pub struct Manifest {
     pub rejects_files: Vec<ManifestFile>,
     pub removed_uncommitted: Vec<String>,
     pub config: String,
+}
+
+/// A job manifest's translation model.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ManifestModel {
+    /// `model.dir` as the config names it.
+    pub dir: String,
+    /// `paraforge_core::model_digest` of its files, as every file's footer
+    /// has it.
+    pub sha256: String,
 }
 
 /// Ends a finished job. Deletes the files of attempts that were not
@@ -576,7 +606,7 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
     let lost = damaged(storage, committed).await?;
     let listing: std::collections::HashMap<String, u64> =
         storage.list("").await?.into_iter().collect();
-    let (counts, job, issued) = {
+    let (counts, job, issued, model_sha256) = {
         let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
         for s in st.shards() {
             match &s.status {
@@ -608,7 +638,8 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
                 (p, ours)
             })
             .collect();
-        (st.counts(), st.job_id().to_string(), issued)
+        let model_sha256 = st.model_sha256().map(str::to_string);
+        (st.counts(), st.job_id().to_string(), issued, model_sha256)
     };
     let keep: std::collections::HashSet<&str> = files
         .iter()
@@ -716,6 +747,10 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
         shards_committed: counts.committed,
         pairs: counts.pairs,
         beam_candidates: k,
+        model: shared.model_dir.clone().map(|dir| ManifestModel {
+            dir,
+            sha256: model_sha256.unwrap_or_default(),
+        }),
         rejects: counts.rejects,
         rejects_by_reason: counts.rejects_by_reason.clone(),
         files,

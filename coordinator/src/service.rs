@@ -325,8 +325,8 @@ mod tests {
                 reference: "a b".into(),
                 translation: "a c".into(),
                 candidate_rank: 1,
-                translation_score: -1.0,
-                source_len: 1,
+                translation_score: Some(-1.0),
+                source_len: Some(1),
                 truncated: false,
                 scores: scorer.score("a b", "a c"),
             });

@@ -37,6 +37,8 @@ pub struct Shared {
     pub filters: paraforge_job::filters::Filters,
     /// `model.beam_candidates`: rows per kept pair in every pairs file.
     pub beam_candidates: u64,
+    /// `model.dir`; none when the input holds its translations.
+    pub model_dir: Option<String>,
     /// The input format skips some lines without a record (CzEng 2.0's
     /// blank document separators): pairs + rejects may then fall short of
     /// the lines read. Otherwise every line read is a pair or a reject.
@@ -68,6 +70,7 @@ impl Shared {
             max_reject_rate: 0.5,
             filters: Default::default(),
             beam_candidates: 1,
+            model_dir: None,
             skips_blank_lines: false,
             heartbeat: (lease / 4).max(Duration::from_millis(100)),
             started: std::time::Instant::now(),

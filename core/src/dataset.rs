@@ -338,8 +338,8 @@ mod tests {
                 reference: "a b".into(),
                 translation: "a c".into(),
                 candidate_rank: 1,
-                translation_score: -0.5,
-                source_len: 1,
+                translation_score: Some(-0.5),
+                source_len: Some(1),
                 truncated: false,
                 scores: crate::score::PairScores {
                     para_score: Some(0.5),

@@ -9,6 +9,7 @@ pub mod layout;
 pub mod lm;
 pub mod model_digest;
 pub mod rejects;
+pub mod repeats;
 pub mod schema;
 pub mod score;
 pub mod text;

@@ -21,6 +21,17 @@ fn is_documentation(name: &str) -> bool {
         || name == "training.json"
 }
 
+/// The digest of a job without a model (`input.format = "pairs"`, whose
+/// translations exist already): a fixed SHA-256 that no model directory
+/// can have, so that a worker loading a model for such a job, or a file
+/// of a translating job, is told apart like any other model.
+pub fn no_model_digest() -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(
+        b"paraforge: no model; the input held the translations",
+    ))
+}
+
 /// SHA-256 over each file's path relative to `dir` and its own SHA-256, in
 /// path order (lowercase hex). An error names the file it could not read.
 pub fn model_digest(dir: &Path) -> Result<String, std::io::Error> {

@@ -11,6 +11,10 @@ pub mod code {
     pub const LEGACY_ENCODING: &str = "legacy_encoding";
     pub const EMPTY_SOURCE: &str = "empty_source";
     pub const EMPTY_REFERENCE: &str = "empty_reference";
+    /// An input of pairs with an empty translation.
+    pub const EMPTY_TRANSLATION: &str = "empty_translation";
+    /// An input of pairs whose score column is not a finite number.
+    pub const BAD_SCORE: &str = "bad_score";
     pub const TOO_LONG: &str = "too_long";
     pub const UNALIGNED: &str = "unaligned";
     pub const CONTROL_CHARACTER: &str = "control_character";
@@ -31,6 +35,8 @@ pub const MALFORMED_CODES: &[&str] = &[
     code::LEGACY_ENCODING,
     code::EMPTY_SOURCE,
     code::EMPTY_REFERENCE,
+    code::EMPTY_TRANSLATION,
+    code::BAD_SCORE,
     code::TOO_LONG,
     code::UNALIGNED,
     code::CONTROL_CHARACTER,

@@ -78,15 +78,16 @@ pub mod meta {
 
 pub fn schema() -> SchemaRef {
     let f32n = |n: &str, nullable| Field::new(n, DataType::Float32, nullable);
-    let i32n = |n: &str| Field::new(n, DataType::Int32, false);
+    let i32n = |n: &str, nullable| Field::new(n, DataType::Int32, nullable);
     let text = |n: &str| Field::new(n, DataType::Utf8, false);
     Arc::new(Schema::new(vec![
         text(col::ID),
         text(col::SOURCE),
         text(col::REFERENCE),
         text(col::TRANSLATION),
-        i32n(col::CANDIDATE_RANK),
-        f32n(col::TRANSLATION_SCORE, false),
+        i32n(col::CANDIDATE_RANK, false),
+        // Null where no model translated the pair (an input of pairs).
+        f32n(col::TRANSLATION_SCORE, true),
         f32n(col::PARA_SCORE, true),
         f32n(col::UNIGRAM_OVERLAP, false),
         f32n(col::BIGRAM_OVERLAP, false),
@@ -94,9 +95,10 @@ pub fn schema() -> SchemaRef {
         f32n(col::SENTENCE_BLEU, false),
         f32n(col::TRANSLATION_PERPLEXITY, true),
         f32n(col::REFERENCE_PROBABILITY, true),
-        i32n(col::SOURCE_LEN),
-        i32n(col::REFERENCE_LEN),
-        i32n(col::TRANSLATION_LEN),
+        // The model's source tokens: null without a model.
+        i32n(col::SOURCE_LEN, true),
+        i32n(col::REFERENCE_LEN, false),
+        i32n(col::TRANSLATION_LEN, false),
         Field::new(col::TRUNCATED, DataType::Boolean, false),
     ]))
 }
@@ -110,8 +112,11 @@ pub struct PairRow {
     pub translation: String,
     /// The hypothesis's place in the beam's finished list, 1 = best.
     pub candidate_rank: i32,
-    pub translation_score: f32,
-    pub source_len: i32,
+    /// The model's score; none where the input held the translation
+    /// without one.
+    pub translation_score: Option<f32>,
+    /// Source tokens as the model counts them; none without a model.
+    pub source_len: Option<i32>,
     pub truncated: bool,
     pub scores: PairScores,
 }
@@ -216,7 +221,7 @@ impl RowsBuilder {
         self.reference.append_value(&r.reference);
         self.translation.append_value(&r.translation);
         self.candidate_rank.append_value(r.candidate_rank);
-        self.translation_score.append_value(r.translation_score);
+        self.translation_score.append_option(r.translation_score);
         self.para_score.append_option(r.scores.para_score);
         self.unigram.append_value(r.scores.unigram_overlap);
         self.bigram.append_value(r.scores.bigram_overlap);
@@ -226,7 +231,7 @@ impl RowsBuilder {
             .append_option(r.scores.translation_perplexity);
         self.reference_probability
             .append_option(r.scores.reference_probability);
-        self.source_len.append_value(r.source_len);
+        self.source_len.append_option(r.source_len);
         self.reference_len
             .append_value(r.scores.reference_len as i32);
         self.translation_len

@@ -31,8 +31,8 @@ fn main() {
                 reference: c[2].into(),
                 translation: c[3].into(),
                 candidate_rank: 1,
-                translation_score: c[4].parse().unwrap_or(f32::NAN),
-                source_len: c[1].split_whitespace().count() as i32,
+                translation_score: Some(c[4].parse().unwrap_or(f32::NAN)),
+                source_len: Some(c[1].split_whitespace().count() as i32),
                 truncated: false,
                 scores: scorer.score(c[2], c[3]),
             })

@@ -15,7 +15,7 @@
 //! Memory is bounded by the number of rows only through a bitmap of kept
 //! rows and, with `--dedup`, a set of 128-bit hashes of kept pairs.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use std::path::{Path, PathBuf};
 
@@ -63,6 +63,9 @@ pub struct BinOptions {
     pub seed: u64,
     /// Drop exact duplicates of (reference, translation), keeping the first.
     pub dedup: bool,
+    /// Memory the duplicate check may take, in bytes: past it the keys are
+    /// spilled to disk and sorted in partitions (`paraforge_core::repeats`).
+    pub dedup_memory: u64,
     /// Keep only pairs whose two sides have at least / at most this many tokens.
     pub min_tokens: Option<i32>,
     pub max_tokens: Option<i32>,
@@ -82,6 +85,7 @@ impl BinOptions {
             train_max_tokens: 30,
             seed: 1,
             dedup: false,
+            dedup_memory: paraforge_core::repeats::DEFAULT_BUDGET,
             min_tokens: None,
             max_tokens: None,
             overwrite: false,
@@ -378,6 +382,76 @@ struct FirstPass {
     unranked: Vec<u64>,
 }
 
+/// Whether a row's length keeps it (`--min-tokens`, `--max-tokens`).
+fn in_length_limits(o: &BinOptions, a: i32, b: i32) -> bool {
+    !(o.min_tokens.is_some_and(|n| a < n || b < n) || o.max_tokens.is_some_and(|n| a > n || b > n))
+}
+
+/// `--dedup`: a hash set while the dataset's keys fit `dedup_memory`;
+/// otherwise a pass before pass 1 spills every key to disk and marks the
+/// repeated rows in a bitmap (an eighth of a byte a row).
+enum Dedup {
+    InMemory(paraforge_core::repeats::SeenKeys),
+    Spilled(Kept),
+}
+
+impl Dedup {
+    fn new(o: &BinOptions, files: &[PathBuf]) -> Result<Dedup, BinError> {
+        use paraforge_core::repeats::{in_memory_bytes, spill_partitions, SeenKeys, SpilledKeys};
+        let mut rows = 0u64;
+        for f in files {
+            rows += PairReader::open(f, &[])?.num_rows().max(0) as u64;
+        }
+        if in_memory_bytes(rows) <= o.dedup_memory {
+            return Ok(Dedup::InMemory(SeenKeys::with_capacity(rows)));
+        }
+        let partitions = spill_partitions(rows, o.dedup_memory);
+        tracing::info!(
+            rows,
+            partitions,
+            budget = o.dedup_memory,
+            "the duplicate check spills its keys to disk"
+        );
+        let tmp = || std::env::temp_dir();
+        let io = |source| BinError::Io {
+            path: tmp(),
+            source,
+        };
+        let mut spill = SpilledKeys::new(partitions).map_err(io)?;
+        let need = [
+            col::REFERENCE_LEN,
+            col::TRANSLATION_LEN,
+            col::REFERENCE,
+            col::TRANSLATION,
+        ];
+        for_each_batch(files, &need, |path, batch, first| {
+            let rl = schema::column::<Int32Array>(batch, col::REFERENCE_LEN, path)?;
+            let tl = schema::column::<Int32Array>(batch, col::TRANSLATION_LEN, path)?;
+            let refs = schema::column::<StringArray>(batch, col::REFERENCE, path)?;
+            let trans = schema::column::<StringArray>(batch, col::TRANSLATION, path)?;
+            for r in 0..batch.num_rows() {
+                // Rows the length limits drop are never a first occurrence.
+                if in_length_limits(o, rl.value(r), tl.value(r)) {
+                    let key = pair_hash(refs.value(r), trans.value(r));
+                    spill.push(first + r as u64, key).map_err(io)?;
+                }
+            }
+            Ok(())
+        })?;
+        let mut repeated = Kept { bits: Vec::new() };
+        spill.repeats(|row| repeated.set(row)).map_err(io)?;
+        Ok(Dedup::Spilled(repeated))
+    }
+
+    /// Whether row `row` repeats an earlier kept row's pair.
+    fn repeat(&mut self, row: u64, reference: &str, translation: &str) -> bool {
+        match self {
+            Dedup::InMemory(seen) => seen.repeat(pair_hash(reference, translation)),
+            Dedup::Spilled(repeated) => repeated.get(row),
+        }
+    }
+}
+
 /// Pass 1: the length and duplicate filters, and the high-16-bit histogram
 /// of every decile score.
 fn filter_and_histogram(
@@ -387,7 +461,11 @@ fn filter_and_histogram(
     m: &mut BinManifest,
 ) -> Result<FirstPass, BinError> {
     let mut kept = Kept { bits: Vec::new() };
-    let mut seen_pairs: HashSet<u128> = HashSet::new();
+    let mut dedup = if o.dedup {
+        Some(Dedup::new(o, files)?)
+    } else {
+        None
+    };
     let mut hist_hi: Vec<Vec<u64>> = vec![vec![0; 1 << 16]; decile_scores.len()];
     let mut unranked = vec![0u64; decile_scores.len()];
     let mut need: Vec<&str> = vec![col::REFERENCE_LEN, col::TRANSLATION_LEN];
@@ -408,15 +486,12 @@ fn filter_and_histogram(
             None
         };
         for r in 0..batch.num_rows() {
-            let (a, b) = (rl.value(r), tl.value(r));
-            if o.min_tokens.is_some_and(|n| a < n || b < n)
-                || o.max_tokens.is_some_and(|n| a > n || b > n)
-            {
+            if !in_length_limits(o, rl.value(r), tl.value(r)) {
                 dropped_length += 1;
                 continue;
             }
-            if let Some((refs, trans)) = texts {
-                if !seen_pairs.insert(pair_hash(refs.value(r), trans.value(r))) {
+            if let (Some((refs, trans)), Some(d)) = (texts, dedup.as_mut()) {
+                if d.repeat(first + r as u64, refs.value(r), trans.value(r)) {
                     dropped_duplicates += 1;
                     continue;
                 }

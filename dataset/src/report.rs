@@ -184,16 +184,17 @@ pub struct Summary {
     pub pairs: u64,
     pub mean_para_score: f64,
     pub mean_trigram_overlap: f64,
-    pub mean_translation_score: f64,
+    /// None where every translation_score is null (an input of pairs).
+    pub mean_translation_score: Option<f64>,
     pub ranges: RangeTally,
     /// (reference, translation, para_score, trigram overlap, translation score).
-    pub examples: Vec<(String, String, Option<f32>, f32, f32)>,
+    pub examples: Vec<(String, String, Option<f32>, f32, Option<f32>)>,
 }
 
 impl Summary {
     /// Reads every pairs file of a local output directory.
     pub fn read(out: &Path) -> Result<Summary, DataError> {
-        let (mut para, mut para_n, mut tri, mut ts) = (0f64, 0u64, 0f64, 0f64);
+        let (mut para, mut para_n, mut tri, mut ts, mut ts_n) = (0f64, 0u64, 0f64, 0f64, 0u64);
         let mut s = Summary::default();
         for f in dataset_files(out)? {
             for b in PairReader::open(
@@ -219,7 +220,12 @@ impl Summary {
                         para_n += 1;
                     }
                     tri += g.value(i) as f64;
-                    ts += x.value(i) as f64;
+                    // Null where the input held the translation without a score.
+                    let xi = (!x.is_null(i)).then(|| x.value(i));
+                    if let Some(v) = xi {
+                        ts += v as f64;
+                        ts_n += 1;
+                    }
                     s.ranges.add(pi, g.value(i));
                     if s.examples.len() < 5 && i % 97 == 3 {
                         s.examples.push((
@@ -227,7 +233,7 @@ impl Summary {
                             t.value(i).to_string(),
                             pi,
                             g.value(i),
-                            x.value(i),
+                            xi,
                         ));
                     }
                 }
@@ -235,22 +241,27 @@ impl Summary {
         }
         s.mean_para_score = para / para_n.max(1) as f64;
         s.mean_trigram_overlap = tri / s.pairs.max(1) as f64;
-        s.mean_translation_score = ts / s.pairs.max(1) as f64;
+        s.mean_translation_score = (ts_n > 0).then(|| ts / ts_n as f64);
         Ok(s)
     }
 
     /// The summary as printed, one line each, indented.
     pub fn lines(&self) -> Vec<String> {
         let mut out = vec![format!(
-            "  mean para_score {:.3}, mean trigram overlap {:.3}, mean translation score {:.3} over {} pairs",
-            self.mean_para_score, self.mean_trigram_overlap, self.mean_translation_score, self.pairs
+            "  mean para_score {:.3}, mean trigram overlap {:.3}, mean translation score {} over {} pairs",
+            self.mean_para_score,
+            self.mean_trigram_overlap,
+            self.mean_translation_score
+                .map_or_else(|| "none".to_string(), |v| format!("{v:.3}")),
+            self.pairs
         )];
         out.extend(self.ranges.lines().into_iter().map(|l| format!("  {l}")));
         out.push("  examples (reference -> back-translation):".into());
         for (r, t, p, g, x) in &self.examples {
             let ps = p.map_or_else(|| "null".to_string(), |v| format!("{v:.3}"));
+            let xs = x.map_or_else(|| "null".to_string(), |v| format!("{v:.2}"));
             out.push(format!(
-                "  {r}\n    -> {t}   (para {ps}, trigram {g:.2}, score {x:.2})"
+                "  {r}\n    -> {t}   (para {ps}, trigram {g:.2}, score {xs})"
             ));
         }
         out
@@ -423,8 +434,9 @@ pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError>
                 r.reference_len.add(rl.value(i) as f64);
                 r.translation_len.add(tl.value(i) as f64);
                 r.trigram_overlap.add(tri.value(i) as f64);
-                if ts.value(i).is_finite() {
-                    r.translation_score.add(ts.value(i) as f64);
+                let score = (!ts.is_null(i) && ts.value(i).is_finite()).then(|| ts.value(i));
+                if let Some(v) = score {
+                    r.translation_score.add(v as f64);
                 }
                 if trunc.is_some_and(|t| t.value(i)) {
                     r.truncated += 1;
@@ -439,8 +451,8 @@ pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError>
                     row.trigram_overlap.add(tri.value(i) as f64);
                     row.reference_len.add(rl.value(i) as f64);
                     row.translation_len.add(tl.value(i) as f64);
-                    if ts.value(i).is_finite() {
-                        row.translation_score.add(ts.value(i) as f64);
+                    if let Some(v) = score {
+                        row.translation_score.add(v as f64);
                     }
                 }
                 let toks = tokenize(refs.value(i));
@@ -580,6 +592,11 @@ fn draw_scatter(path: &Path, points: &[(f32, f32)]) -> Result<(), ReportError> {
 }
 
 fn pm(m: &Moments, digits: usize) -> String {
+    // No value (a column null throughout, as translation_score is for an
+    // input of pairs without scores) is not a mean of 0.
+    if m.n == 0 {
+        return "none".into();
+    }
     format!("{:.*} ± {:.*}", digits, m.mean, digits, m.std())
 }
 
@@ -643,14 +660,18 @@ fn tables(r: &Report) -> String {
         let label = RangeTally::label(k);
         let _ = writeln!(
             s,
-            "| {label} | {} | {:.1}% | {:.2} ({:.2}) | {:.1} | {:.1} | {:.2} |",
+            "| {label} | {} | {:.1}% | {:.2} ({:.2}) | {:.1} | {:.1} | {} |",
             row.pairs,
             100.0 * row.pairs as f64 / ranked.max(1) as f64,
             row.trigram_overlap.mean,
             row.trigram_overlap.std(),
             row.reference_len.mean,
             row.translation_len.mean,
-            row.translation_score.mean
+            if row.translation_score.n == 0 {
+                "none".to_string()
+            } else {
+                format!("{:.2}", row.translation_score.mean)
+            }
         );
     }
     let _ = writeln!(

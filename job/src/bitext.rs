@@ -31,16 +31,48 @@ pub enum Format {
     },
     /// Line i of the source file translates line i of the reference file.
     Aligned { reference: PathBuf },
+    /// Pairs translated already: columns (0-based) of a TSV file. Without
+    /// an id column the id is `<file name>:<line>`; without a source
+    /// column the source is empty; without a score column
+    /// `translation_score` is null.
+    Pairs {
+        id: Option<usize>,
+        source: Option<usize>,
+        reference: usize,
+        translation: usize,
+        score: Option<usize>,
+    },
 }
 
 /// A pair read from the bitext.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Pair {
     pub id: String,
     pub source: String,
     pub reference: String,
     /// 1-based line number in the (source) file.
     pub line: u64,
+    /// The translation an input of pairs holds (none: the job translates).
+    pub given: Option<Given>,
+}
+
+/// A translation read from the input rather than made by a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Given {
+    pub translation: String,
+    /// The model's score of it, where the input has one.
+    pub score: Option<f32>,
+}
+
+impl Pair {
+    /// The side `[filters]` rules and `dedup_sources` read as the source:
+    /// the translation of a pair that has one (it is what the reference is
+    /// compared with; the source column of such an input is optional).
+    pub fn source_side(&self) -> &str {
+        self.given
+            .as_ref()
+            .map_or(self.source.as_str(), |g| g.translation.as_str())
+    }
 }
 
 /// Why a line was not used: malformed input, or a `[filters]` rule
@@ -56,6 +88,13 @@ pub enum RejectReason {
     LegacyEncoding,
     EmptySource,
     EmptyReference,
+    /// An input of pairs with an empty translation.
+    EmptyTranslation,
+    /// An input of pairs whose score column is not a finite number.
+    BadScore {
+        column: usize,
+        text: String,
+    },
     TooLong {
         side: &'static str,
         chars: usize,
@@ -129,6 +168,8 @@ impl RejectReason {
             RejectReason::LegacyEncoding => code::LEGACY_ENCODING,
             RejectReason::EmptySource => code::EMPTY_SOURCE,
             RejectReason::EmptyReference => code::EMPTY_REFERENCE,
+            RejectReason::EmptyTranslation => code::EMPTY_TRANSLATION,
+            RejectReason::BadScore { .. } => code::BAD_SCORE,
             RejectReason::TooLong { .. } => code::TOO_LONG,
             RejectReason::Unaligned => code::UNALIGNED,
             RejectReason::ControlCharacter { .. } => code::CONTROL_CHARACTER,
@@ -164,6 +205,11 @@ impl std::fmt::Display for RejectReason {
             RejectReason::LegacyEncoding => write!(f, "invalid UTF-8 ({LEGACY_HINT})"),
             RejectReason::EmptySource => write!(f, "empty source side"),
             RejectReason::EmptyReference => write!(f, "empty reference side"),
+            RejectReason::EmptyTranslation => write!(f, "empty translation"),
+            RejectReason::BadScore { column, text } => write!(
+                f,
+                "column {column} (input.translation_score_column) holds {text:?}, not a finite number"
+            ),
             RejectReason::TooLong { side, chars, max } => {
                 write!(
                     f,
@@ -630,16 +676,34 @@ impl BitextReader {
         })
     }
 
-    fn check(&self, id: String, source: &str, reference: &str) -> Record {
+    /// A pair whose sides are usable, or the reason it is not; `given` is
+    /// a pairs input's translation and score.
+    fn check(
+        &self,
+        id: String,
+        source: &str,
+        reference: &str,
+        given: Option<(&str, Option<f32>)>,
+    ) -> Record {
         let (s, r) = (source.trim(), reference.trim());
-        let raw = || format!("{source}\t{reference}");
-        if s.is_empty() {
+        let t = given.map(|(t, _)| t.trim());
+        let raw = || match t {
+            Some(t) => format!("{source}\t{reference}\t{t}"),
+            None => format!("{source}\t{reference}"),
+        };
+        if s.is_empty() && t.is_none() {
             return self.reject(RejectReason::EmptySource, raw().as_bytes());
         }
         if r.is_empty() {
             return self.reject(RejectReason::EmptyReference, raw().as_bytes());
         }
-        for (side, text) in [("source", s), ("reference", r)] {
+        if t.is_some_and(str::is_empty) {
+            return self.reject(RejectReason::EmptyTranslation, raw().as_bytes());
+        }
+        let sides = [("source", s), ("reference", r)]
+            .into_iter()
+            .chain(t.map(|t| ("translation", t)));
+        for (side, text) in sides {
             // ASCII control bytes never occur inside UTF-8 multi-byte chars.
             if let Some(b) = text
                 .bytes()
@@ -673,6 +737,10 @@ impl BitextReader {
             source: s.to_string(),
             reference: r.to_string(),
             line: self.line,
+            given: t.zip(given).map(|(t, (_, score))| Given {
+                translation: t.to_string(),
+                score,
+            }),
         })
     }
 
@@ -697,7 +765,7 @@ impl BitextReader {
                 if cols.len() != 4 {
                     return wrong(4);
                 }
-                Some(self.check(cols[0].to_string(), cols[2], cols[3]))
+                Some(self.check(cols[0].to_string(), cols[2], cols[3], None))
             }
             Format::Czeng20 => {
                 if text.trim().is_empty() {
@@ -706,7 +774,7 @@ impl BitextReader {
                 if cols.len() != 6 {
                     return wrong(6);
                 }
-                Some(self.check(cols[0].to_string(), cols[4], cols[5]))
+                Some(self.check(cols[0].to_string(), cols[4], cols[5], None))
             }
             Format::Tsv {
                 id,
@@ -726,7 +794,47 @@ impl BitextReader {
                     Some(i) => cols[*i].to_string(),
                     None => format!("{}:{}", self.name, self.line),
                 };
-                Some(self.check(id, cols[*source], cols[*reference]))
+                Some(self.check(id, cols[*source], cols[*reference], None))
+            }
+            Format::Pairs {
+                id,
+                source,
+                reference,
+                translation,
+                score,
+            } => {
+                let need = [*id, *source, Some(*reference), Some(*translation), *score]
+                    .into_iter()
+                    .flatten()
+                    .max()
+                    .unwrap_or(0)
+                    + 1;
+                if cols.len() < need {
+                    return wrong(need);
+                }
+                let id = match id {
+                    Some(i) => cols[*i].to_string(),
+                    None => format!("{}:{}", self.name, self.line),
+                };
+                let score = match score {
+                    None => None,
+                    Some(c) => match cols[*c].trim().parse::<f32>() {
+                        Ok(x) if x.is_finite() => Some(x),
+                        _ => {
+                            let text: String = cols[*c].chars().take(40).collect();
+                            return Some(
+                                self.reject(RejectReason::BadScore { column: *c, text }, line),
+                            );
+                        }
+                    },
+                };
+                let source = source.map_or("", |c| cols[c]);
+                Some(self.check(
+                    id,
+                    source,
+                    cols[*reference],
+                    Some((cols[*translation], score)),
+                ))
             }
             Format::Aligned { .. } => unreachable!("aligned files are read in next()"),
         }
@@ -820,7 +928,7 @@ impl Iterator for BitextReader {
                             (Ok(s), Ok(r)) => {
                                 let s = s.strip_prefix('\u{feff}').unwrap_or(s);
                                 let r = r.strip_prefix('\u{feff}').unwrap_or(r);
-                                self.check(format!("{}:{}", self.name, self.line), s, r)
+                                self.check(format!("{}:{}", self.name, self.line), s, r, None)
                             }
                             (Err(_), _) => self.reject(not_utf8(&line), &line),
                             (_, Err(_)) => {
@@ -1152,6 +1260,11 @@ mod tests {
                 max: 1,
                 reference: false,
             },
+            RejectReason::EmptyTranslation,
+            RejectReason::BadScore {
+                column: 2,
+                text: "x".into(),
+            },
         ]
     }
 
@@ -1182,6 +1295,8 @@ mod tests {
                     | RejectReason::LegacyEncoding
                     | RejectReason::EmptySource
                     | RejectReason::EmptyReference
+                    | RejectReason::EmptyTranslation
+                    | RejectReason::BadScore { .. }
                     | RejectReason::TooLong { .. }
                     | RejectReason::Unaligned
                     | RejectReason::ControlCharacter { .. }

@@ -32,7 +32,10 @@ pub enum ConfigError {
 pub struct JobConfig {
     pub job: Job,
     pub input: Input,
-    pub model: Model,
+    /// The translation model; none for `input.format = "pairs"`, whose
+    /// translations exist already.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Model>,
     /// Rules that drop pairs before translation (`crate::filters`).
     #[serde(default, skip_serializing_if = "crate::filters::Filters::is_empty")]
     pub filters: crate::filters::Filters,
@@ -90,6 +93,9 @@ pub enum FormatName {
     Czeng20,
     Aligned,
     Tsv,
+    /// Pairs that are already translated (a reference and its paraphrase,
+    /// e.g. the released ParaNMT-50M TSV): scored without a model.
+    Pairs,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,6 +114,14 @@ pub struct Input {
     pub source_column: Option<usize>,
     #[serde(default)]
     pub reference_column: Option<usize>,
+    /// For `pairs`: the translation's column (default 1; the reference's
+    /// default is 0, the source column is optional and carried as is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub translation_column: Option<usize>,
+    /// For `pairs`: a column with the translation model's score of each
+    /// translation (`translation_score`); without it that column is null.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub translation_score_column: Option<usize>,
     /// Lines with a longer side (in characters) are rejected.
     #[serde(default = "default_max_chars")]
     pub max_chars: usize,
@@ -168,6 +182,73 @@ pub struct Model {
     /// Longest translation in new tokens (default: the model's max_length).
     #[serde(default)]
     pub max_new_tokens: Option<usize>,
+}
+
+impl Model {
+    /// The `[model]` keys' checks: (key, what is wrong).
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.dir.trim().is_empty() {
+            return Err(("model.dir", "must not be empty".into()));
+        }
+        let device_ok = self.device == "cpu"
+            || self.device == "cuda"
+            || self
+                .device
+                .strip_prefix("cuda:")
+                .is_some_and(|n| n.parse::<u32>().is_ok());
+        if !device_ok {
+            return Err((
+                "model.device",
+                format!("{:?}: use cpu, cuda or cuda:N", self.device),
+            ));
+        }
+        for (key, value, max) in [
+            ("model.beam", self.beam, MAX_BEAM),
+            ("model.batch_size", self.batch_size, MAX_BATCH_SIZE),
+        ] {
+            if value == 0 {
+                return Err((key, "must be at least 1".into()));
+            }
+            if value > max {
+                return Err((key, format!("{value} is more than the limit of {max}")));
+            }
+        }
+        if self.beam_candidates == 0 || self.beam_candidates > self.beam {
+            return Err((
+                "model.beam_candidates",
+                format!(
+                    "{} must be between 1 and model.beam ({}): a beam finishes at most that many hypotheses",
+                    self.beam_candidates, self.beam
+                ),
+            ));
+        }
+        if let Some(t) = self.batch_tokens {
+            if t == 0 || t > MAX_BATCH_TOKENS {
+                return Err((
+                    "model.batch_tokens",
+                    format!("{t} must be between 1 and {MAX_BATCH_TOKENS}"),
+                ));
+            }
+        }
+        if self.threads > max_threads() {
+            return Err((
+                "model.threads",
+                format!(
+                    "{} is more than the limit of {} ({THREADS_PER_CORE} x the {} cores of this machine; 0 = one per core)",
+                    self.threads,
+                    max_threads(),
+                    cores()
+                ),
+            ));
+        }
+        if let Err(reason) = check_streams(self.threads, self.streams) {
+            return Err(("model.streams", reason));
+        }
+        if self.max_new_tokens == Some(0) {
+            return Err(("model.max_new_tokens", "must be at least 1".into()));
+        }
+        Ok(())
+    }
 }
 
 fn default_device() -> String {
@@ -525,21 +606,13 @@ impl JobConfig {
                 format!("{} must be between 1 and {MAX_CHARS}", self.input.max_chars),
             );
         }
-        if self.model.dir.trim().is_empty() {
-            return bad("model.dir", "must not be empty".into());
+        if let Err((key, message)) = self.check_input_columns() {
+            return bad(key, message);
         }
-        let device_ok = self.model.device == "cpu"
-            || self.model.device == "cuda"
-            || self
-                .model
-                .device
-                .strip_prefix("cuda:")
-                .is_some_and(|n| n.parse::<u32>().is_ok());
-        if !device_ok {
-            return bad(
-                "model.device",
-                format!("{:?}: use cpu, cuda or cuda:N", self.model.device),
-            );
+        if let Some(m) = &self.model {
+            if let Err((key, message)) = m.validate() {
+                return bad(key, message);
+            }
         }
         if !(0.0..=1.0).contains(&self.job.max_reject_rate) {
             return bad(
@@ -547,26 +620,6 @@ impl JobConfig {
                 format!(
                     "{} is not a share between 0 and 1",
                     self.job.max_reject_rate
-                ),
-            );
-        }
-        for (key, value, max) in [
-            ("model.beam", self.model.beam, MAX_BEAM),
-            ("model.batch_size", self.model.batch_size, MAX_BATCH_SIZE),
-        ] {
-            if value == 0 {
-                return bad(key, "must be at least 1".into());
-            }
-            if value > max {
-                return bad(key, format!("{value} is more than the limit of {max}"));
-            }
-        }
-        if self.model.beam_candidates == 0 || self.model.beam_candidates > self.model.beam {
-            return bad(
-                "model.beam_candidates",
-                format!(
-                    "{} must be between 1 and model.beam ({}): a beam finishes at most that many hypotheses",
-                    self.model.beam_candidates, self.model.beam
                 ),
             );
         }
@@ -586,31 +639,6 @@ impl JobConfig {
                     ),
                 );
             }
-        }
-        if let Some(t) = self.model.batch_tokens {
-            if t == 0 || t > MAX_BATCH_TOKENS {
-                return bad(
-                    "model.batch_tokens",
-                    format!("{t} must be between 1 and {MAX_BATCH_TOKENS}"),
-                );
-            }
-        }
-        if self.model.threads > max_threads() {
-            return bad(
-                "model.threads",
-                format!(
-                    "{} is more than the limit of {} ({THREADS_PER_CORE} x the {} cores of this machine; 0 = one per core)",
-                    self.model.threads,
-                    max_threads(),
-                    cores()
-                ),
-            );
-        }
-        if let Err(reason) = check_streams(self.model.threads, self.model.streams) {
-            return bad("model.streams", reason);
-        }
-        if self.model.max_new_tokens == Some(0) {
-            return bad("model.max_new_tokens", "must be at least 1".into());
         }
         if let Some(b) = &self.bins {
             for d in &b.deciles {
@@ -680,6 +708,67 @@ impl JobConfig {
         Ok(())
     }
 
+    /// What `input.format` needs of the other `[input]` keys and of
+    /// `[model]`: (key, what is wrong).
+    fn check_input_columns(&self) -> Result<(), (&'static str, String)> {
+        let i = &self.input;
+        let pairs = i.format == FormatName::Pairs;
+        if !pairs {
+            for (key, v) in [
+                ("input.translation_column", i.translation_column),
+                ("input.translation_score_column", i.translation_score_column),
+            ] {
+                if v.is_some() {
+                    return Err((key, "only format \"pairs\" reads it".into()));
+                }
+            }
+            if self.model.is_none() {
+                return Err((
+                    "model",
+                    "the [model] section is missing: it translates the input's source side (input.format = \"pairs\" reads translations that exist instead)".into(),
+                ));
+            }
+            return Ok(());
+        }
+        if self.model.is_some() {
+            return Err((
+                "model",
+                "input.format = \"pairs\" reads pairs that are already translated: a [model] section would translate nothing; remove it".into(),
+            ));
+        }
+        if !i.reference_paths.is_empty() {
+            return Err((
+                "input.reference_paths",
+                "format \"pairs\" reads both sides from one file".into(),
+            ));
+        }
+        let Format::Pairs {
+            id,
+            source,
+            reference,
+            translation,
+            score,
+        } = self.format(0)
+        else {
+            unreachable!("format pairs reads as Format::Pairs")
+        };
+        let named = [
+            ("input.id_column", id),
+            ("input.source_column", source),
+            ("input.reference_column", Some(reference)),
+            ("input.translation_column", Some(translation)),
+            ("input.translation_score_column", score),
+        ];
+        for (n, (key, col)) in named.iter().enumerate() {
+            if let Some(col) = col {
+                if let Some((other, _)) = named[..n].iter().find(|(_, c)| *c == Some(*col)) {
+                    return Err((key, format!("column {col} is {other} already")));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The reader format of input file `i`.
     pub fn format(&self, i: usize) -> Format {
         match self.input.format {
@@ -692,6 +781,13 @@ impl JobConfig {
             },
             FormatName::Aligned => Format::Aligned {
                 reference: PathBuf::from(&self.input.reference_paths[i]),
+            },
+            FormatName::Pairs => Format::Pairs {
+                id: self.input.id_column,
+                source: self.input.source_column,
+                reference: self.input.reference_column.unwrap_or(0),
+                translation: self.input.translation_column.unwrap_or(1),
+                score: self.input.translation_score_column,
             },
         }
     }
@@ -706,6 +802,12 @@ impl JobConfig {
                 .clone()
                 .unwrap_or_else(|| format!("{}-bins", self.job.output.trim_end_matches('/'))),
         )
+    }
+
+    /// Hypotheses kept per input pair: `model.beam_candidates`, one
+    /// without a model.
+    pub fn beam_candidates(&self) -> usize {
+        self.model.as_ref().map_or(1, |m| m.beam_candidates)
     }
 
     /// The config as TOML, for the manifest and the Parquet metadata.
@@ -727,13 +829,16 @@ impl JobConfig {
         put("job.output", &self.job.output);
         put("job.shard_pairs", &self.job.shard_pairs);
         put("input", &self.input);
-        put("model.dir", &self.model.dir);
-        put("model.quantized", &self.model.quantized);
-        put("model.beam", &self.model.beam);
-        put("model.max_new_tokens", &self.model.max_new_tokens);
-        // Left out at its default, so jobs from before it keep their key.
-        if self.model.beam_candidates != 1 {
-            put("model.beam_candidates", &self.model.beam_candidates);
+        // No model (pairs input): `input` says so.
+        if let Some(m) = &self.model {
+            put("model.dir", &m.dir);
+            put("model.quantized", &m.quantized);
+            put("model.beam", &m.beam);
+            put("model.max_new_tokens", &m.max_new_tokens);
+            // Left out at its default, so jobs from before it keep their key.
+            if m.beam_candidates != 1 {
+                put("model.beam_candidates", &m.beam_candidates);
+            }
         }
         put("scoring", &self.scoring);
         // Left out when empty, so jobs from before `[filters]` keep their
@@ -812,7 +917,7 @@ dir = "models/tiny-cs-en"
     #[test]
     fn defaults_fill_what_a_minimal_config_leaves_out() {
         let c = parse(MINIMAL).unwrap();
-        assert_eq!(c.model.beam, 12);
+        assert_eq!(c.model.as_ref().unwrap().beam, 12);
         assert_eq!(c.job.shard_pairs, 50_000);
         assert_eq!(c.workers.local, 1);
         assert_eq!(c.format(0), Format::Czeng16);
@@ -995,6 +1100,53 @@ dir = "models/tiny-cs-en"
 mod bounds {
     use super::*;
 
+    /// `format = "pairs"` reads translations that exist: it takes no
+    /// `[model]`, every other format needs one, and the pairs columns are
+    /// refused elsewhere and where two keys name one column.
+    #[test]
+    fn pairs_input_has_no_model_and_its_own_columns() {
+        let parse = |input: &str, model: &str| {
+            let text = format!(
+                "[job]\nname = \"t\"\noutput = \"o\"\n[input]\npaths = [\"a\"]\n{input}\n{model}"
+            );
+            JobConfig::parse(&text, Path::new("job.toml"))
+        };
+        let key = |r: Result<JobConfig, ConfigError>| match r {
+            Err(ConfigError::Invalid { key, message, .. }) => (key, message),
+            other => panic!("{other:?}"),
+        };
+        let c = parse("format = \"pairs\"", "").unwrap();
+        assert!(c.model.is_none());
+        assert_eq!(c.beam_candidates(), 1);
+        assert_eq!(
+            c.format(0),
+            Format::Pairs {
+                id: None,
+                source: None,
+                reference: 0,
+                translation: 1,
+                score: None
+            }
+        );
+        let (k, m) = key(parse("format = \"pairs\"", "[model]\ndir = \"m\""));
+        assert_eq!(k, "model");
+        assert!(m.contains("already translated"), "{m}");
+        let (k, m) = key(parse("format = \"czeng16\"", ""));
+        assert_eq!(k, "model");
+        assert!(m.contains("missing"), "{m}");
+        let (k, _) = key(parse(
+            "format = \"czeng16\"\ntranslation_column = 3",
+            "[model]\ndir = \"m\"",
+        ));
+        assert_eq!(k, "input.translation_column");
+        let (k, m) = key(parse(
+            "format = \"pairs\"\ntranslation_score_column = 0",
+            "",
+        ));
+        assert_eq!(k, "input.translation_score_column");
+        assert!(m.contains("input.reference_column"), "{m}");
+    }
+
     fn model_with(line: &str) -> Result<JobConfig, ConfigError> {
         let text = format!(
             "[job]\nname = \"t\"\noutput = \"o\"\n[input]\npaths = [\"a\"]\nformat = \"czeng16\"\n[model]\ndir = \"m\"\n{line}\n"
@@ -1036,13 +1188,20 @@ mod bounds {
 
     #[test]
     fn top_k_on_takes_its_three_names_and_refuses_others_by_key() {
-        assert_eq!(model_with("").unwrap().model.top_k_on, TopKOnName::Auto);
+        assert_eq!(
+            model_with("").unwrap().model.unwrap().top_k_on,
+            TopKOnName::Auto
+        );
         for (line, want) in [
             ("top_k_on = \"auto\"", TopKOnName::Auto),
             ("top_k_on = \"host\"", TopKOnName::Host),
             ("top_k_on = \"graph\"", TopKOnName::Graph),
         ] {
-            assert_eq!(model_with(line).unwrap().model.top_k_on, want, "{line}");
+            assert_eq!(
+                model_with(line).unwrap().model.unwrap().top_k_on,
+                want,
+                "{line}"
+            );
         }
         let e = model_with("top_k_on = \"gpu\"").unwrap_err().to_string();
         assert!(e.contains("top_k_on") && e.contains("gpu"), "{e}");

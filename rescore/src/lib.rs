@@ -446,8 +446,8 @@ mod tests {
             reference: reference.into(),
             translation: translation.into(),
             candidate_rank: 1,
-            translation_score: -0.5,
-            source_len: 1,
+            translation_score: Some(-0.5),
+            source_len: Some(1),
             truncated: false,
             scores: PairScores {
                 para_score: para,

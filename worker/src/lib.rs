@@ -76,7 +76,7 @@ mod tests {
         let throughput = Throughput::default();
         let out = process(
             &shard,
-            &mut t,
+            Some(&mut t),
             &o,
             Stages {
                 filters: &PreFilter::new(&Filters::default()).unwrap(),
@@ -227,7 +227,7 @@ mod tests {
         };
         let out = process(
             &shard,
-            &mut t,
+            Some(&mut t),
             &o,
             Stages {
                 filters: &PreFilter::new(&cfg).unwrap(),

@@ -271,7 +271,8 @@ impl Session {
 struct Job {
     cfg: JobConfig,
     storage: Storage,
-    translator: Arc<std::sync::Mutex<Translator>>,
+    /// None for an input of pairs, translated already.
+    translator: Option<Arc<std::sync::Mutex<Translator>>>,
     encoder: Option<Arc<dyn paraforge_core::SentenceEncoder>>,
     lm: Option<Arc<paraforge_core::ArpaModel>>,
     filters: Arc<paraforge_job::filters::PreFilter>,
@@ -281,6 +282,61 @@ struct Job {
     model_sha256: String,
     throughput: Arc<Throughput>,
     heartbeat_every: Duration,
+}
+
+/// A worker with another model than the job's stops before loading it.
+fn check_digest(
+    reg: &pb::RegisterWorkerResponse,
+    dir: &str,
+    ours: &str,
+) -> Result<(), WorkerError> {
+    if !reg.model_sha256.is_empty() && !reg.model_sha256.eq_ignore_ascii_case(ours) {
+        return Err(WorkerError::ModelMismatch {
+            dir: dir.to_string(),
+            worker: ours.to_string(),
+            job: reg.model_sha256.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The translation model on this worker's device, and its digest (checked
+/// against the job's before the long load).
+async fn load_model(
+    o: &WorkerOptions,
+    m: &paraforge_job::config::Model,
+    reg: &pb::RegisterWorkerResponse,
+) -> Result<(Translator, String), WorkerError> {
+    let device: Device = match o.device {
+        Some(d) => d,
+        None => m.device.parse().map_err(WorkerError::Config)?,
+    };
+    let load = LoadOptions {
+        device,
+        threads: m.threads,
+        streams: m.streams,
+        quantized: m.quantized,
+        top_k_on: match m.top_k_on {
+            TopKOnName::Auto => TopKOn::Auto,
+            TopKOnName::Host => TopKOn::Host,
+            TopKOnName::Graph => TopKOn::Graph,
+        },
+        ..LoadOptions::default()
+    };
+    let model_dir = o
+        .model_dir
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from(&m.dir));
+    let dir = model_dir.clone();
+    let sha = blocking(move || {
+        paraforge_core::model_digest::model_digest(&dir).map_err(|e| {
+            WorkerError::Config(format!("model {}: hashing its files: {e}", dir.display()))
+        })
+    })
+    .await?;
+    check_digest(reg, &model_dir.display().to_string(), &sha)?;
+    let translator = blocking(move || Ok(Translator::load(&model_dir, &load)?)).await?;
+    Ok((translator, sha))
 }
 
 /// Blocking work (model and table loads) off the async threads.
@@ -296,43 +352,28 @@ impl Job {
     async fn load(o: &WorkerOptions, reg: &pb::RegisterWorkerResponse) -> Result<Job, WorkerError> {
         let cfg = JobConfig::parse(&reg.config_toml, std::path::Path::new("<from coordinator>"))
             .map_err(|e| WorkerError::Config(e.to_string()))?;
-        let device: Device = match o.device {
-            Some(d) => d,
-            None => cfg.model.device.parse().map_err(WorkerError::Config)?,
+        let (translator, model_sha, gen) = match &cfg.model {
+            Some(m) => {
+                let (translator, sha) = load_model(o, m, reg).await?;
+                let gen = GenerateOptions {
+                    num_beams: m.beam,
+                    nbest: m.beam_candidates,
+                    max_new_tokens: m.max_new_tokens,
+                    batch_size: m.batch_size,
+                    batch_tokens: m.batch_tokens,
+                    ..GenerateOptions::default()
+                };
+                (Some(translator), sha, gen)
+            }
+            None => {
+                if o.model_dir.is_some() || o.device.is_some() {
+                    tracing::warn!("--model-dir and --device are ignored: the job's input holds its translations (input.format = \"pairs\")");
+                }
+                let sha = paraforge_core::model_digest::no_model_digest();
+                check_digest(reg, "(none: the input holds its translations)", &sha)?;
+                (None, sha, GenerateOptions::default())
+            }
         };
-        let load = LoadOptions {
-            device,
-            threads: cfg.model.threads,
-            streams: cfg.model.streams,
-            quantized: cfg.model.quantized,
-            top_k_on: match cfg.model.top_k_on {
-                TopKOnName::Auto => TopKOn::Auto,
-                TopKOnName::Host => TopKOn::Host,
-                TopKOnName::Graph => TopKOn::Graph,
-            },
-            ..LoadOptions::default()
-        };
-        let model_dir = o
-            .model_dir
-            .clone()
-            .unwrap_or_else(|| std::path::PathBuf::from(&cfg.model.dir));
-        // Checked before the (long) load: a worker with another model
-        // must not translate a shard of this job.
-        let dir = model_dir.clone();
-        let model_sha = blocking(move || {
-            paraforge_core::model_digest::model_digest(&dir).map_err(|e| {
-                WorkerError::Config(format!("model {}: hashing its files: {e}", dir.display()))
-            })
-        })
-        .await?;
-        if !reg.model_sha256.is_empty() && !reg.model_sha256.eq_ignore_ascii_case(&model_sha) {
-            return Err(WorkerError::ModelMismatch {
-                dir: model_dir.display().to_string(),
-                worker: model_sha,
-                job: reg.model_sha256.clone(),
-            });
-        }
-        let translator = blocking(move || Ok(Translator::load(&model_dir, &load)?)).await?;
         let scoring = cfg.scoring.clone();
         let encoder: Option<Arc<dyn paraforge_core::SentenceEncoder>> =
             blocking(move || Ok(crate::shard::load_para_encoder(&scoring)?))
@@ -346,18 +387,15 @@ impl Job {
             paraforge_job::filters::PreFilter::new(&cfg.filters)
                 .map_err(|e| WorkerError::Config(e.to_string()))?,
         );
-        let gen = GenerateOptions {
-            num_beams: cfg.model.beam,
-            nbest: cfg.model.beam_candidates,
-            max_new_tokens: cfg.model.max_new_tokens,
-            batch_size: cfg.model.batch_size,
-            batch_tokens: cfg.model.batch_tokens,
-            ..GenerateOptions::default()
-        };
         use paraforge_core::schema::meta;
         let mut metadata = vec![
             (meta::VERSION, env!("CARGO_PKG_VERSION").to_string()),
-            (meta::MODEL, cfg.model.dir.clone()),
+            (
+                meta::MODEL,
+                cfg.model
+                    .as_ref()
+                    .map_or_else(|| "none".to_string(), |m| m.dir.clone()),
+            ),
             (meta::MODEL_SHA256, model_sha.clone()),
             (meta::CONFIG, reg.config_toml.clone()),
         ];
@@ -383,7 +421,7 @@ impl Job {
         Ok(Job {
             storage: Storage::open(&cfg.job.output)?,
             cfg,
-            translator: Arc::new(std::sync::Mutex::new(translator)),
+            translator: translator.map(|t| Arc::new(std::sync::Mutex::new(t))),
             encoder,
             lm,
             filters,
@@ -577,11 +615,13 @@ async fn attempt(s: &Session, job: &Job, l: &Leased) -> Attempt {
         );
         let stop = stop.clone();
         tokio::task::spawn_blocking(move || {
-            let mut t = t.lock().unwrap_or_else(|p| p.into_inner());
+            let mut t = t
+                .as_ref()
+                .map(|t| t.lock().unwrap_or_else(|p| p.into_inner()));
             let md: Vec<(&str, String)> = md.iter().map(|(k, v)| (*k, v.clone())).collect();
             process(
                 &input,
-                &mut t,
+                t.as_deref_mut(),
                 &gen,
                 Stages {
                     filters: &filters,

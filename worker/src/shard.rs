@@ -101,7 +101,7 @@ fn non_finite_score(row: &PairRow) -> Option<(&'static str, f32, &'static str)> 
     [
         (
             "translation_score",
-            Some(row.translation_score),
+            row.translation_score,
             "the translation model",
         ),
         ("para_score", s.para_score, model),
@@ -199,10 +199,19 @@ pub struct Stages<'a> {
     pub throughput: &'a Throughput,
 }
 
-/// Runs one shard. `cancel` is polled between chunks.
+/// What the translate stage hands the scorer for a chunk of pairs.
+enum Translated {
+    /// The model's, one per pair.
+    ByModel(Vec<paraforge_nmt::Translation>),
+    /// The input held them (`Pair::given`).
+    Given,
+}
+
+/// Runs one shard. `translator` is none for an input of pairs translated
+/// already. `cancel` is polled between chunks.
 pub fn process(
     input: &ShardInput,
-    translator: &mut Translator,
+    mut translator: Option<&mut Translator>,
     opts: &GenerateOptions,
     stages: Stages<'_>,
     metadata: &[(&str, String)],
@@ -221,14 +230,17 @@ pub fn process(
 
     type Chunk = (Vec<paraforge_job::bitext::Pair>, Vec<Reject>);
     let (to_translate, from_reader) = sync_channel::<Result<Chunk, ShardError>>(2);
-    let (to_score, from_translator) = sync_channel::<(
-        Vec<paraforge_job::bitext::Pair>,
-        Vec<paraforge_nmt::Translation>,
-    )>(2);
+    let (to_score, from_translator) =
+        sync_channel::<(Vec<paraforge_job::bitext::Pair>, Translated)>(2);
     let path = input.path.clone();
     let (filters, scorers, throughput) = (stages.filters, stages.scorers, stages.throughput);
     let drop_lines = &input.drop_lines;
-    let k = opts.nbest.max(1);
+    // An input of pairs holds one translation a pair.
+    let k = if translator.is_some() {
+        opts.nbest.max(1)
+    } else {
+        1
+    };
 
     std::thread::scope(|scope| {
         // Stage 1: read.
@@ -247,7 +259,7 @@ pub fn process(
                         .binary_search(&p.line)
                         .is_ok()
                         .then_some(RejectReason::Duplicate)
-                        .or_else(|| filters.check(&p.source, &p.reference))
+                        .or_else(|| filters.check(p.source_side(), &p.reference))
                     {
                         Some(reason) => rejects.push(filtered(&path, &p, reason)),
                         None => {
@@ -296,35 +308,55 @@ pub fn process(
             let mut w = ArrowWriter::try_new(Vec::new(), schema(), Some(props))?;
             let mut rows = 0u64;
             for (pairs, translations) in from_translator {
-                let scored: Vec<PairRow> = pairs
-                    .par_iter()
-                    .zip(translations.par_iter())
-                    .map_init(
-                        || Scorer::new(scorers.encoder).with_lm(scorers.lm),
-                        |scorer, (p, t)| {
-                            candidates(t, k)
-                                .enumerate()
-                                .map(|(rank, (text, score))| PairRow {
-                                    id: p.id.clone(),
-                                    source: p.source.clone(),
-                                    reference: p.reference.clone(),
-                                    translation: text.to_string(),
-                                    candidate_rank: rank as i32 + 1,
-                                    translation_score: score,
-                                    source_len: t.source_tokens as i32,
-                                    truncated: matches!(t.flag, Some(Flag::Truncated { .. })),
-                                    scores: scorer.score(&p.reference, text),
-                                })
-                                .collect::<Vec<_>>()
-                        },
-                    )
-                    .flatten()
-                    .collect();
+                let scored: Vec<PairRow> = match &translations {
+                    Translated::ByModel(ts) => pairs
+                        .par_iter()
+                        .zip(ts.par_iter())
+                        .map_init(
+                            || Scorer::new(scorers.encoder).with_lm(scorers.lm),
+                            |scorer, (p, t)| {
+                                candidates(t, k)
+                                    .enumerate()
+                                    .map(|(rank, (text, score))| PairRow {
+                                        id: p.id.clone(),
+                                        source: p.source.clone(),
+                                        reference: p.reference.clone(),
+                                        translation: text.to_string(),
+                                        candidate_rank: rank as i32 + 1,
+                                        translation_score: Some(score),
+                                        source_len: Some(t.source_tokens as i32),
+                                        truncated: matches!(t.flag, Some(Flag::Truncated { .. })),
+                                        scores: scorer.score(&p.reference, text),
+                                    })
+                                    .collect::<Vec<_>>()
+                            },
+                        )
+                        .flatten()
+                        .collect(),
+                    Translated::Given => pairs
+                        .par_iter()
+                        .filter_map(|p| p.given.as_ref().map(|g| (p, g)))
+                        .map_init(
+                            || Scorer::new(scorers.encoder).with_lm(scorers.lm),
+                            |scorer, (p, g)| PairRow {
+                                id: p.id.clone(),
+                                source: p.source.clone(),
+                                reference: p.reference.clone(),
+                                translation: g.translation.clone(),
+                                candidate_rank: 1,
+                                translation_score: g.score,
+                                source_len: None,
+                                truncated: false,
+                                scores: scorer.score(&p.reference, &g.translation),
+                            },
+                        )
+                        .collect(),
+                };
                 // The coordinator derives pairs from rows / k, so a pair
                 // with fewer hypotheses would be miscounted, never skipped.
                 if scored.len() != pairs.len() * k {
                     return Err(ShardError::Internal(format!(
-                        "{} rows for {} pairs at model.beam_candidates = {k}: the beam returned fewer hypotheses than asked",
+                        "{} rows for {} pairs at {k} hypotheses a pair: the beam returned fewer than asked, or a pair lacks its translation",
                         scored.len(),
                         pairs.len()
                     )));
@@ -389,6 +421,16 @@ pub fn process(
             if pairs.is_empty() {
                 continue;
             }
+            let Some(translator) = translator.as_deref_mut() else {
+                // An input of pairs: every pair holds its translation.
+                progress
+                    .pairs
+                    .fetch_add(pairs.len() as u64, Ordering::Relaxed);
+                if to_score.send((pairs, Translated::Given)).is_err() {
+                    break;
+                }
+                continue;
+            };
             let sources: Vec<&str> = pairs.iter().map(|p| p.source.as_str()).collect();
             // A batch's time runs from the one before it, so the first also
             // carries the chunk's tokenizing: small beside decoding, and
@@ -408,7 +450,7 @@ pub fn process(
                     progress
                         .pairs
                         .fetch_add(pairs.len() as u64, Ordering::Relaxed);
-                    if to_score.send((pairs, t)).is_err() {
+                    if to_score.send((pairs, Translated::ByModel(t))).is_err() {
                         break;
                     }
                 }
@@ -521,7 +563,7 @@ mod tests {
         };
         let e = process(
             &shard,
-            &mut t,
+            Some(&mut t),
             &o,
             Stages {
                 filters: &PreFilter::new(&Filters::default()).unwrap(),
