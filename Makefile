@@ -22,7 +22,7 @@ VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build ort image image-cuda base-image testenv test demo scorer minilm lint fmt venv fixtures bench-nmt bench-nmt-natural bench-gpu bench-score bench-bins bench-train bench-load bench-pipeline soak clean-ort
+.PHONY: all build ort image image-cuda base-image testenv test demo scorer minilm lint fmt venv fixtures bench-nmt bench-nmt-natural bench-gpu bench-score bench-bins bench-train bench-load bench-scale bench-pipeline soak clean-ort
 
 all: build
 
@@ -175,6 +175,11 @@ soak: $(ORT_LIB)
 bench-load:
 	$(CARGO) build --release -p paraforge-coordinator --example load
 	target/release/examples/load 1000 100000 | tee docs/bench/load.md
+
+# Every stage at LINES input lines (default 1,000,000; 51,400,000 is CzEng
+# 1.6's size) with wall time, peak memory and disk per stage.
+bench-scale: $(ORT_LIB) build
+	tools/bench_scale.sh $${LINES:-1000000} 2>&1 | tee docs/bench/scale-$${LINES:-1000000}.txt
 
 # `paraforge train` against a PyTorch implementation of the same models (needs `make venv`).
 bench-train: $(ORT_LIB) build

@@ -852,3 +852,26 @@ async fn already_translated_pairs_score_as_the_translating_job_did() {
         }
     }
 }
+
+/// `paraforge plan` reports the plan a run would serve (lines, shards,
+/// repeated sources, the input's fingerprint) and writes nothing.
+#[test]
+fn plan_reports_the_shards_and_repeated_sources_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut rows, _) = sample_lines(50);
+    let src = |l: &str| l.split('\t').nth(2).unwrap().to_string();
+    rows.push(format!("rep-1\t1.0\t{}\tA copy.", src(&rows[3])));
+    std::fs::write(dir.path().join("input.tsv"), rows.join("\n") + "\n").unwrap();
+    let mut cfg = config(dir.path(), "plan", 20, "", "beam = 2");
+    cfg.filters.dedup_sources = true;
+    let toml = dir.path().join("job.toml");
+    std::fs::write(&toml, cfg.to_toml()).unwrap();
+    let toml = toml.display().to_string();
+    let out = paraforge_tests::paraforge_ok(&["plan", "--json", "--config", toml.as_str()]);
+    let plan: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(plan["lines"], 51, "{plan}");
+    assert_eq!(plan["shards"], 3);
+    assert_eq!(plan["repeated_sources_dropped"], 1);
+    assert_eq!(plan["inputs"][0]["xxh3"].as_str().unwrap().len(), 32);
+    assert!(!dir.path().join("out").exists());
+}

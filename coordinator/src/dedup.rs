@@ -4,23 +4,31 @@
 //! "Earlier" is input order (files as the config lists them, lines in file
 //! order), so the first occurrence is kept however the job is sharded or
 //! spread over workers. Every pair's source is hashed (xxh3-128) and the
-//! hash, file and line are spilled to one of [`PARTITIONS`] files on local
-//! disk by the hash's top bits; each partition is then sorted on its own.
-//! Memory holds one partition (about 28 bytes x pairs / 64: 22 MB for 50M
-//! pairs) and the line numbers to drop, never the pairs.
+//! hash and the pair's place are spilled to one of [`PARTITIONS`] files on
+//! local disk by the hash's top bits (`paraforge_core::repeats`, as `bin
+//! --dedup` past its budget); each partition is then sorted on its own.
+//! Memory holds one partition and the line numbers to drop, never the pairs.
 
-use std::io::{BufReader, BufWriter, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use paraforge_core::repeats::SpilledKeys;
 use paraforge_job::bitext::{BitextReader, ReadOptions, Record};
 use paraforge_job::config::JobConfig;
 
 use crate::plan::PlanError;
 use crate::state::ShardSpec;
 
-/// Spill files; a power of two (the partition is the hash's top bits).
+/// Spill files (the partition is the hash's top bits): one holds about
+/// 24 bytes x pairs / 64, 19 MB for CzEng's 51.4M.
 const PARTITIONS: usize = 64;
-const RECORD: usize = 16 + 4 + 8;
+
+/// A pair's place in input order as one number: file index above, line
+/// below (2^40 lines a file, 2^24 files).
+const LINE_BITS: u32 = 40;
+
+fn ordinal(file: usize, line: u64) -> u64 {
+    ((file as u64) << LINE_BITS) | (line & ((1 << LINE_BITS) - 1))
+}
 
 /// What the pass found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,14 +50,8 @@ pub fn mark_duplicates(
     cfg: &JobConfig,
     shards: &mut [ShardSpec],
 ) -> Result<DedupReport, PlanError> {
-    let spill = tempfile::tempdir().map_err(io_err(&std::env::temp_dir()))?;
-    let paths: Vec<PathBuf> = (0..PARTITIONS)
-        .map(|p| spill.path().join(format!("part-{p:02}")))
-        .collect();
-    let mut writers = Vec::with_capacity(PARTITIONS);
-    for p in &paths {
-        writers.push(BufWriter::new(std::fs::File::create(p).map_err(io_err(p))?));
-    }
+    let tmp = std::env::temp_dir();
+    let mut spill = SpilledKeys::new(PARTITIONS).map_err(io_err(&tmp))?;
     let mut pairs = 0u64;
     for (i, input) in cfg.input.paths.iter().enumerate() {
         // The worker's reader with the worker's options, so that a line is
@@ -64,48 +66,15 @@ pub fn mark_duplicates(
                 continue;
             };
             let h = twox_hash::XxHash3_128::oneshot(p.source_side().as_bytes());
-            let part = (h >> (128 - PARTITIONS.trailing_zeros())) as usize;
-            let mut rec = [0u8; RECORD];
-            rec[..16].copy_from_slice(&h.to_le_bytes());
-            rec[16..20].copy_from_slice(&(i as u32).to_le_bytes());
-            rec[20..].copy_from_slice(&p.line.to_le_bytes());
-            writers[part]
-                .write_all(&rec)
-                .map_err(io_err(&paths[part]))?;
+            spill.push(ordinal(i, p.line), h).map_err(io_err(&tmp))?;
             pairs += 1;
         }
     }
-    for (w, p) in writers.into_iter().zip(&paths) {
-        w.into_inner()
-            .map_err(|e| e.into_error())
-            .map_err(io_err(p))?;
-    }
     // (file index, line) of every later occurrence.
     let mut drops: Vec<(u32, u64)> = Vec::new();
-    for p in &paths {
-        let mut bytes = Vec::new();
-        BufReader::new(std::fs::File::open(p).map_err(io_err(p))?)
-            .read_to_end(&mut bytes)
-            .map_err(io_err(p))?;
-        let mut recs: Vec<(u128, u32, u64)> = bytes
-            .chunks_exact(RECORD)
-            .map(|r| {
-                (
-                    u128::from_le_bytes(r[..16].try_into().expect("16 bytes")),
-                    u32::from_le_bytes(r[16..20].try_into().expect("4 bytes")),
-                    u64::from_le_bytes(r[20..].try_into().expect("8 bytes")),
-                )
-            })
-            .collect();
-        drop(bytes);
-        recs.sort_unstable();
-        for w in recs.windows(2) {
-            if w[0].0 == w[1].0 {
-                drops.push((w[1].1, w[1].2));
-            }
-        }
-        std::fs::remove_file(p).map_err(io_err(p))?;
-    }
+    spill
+        .repeats(|o| drops.push(((o >> LINE_BITS) as u32, o & ((1 << LINE_BITS) - 1))))
+        .map_err(io_err(&tmp))?;
     drops.sort_unstable();
     for s in shards.iter_mut() {
         let f = s.file_index as u32;
@@ -141,6 +110,7 @@ mod tests {
     /// copies are marked, the first kept, whatever the shard size.
     #[test]
     fn later_copies_are_marked_in_input_order_whatever_the_shards() {
+        use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
         let sample =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/sample/czeng16-heldout.cs-en.tsv");
