@@ -85,10 +85,10 @@ while true; do
         down_from=$(date +%s.%N)
         kill -9 "$COORD"; wait "$COORD" 2>/dev/null || true
         start_coordinator
-        for _ in $(seq 1 100); do curl -s -m 1 -o /dev/null "http://$HTTP/status" && break; sleep 0.1; done
+        for _ in $(seq 1 3000); do curl -s -m 1 -o /dev/null "http://$HTTP/status" && break; sleep 0.1; done
         down_to=$(date +%s.%N)
         restarted=1
-        echo "   serving again after $(echo "$down_to - $down_from" | bc) s"
+        echo "   serving again after $(awk -v a="$down_from" -v b="$down_to" 'BEGIN {printf "%.1f", b - a}') s"
     fi
     now=$(date +%s)
     if (( now - last_kill >= KILL_EVERY )); then
@@ -99,7 +99,7 @@ while true; do
         last_kill=$now
     fi
     for i in $(seq 1 "$WORKERS"); do
-        kill -0 "${WPID[$i]}" 2>/dev/null || { wait "${WPID[$i]}" 2>/dev/null || true; kill -0 "$COORD" 2>/dev/null && start_worker "$i"; }
+        kill -0 "${WPID[$i]}" 2>/dev/null || { wait "${WPID[$i]}" 2>/dev/null || true; kill -0 "$COORD" 2>/dev/null && start_worker "$i" || true; }
     done
 done
 touch "$WORK/done"; wait "$PROBER" || true
