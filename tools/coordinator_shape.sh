@@ -113,7 +113,7 @@ awk -v a="${down_from:-0}" -v b="${down_to:-0}" '
 import json, sys, duckdb
 out, lines = sys.argv[1], int(sys.argv[2])
 m = json.load(open(f"{out}/_manifest.json"))
-rows, ids = duckdb.sql(f"select count(*), count(distinct id) from read_parquet('{out}/shard=*/*.parquet')").fetchone()
+rows, ids = duckdb.sql(f"select count(*), count(distinct id) from read_parquet('{out}/shard=*/*.parquet')").fetchall()[0]
 print(f"rows {rows}, distinct ids {ids}, manifest pairs {m['pairs']}, rejects {m['rejects']}, lines {lines}")
 ok = rows == ids == m["pairs"] and rows + m["rejects"] == lines
 print("ok: every line once" if ok else "FAILED: lines lost or written twice")

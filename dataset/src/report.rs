@@ -187,8 +187,18 @@ pub struct Summary {
     /// None where every translation_score is null (an input of pairs).
     pub mean_translation_score: Option<f64>,
     pub ranges: RangeTally,
-    /// (reference, translation, para_score, trigram overlap, translation score).
-    pub examples: Vec<(String, String, Option<f32>, f32, Option<f32>)>,
+    pub examples: Vec<Example>,
+}
+
+/// A pair the summary shows, with its scores.
+#[derive(Debug, Clone, Default)]
+pub struct Example {
+    pub reference: String,
+    pub translation: String,
+    pub para_score: Option<f32>,
+    pub trigram_overlap: f32,
+    /// None where the input held the translation without a score.
+    pub translation_score: Option<f32>,
 }
 
 impl Summary {
@@ -228,13 +238,13 @@ impl Summary {
                     }
                     s.ranges.add(pi, g.value(i));
                     if s.examples.len() < 5 && i % 97 == 3 {
-                        s.examples.push((
-                            r.value(i).to_string(),
-                            t.value(i).to_string(),
-                            pi,
-                            g.value(i),
-                            xi,
-                        ));
+                        s.examples.push(Example {
+                            reference: r.value(i).to_string(),
+                            translation: t.value(i).to_string(),
+                            para_score: pi,
+                            trigram_overlap: g.value(i),
+                            translation_score: xi,
+                        });
                     }
                 }
             }
@@ -257,7 +267,14 @@ impl Summary {
         )];
         out.extend(self.ranges.lines().into_iter().map(|l| format!("  {l}")));
         out.push("  examples (reference -> back-translation):".into());
-        for (r, t, p, g, x) in &self.examples {
+        for e in &self.examples {
+            let (r, t, p, g, x) = (
+                &e.reference,
+                &e.translation,
+                e.para_score,
+                e.trigram_overlap,
+                e.translation_score,
+            );
             let ps = p.map_or_else(|| "null".to_string(), |v| format!("{v:.3}"));
             let xs = x.map_or_else(|| "null".to_string(), |v| format!("{v:.2}"));
             out.push(format!(
