@@ -221,39 +221,35 @@ async fn reconcile(state: &mut JobState, storage: &Storage) -> Result<(), RunErr
 /// (a cluster that mounts the model on workers only), the first worker to
 /// lease fixes it and every later one must match (`service::check_model`).
 async fn fix_model(cfg: &JobConfig, state: &mut JobState) -> Result<(), RunError> {
-    let Some(model) = &cfg.model else {
+    let (dir, now) = match &cfg.model {
         // An input of pairs: the digest of no model, which a worker that
         // loaded one does not have.
-        let none = paraforge_core::model_digest::no_model_digest();
-        return match state.model_sha256() {
-            Some(was) if !was.eq_ignore_ascii_case(&none) => Err(RunError::ModelChanged {
-                dir: "(none: the input holds its translations)".into(),
-                was: was.to_string(),
-                now: none,
-            }),
-            Some(_) => Ok(()),
-            None => Ok(state.set_model_sha256(&none)?),
-        };
+        None => (
+            "(none: the input holds its translations)".to_string(),
+            paraforge_core::model_digest::no_model_digest(),
+        ),
+        Some(model) => {
+            let path = PathBuf::from(&model.dir);
+            if !path.exists() {
+                tracing::warn!(dir = %path.display(), "model.dir is not readable by the coordinator: the first worker's model fixes the job's model digest");
+                return Ok(());
+            }
+            let unreadable = |source| RunError::ModelUnreadable {
+                dir: model.dir.clone(),
+                source,
+            };
+            let now = tokio::task::spawn_blocking(move || {
+                paraforge_core::model_digest::model_digest(&path)
+            })
+            .await
+            .map_err(|e| unreadable(std::io::Error::other(e.to_string())))?
+            .map_err(unreadable)?;
+            (model.dir.clone(), now)
+        }
     };
-    let dir = PathBuf::from(&model.dir);
-    if !dir.exists() {
-        tracing::warn!(dir = %dir.display(), "model.dir is not readable by the coordinator: the first worker's model fixes the job's model digest");
-        return Ok(());
-    }
-    let d = dir.clone();
-    let now = tokio::task::spawn_blocking(move || paraforge_core::model_digest::model_digest(&d))
-        .await
-        .map_err(|e| RunError::ModelUnreadable {
-            dir: model.dir.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })?
-        .map_err(|source| RunError::ModelUnreadable {
-            dir: model.dir.clone(),
-            source,
-        })?;
     match state.model_sha256() {
         Some(was) if !was.eq_ignore_ascii_case(&now) => Err(RunError::ModelChanged {
-            dir: model.dir.clone(),
+            dir,
             was: was.to_string(),
             now,
         }),

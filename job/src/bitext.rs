@@ -781,19 +781,11 @@ impl BitextReader {
                 source,
                 reference,
             } => {
-                let need = [Some(*source), Some(*reference), *id]
-                    .into_iter()
-                    .flatten()
-                    .max()
-                    .unwrap_or(0)
-                    + 1;
+                let need = columns_needed(&[Some(*source), Some(*reference), *id]);
                 if cols.len() < need {
                     return wrong(need);
                 }
-                let id = match id {
-                    Some(i) => cols[*i].to_string(),
-                    None => format!("{}:{}", self.name, self.line),
-                };
+                let id = self.id_column(&cols, *id);
                 Some(self.check(id, cols[*source], cols[*reference], None))
             }
             Format::Pairs {
@@ -803,19 +795,12 @@ impl BitextReader {
                 translation,
                 score,
             } => {
-                let need = [*id, *source, Some(*reference), Some(*translation), *score]
-                    .into_iter()
-                    .flatten()
-                    .max()
-                    .unwrap_or(0)
-                    + 1;
+                let need =
+                    columns_needed(&[*id, *source, Some(*reference), Some(*translation), *score]);
                 if cols.len() < need {
                     return wrong(need);
                 }
-                let id = match id {
-                    Some(i) => cols[*i].to_string(),
-                    None => format!("{}:{}", self.name, self.line),
-                };
+                let id = self.id_column(&cols, *id);
                 let score = match score {
                     None => None,
                     Some(c) => match cols[*c].trim().parse::<f32>() {
@@ -837,6 +822,21 @@ impl BitextReader {
                 ))
             }
             Format::Aligned { .. } => unreachable!("aligned files are read in next()"),
+        }
+    }
+}
+
+/// Columns a TSV line needs to hold every column named.
+fn columns_needed(named: &[Option<usize>]) -> usize {
+    named.iter().flatten().max().map_or(1, |c| c + 1)
+}
+
+impl BitextReader {
+    /// The id column's text, or `<file name>:<line>` without one.
+    fn id_column(&self, cols: &[&str], id: Option<usize>) -> String {
+        match id {
+            Some(i) => cols[i].to_string(),
+            None => format!("{}:{}", self.name, self.line),
         }
     }
 }
