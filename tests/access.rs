@@ -311,7 +311,8 @@ async fn a_self_signed_ca_certificate_is_trusted_as_itself() {
     c.stop().await;
 }
 
-/// With TLS on, the line `paraforge coordinator` prints on start names the
+/// With TLS on, the lines `paraforge coordinator` prints on start (the
+/// pages' URL before planning, then the gRPC and metrics URLs) name the
 /// URLs a worker and a scraper use: https, not grpc:// and http://.
 #[test]
 fn the_coordinators_start_line_names_the_schemes_it_serves() {
@@ -343,10 +344,11 @@ fn the_coordinators_start_line_names_the_schemes_it_serves() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
+        // The pages' line (before planning), then the serving line.
         let mut line = String::new();
-        std::io::BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.as_mut().unwrap());
+        out.read_line(&mut line).unwrap();
+        out.read_line(&mut line).unwrap();
         let _ = child.kill();
         let _ = child.wait();
         line
@@ -357,12 +359,16 @@ fn the_coordinators_start_line_names_the_schemes_it_serves() {
         tls("server.key").display()
     ));
     assert!(
-        tls.contains(" on https://127.0.0.1:") && tls.contains("(metrics https://127.0.0.1:"),
+        tls.contains(": planning (status https://127.0.0.1:")
+            && tls.contains(" on https://127.0.0.1:")
+            && tls.contains("(metrics https://127.0.0.1:"),
         "{tls}"
     );
     let plain = line("");
     assert!(
-        plain.contains(" on http://127.0.0.1:") && plain.contains("(metrics http://127.0.0.1:"),
+        plain.contains(": planning (status http://127.0.0.1:")
+            && plain.contains(" on http://127.0.0.1:")
+            && plain.contains("(metrics http://127.0.0.1:"),
         "{plain}"
     );
 }

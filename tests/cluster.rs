@@ -389,3 +389,138 @@ async fn metrics_show_a_running_workers_figures_and_the_jobs_histograms() {
     assert!(body.ends_with("# EOF\n"), "{body}");
     coord.stop().await;
 }
+
+/// One GET with the standard library, for a test blocked outside the
+/// runtime; (status code, body), or the connection error.
+fn blocking_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    s.set_read_timeout(Some(Duration::from_secs(1)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok());
+    let body = text.find("\r\n\r\n").map_or("", |i| &text[i + 4..]);
+    Ok((code.unwrap_or(0), body.to_string()))
+}
+
+fn phase_of(body: &str) -> String {
+    let v: serde_json::Value =
+        serde_json::from_str(body.trim()).unwrap_or_else(|e| panic!("{e}: {body}"));
+    v["phase"].as_str().unwrap_or_default().to_string()
+}
+
+/// `/status` and `/metrics` answer from the coordinator's first moment to
+/// its last, saying what it does: planning before any state exists
+/// (minutes at CzEng's size, when they used to be silent), serving, then
+/// reading the output back after the workers are gone; resuming when the
+/// state exists. A prober fetching throughout gets every answer within a
+/// second, its phases in the job's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_pages_answer_through_planning_serving_and_the_end() {
+    use paraforge_coordinator::job::Job;
+    use paraforge_coordinator::phase::Phase;
+
+    let dir = tempfile::tempdir().unwrap();
+    let input = paraforge_tests::repo_root().join("data/sample/czeng16-heldout.cs-en.tsv");
+    let text = format!(
+        "[job]\nname = \"pages\"\noutput = \"{}\"\nshard_pairs = 1000\n\n[input]\npaths = [\"{}\"]\nformat = \"pairs\"\nid_column = 0\ntranslation_score_column = 1\ntranslation_column = 2\nreference_column = 3\n\n{}",
+        dir.path().join("out").display(),
+        input.display(),
+        scoring_section()
+    );
+    let cfg = JobConfig::parse(&text, Path::new("pages.toml")).unwrap();
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let binding = Job::bind(&cfg, Some(any)).await.unwrap();
+    let http = binding.http_addr();
+
+    // Before planning has begun: nothing planned, and the page says why.
+    let (code, body) = get_plain(http, "/status", None).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(phase_of(&body), "planning");
+    let (_, page) = get_plain(http, "/metrics", None).await;
+    assert_eq!(
+        metric(&page, "paraforge_phase{phase=\"planning\"}"),
+        Some(1.0),
+        "{page}"
+    );
+    assert_eq!(metric(&page, "paraforge_shards_total"), Some(0.0), "{page}");
+
+    let done = Arc::new(AtomicBool::new(false));
+    let prober = {
+        let done = done.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut seen: Vec<(String, f64)> = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                for path in ["/status", "/metrics"] {
+                    let t = std::time::Instant::now();
+                    let (code, body) = match blocking_get(http, path) {
+                        Ok(r) => r,
+                        // The pages end with the job, after `done`.
+                        Err(_) if done.load(std::sync::atomic::Ordering::Relaxed) => break,
+                        Err(e) => panic!("{path} unanswered after {:?}: {e}", seen.last()),
+                    };
+                    assert_eq!(code, 200, "{path}: {body}");
+                    if path == "/status" {
+                        seen.push((phase_of(&body), t.elapsed().as_secs_f64()));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            seen
+        })
+    };
+
+    let job = binding.start(Some(any)).await.unwrap();
+    let (_, body) = get_plain(http, "/status", None).await;
+    assert_eq!(phase_of(&body), "serving");
+    let o = WorkerOptions {
+        coordinator: format!("http://{}", job.grpc_addr()),
+        name: "w".into(),
+        connect_attempts: 5,
+        access: Default::default(),
+        device: None,
+        model_dir: None,
+    };
+    let worker = tokio::spawn(run_worker(o, Arc::new(AtomicBool::new(false))));
+    let never = AtomicBool::new(false);
+    assert!(job.wait(&never, |_| {}).await);
+    job.drain(&never).await;
+    // The workers are gone and the output is final: what the pages say
+    // while the summary reads it back (a blocking call: the runtime's
+    // other threads serve it).
+    let mut during = None;
+    let finished = job
+        .finish(|_| {
+            during = Some(blocking_get(http, "/status"));
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        })
+        .await
+        .unwrap();
+    worker.await.unwrap().unwrap();
+    let (code, body) = during.unwrap().expect("the pages answer after finalizing");
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(phase_of(&body), "reading_back");
+    assert!(body.contains("\"finished\":true"), "{body}");
+    assert_eq!(finished.manifest.shards_committed, 5);
+    let seen = match prober.await {
+        Ok(seen) => seen,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    };
+    let order: Vec<&str> = Phase::ALL.iter().map(|p| p.as_str()).collect();
+    let ranks: Vec<usize> = seen
+        .iter()
+        .map(|(p, _)| order.iter().position(|o| o == p).expect("a known phase"))
+        .collect();
+    assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+    assert!(seen.iter().any(|(p, _)| p == "serving"), "{seen:?}");
+    let slowest = seen.iter().map(|s| s.1).fold(0.0, f64::max);
+    assert!(slowest < 1.0, "a page took {slowest} s");
+    // The process is done: the pages with it.
+    assert!(blocking_get(http, "/status").is_err());
+
+    // Started again on its state, the job resumes, and says so first.
+    let again = Job::bind(&cfg, Some(any)).await.unwrap();
+    let (_, body) = get_plain(again.http_addr(), "/status", None).await;
+    assert_eq!(phase_of(&body), "resuming");
+}

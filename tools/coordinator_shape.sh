@@ -6,7 +6,7 @@
 # (and started again), and the coordinator is SIGKILLed once half the
 # shards are committed and started again on the same state. /status and
 # /metrics are fetched every half second throughout with a one-second
-# limit. At the end: the coordinator's exit code, how many probes went
+# limit, each /status answer's phase noted. At the end: the coordinator's exit code, how many probes went
 # unanswered or took over a second (apart from the seconds it was down),
 # and, read back with DuckDB, that every input line is one output row or
 # one reject, no id twice.
@@ -45,22 +45,34 @@ echo "coordinator shape: $LINES lines, shards of $SHARD, $WORKERS workers, a wor
 start_coordinator() {
     "$BIN" coordinator --config "$WORK/job.toml" >> "$WORK/coordinator.log" 2>&1 &
     COORD=$!
+    echo "$COORD" > "$WORK/coord.pid"
 }
+# The job is over for the prober once the restarted coordinator is gone.
+ended() { [[ -e $WORK/restarted ]] && ! kill -0 "$(cat "$WORK/coord.pid")" 2>/dev/null; }
 start_worker() { # $1 = slot
     "$BIN" worker --coordinator "http://$GRPC" --name "w$1" --connect-attempts 60 \
         >> "$WORK/worker-$1.log" 2>&1 &
     WPID[$1]=$!
 }
+started=$(date +%s.%N)
 start_coordinator
+for _ in $(seq 1 600); do curl -s -m 1 -o /dev/null "http://$HTTP/status" && break; sleep 0.05; done
+echo "   pages answering $(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}') s after the coordinator started"
 declare -a WPID
 for i in $(seq 1 "$WORKERS"); do start_worker "$i"; done
 
-# Probes: one line per fetch, `epoch what http_code seconds`.
+# Probes: one line per fetch, `epoch what http_code seconds phase` (the
+# phase /status names: planning, resuming, serving, finalizing,
+# reading_back; "-" for /metrics and for no answer).
 (
-    while kill -0 "$COORD" 2>/dev/null || [[ ! -e $WORK/done ]]; do
+    until ended || [[ -e $WORK/done ]]; do
         for what in status metrics; do
-            r=$(curl -s -o /dev/null -m 1 -w '%{http_code} %{time_total}' "http://$HTTP/$what" || true)
-            echo "$(date +%s.%N) $what ${r:-000 1.0}"
+            r=$(curl -s -m 1 -w '\n%{http_code} %{time_total}' "http://$HTTP/$what" || true)
+            t=$(tail -n 1 <<< "$r")
+            [[ $t == 000* ]] && ended && break 2
+            phase=$(sed -n 's/.*"phase":"\([a-z_]*\)".*/\1/p' <<< "$r" | head -n 1)
+            [[ $t =~ ^[0-9]+\ [0-9.]+$ ]] || t="000 1.0"
+            echo "$(date +%s.%N) $what $t ${phase:--}"
         done
         sleep 0.5
         [[ -e $WORK/done ]] && break
@@ -80,15 +92,17 @@ while true; do
     s=$(curl -s -m 1 "http://$HTTP/status" || true)
     committed=$(echo "$s" | sed -n 's/.*"committed":\([0-9]*\).*/\1/p')
     total=$(echo "$s" | sed -n 's/.*"total":\([0-9]*\).*/\1/p')
-    if (( restarted == 0 )) && [[ -n $committed && -n $total ]] && (( committed * 2 >= total )); then
+    if (( restarted == 0 )) && [[ -n $committed && -n $total ]] && (( total > 0 && committed * 2 >= total )); then
         echo "$(date -u +%H:%M:%S) $committed of $total shards committed: SIGKILL to the coordinator"
         down_from=$(date +%s.%N)
         kill -9 "$COORD"; wait "$COORD" 2>/dev/null || true
         start_coordinator
         for _ in $(seq 1 3000); do curl -s -m 1 -o /dev/null "http://$HTTP/status" && break; sleep 0.1; done
         down_to=$(date +%s.%N)
-        restarted=1
-        echo "   serving again after $(awk -v a="$down_from" -v b="$down_to" 'BEGIN {printf "%.1f", b - a}') s"
+        for _ in $(seq 1 6000); do curl -s -m 1 "http://$HTTP/status" | grep -q '"phase":"serving"' && break; sleep 0.1; done
+        serving=$(date +%s.%N)
+        restarted=1; touch "$WORK/restarted"
+        echo "   pages answering again after $(awk -v a="$down_from" -v b="$down_to" 'BEGIN {printf "%.1f", b - a}') s, serving workers after $(awk -v a="$down_from" -v b="$serving" 'BEGIN {printf "%.1f", b - a}') s"
     fi
     now=$(date +%s)
     if (( now - last_kill >= KILL_EVERY )); then
@@ -107,8 +121,10 @@ for i in $(seq 1 "$WORKERS"); do kill "${WPID[$i]}" 2>/dev/null || true; done
 echo "coordinator exit code: $rc; $killed workers SIGKILLed; $(date -u +%H:%M:%SZ)"
 awk -v a="${down_from:-0}" -v b="${down_to:-0}" '
     { if ($1 >= a - 1 && $1 <= b + 1) { during++; next }
-      n++; if ($3 != 200) bad++; else if ($4 > 1.0) slow++; if ($4 > max) max = $4 }
-    END { printf "probes: %d outside the restart (%d unanswered, %d over 1 s, slowest %.3f s), %d during it\n", n, bad, slow, max, during }' "$WORK/probes.txt"
+      n++; if ($3 != 200) bad++; else if ($4 > 1.0) slow++; if ($4 > max) max = $4
+      if ($2 == "status" && $3 == 200) { ph[$5]++; if ($4 > phmax[$5]) phmax[$5] = $4 } }
+    END { printf "probes: %d outside the restart (%d unanswered, %d over 1 s, slowest %.3f s), %d during it\n", n, bad, slow, max, during
+          for (p in ph) printf "   /status in phase %s: %d answers, slowest %.3f s\n", p, ph[p], phmax[p] }' "$WORK/probes.txt"
 "$PY" - "$WORK/out" "$LINES" <<'EOF'
 import json, sys, duckdb
 out, lines = sys.argv[1], int(sys.argv[2])

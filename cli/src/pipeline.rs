@@ -385,9 +385,6 @@ async fn futures_join<T>(
 pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
     let cfg = load(&a.config)?;
     block_on(async move {
-        let job = Job::start(&cfg, None, None)
-            .await
-            .context("starting the coordinator")?;
         // The URLs a worker and a scraper use: both ports serve TLS with
         // the job's certificate when it has one.
         let scheme = if cfg.coordinator.tls_cert.is_some() {
@@ -395,6 +392,20 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
         } else {
             "http"
         };
+        // The pages answer first: planning a big input takes minutes.
+        let binding = Job::bind(&cfg, None)
+            .await
+            .context("starting the coordinator")?;
+        println!(
+            "job {}: {} (status {scheme}://{}/status)",
+            cfg.job.name,
+            binding.live().phase().0.as_str(),
+            binding.http_addr()
+        );
+        let job = binding
+            .start(None)
+            .await
+            .context("starting the coordinator")?;
         println!(
             "coordinator for job {} on {scheme}://{} (metrics {scheme}://{}/metrics)",
             cfg.job.name,

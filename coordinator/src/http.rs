@@ -1,6 +1,9 @@
 //! The coordinator's HTTP side: Prometheus metrics at `/metrics` and the
-//! job status as JSON at `/status` (what `paraforge status` prints), plus
-//! `/healthz` for probes, which says nothing about the job.
+//! job status as JSON at `/status` (what `paraforge status` prints, and the
+//! coordinator's phase), plus `/healthz` for probes, which says nothing
+//! about the job. They answer from the coordinator's first moment
+//! (`phase::Live`), before the job is planned and after its workers are
+//! gone.
 //!
 //! The pages show the job, its output URL and failure reasons, so they are
 //! guarded like gRPC: with the job's token they need `Authorization: Bearer
@@ -20,7 +23,7 @@ use axum::routing::get;
 use axum::Router;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::shared::{status, Shared};
+use crate::phase::Live;
 
 /// What can go wrong setting up the pages' TLS.
 #[derive(Debug, thiserror::Error)]
@@ -92,14 +95,14 @@ pub fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, 
     Ok(Arc::new(config))
 }
 
-pub fn router(shared: Arc<Shared>, token: Option<Arc<str>>) -> Router {
+pub fn router(live: Arc<Live>, token: Option<Arc<str>>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/status", get(status_json))
         // Guards the routes above, not /healthz below.
         .route_layer(middleware::from_fn_with_state(token, require_token))
         .route("/healthz", get(|| async { "ok\n" }))
-        .with_state(shared)
+        .with_state(live)
 }
 
 /// Refuses a request without the right bearer token (401), when the job
@@ -137,11 +140,11 @@ async fn require_token(
 /// `access.tls` is set.
 pub async fn serve(
     listener: TcpListener,
-    shared: Arc<Shared>,
+    live: Arc<Live>,
     access: HttpAccess,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(shared, access.token);
+    let app = router(live, access.token);
     match access.tls {
         Some(tls) => {
             axum::serve(TlsListener::new(listener, tls)?, app)
@@ -233,8 +236,8 @@ impl axum::serve::Listener for TlsListener {
 /// page in `# EOF`, which the older Prometheus text format would misread.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
-    match crate::metrics::render(&*shared) {
+async fn metrics(State(live): State<Arc<Live>>) -> Response {
+    match crate::metrics::render(&*live) {
         Ok(page) => ([(header::CONTENT_TYPE, OPENMETRICS)], page).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "metrics page failed");
@@ -243,10 +246,13 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     }
 }
 
-async fn status_json(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
-    let s = status(&shared);
+async fn status_json(State(live): State<Arc<Live>>) -> impl IntoResponse {
+    let s = live.status();
+    let (phase, since) = live.phase();
     let body = serde_json::json!({
         "job_id": s.job_id,
+        "phase": phase.as_str(),
+        "phase_seconds": since.as_secs_f64(),
         "shards": {
             "total": s.shards_total,
             "committed": s.shards_committed,
@@ -274,6 +280,7 @@ async fn status_json(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::Shared;
     use crate::state::{JobState, ShardSpec};
     use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -327,8 +334,9 @@ mod tests {
         ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let live = Live::serving(shared);
         let server =
-            tokio::spawn(async move { axum::serve(listener, router(shared, None)).await.unwrap() });
+            tokio::spawn(async move { axum::serve(listener, router(live, None)).await.unwrap() });
         let m = get(addr, "/metrics").await;
         assert!(m.contains("paraforge_shards_committed 1"), "{m}");
         assert!(
@@ -340,6 +348,12 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_str(body.trim()).unwrap_or_else(|e| panic!("{e}: {body}"));
         assert_eq!(v["job_id"], "job-x");
+        assert_eq!(v["phase"], "serving");
+        assert!(
+            m.contains("paraforge_phase{phase=\"serving\"} 1")
+                && m.contains("paraforge_phase{phase=\"planning\"} 0"),
+            "{m}"
+        );
         assert_eq!(v["rejects"], 1);
         assert_eq!(v["rejects_by_reason"]["columns"], 1);
         assert!(

@@ -18,7 +18,8 @@ use paraforge_job::config::JobConfig;
 use paraforge_job::storage::{local_path, Storage, StorageError};
 use paraforge_rpc::proto::JobStatusResponse;
 
-use crate::run::{finalize, start, Manifest, RunError, Running};
+use crate::phase::{Live, Phase};
+use crate::run::{bind, finalize, Manifest, RunError, Running, Starting};
 use crate::shared::{status, Shared};
 
 #[derive(Debug, thiserror::Error)]
@@ -66,7 +67,41 @@ pub struct BinsWritten {
     pub uploaded: Option<usize>,
 }
 
+/// A job whose pages (`/status`, `/metrics`) answer while it is planned
+/// or resumed, which at CzEng's size takes minutes.
+pub struct Binding {
+    cfg: JobConfig,
+    starting: Starting,
+}
+
+impl Binding {
+    pub fn http_addr(&self) -> SocketAddr {
+        self.starting.http_addr()
+    }
+
+    pub fn live(&self) -> &Arc<Live> {
+        self.starting.live()
+    }
+
+    /// Plans (or resumes) the job and serves gRPC; `listen` overrides
+    /// `coordinator.listen`.
+    pub async fn start(self, listen: Option<SocketAddr>) -> Result<Job, JobError> {
+        Ok(Job {
+            running: self.starting.start(listen).await?,
+            cfg: self.cfg,
+        })
+    }
+}
+
 impl Job {
+    /// Serves the job's pages; `metrics` overrides `coordinator.metrics`.
+    pub async fn bind(cfg: &JobConfig, metrics: Option<SocketAddr>) -> Result<Binding, JobError> {
+        Ok(Binding {
+            cfg: cfg.clone(),
+            starting: bind(cfg, metrics).await?,
+        })
+    }
+
     /// Opens or resumes the job's state and serves gRPC and HTTP;
     /// `listen`/`metrics` override the config's addresses.
     pub async fn start(
@@ -74,10 +109,7 @@ impl Job {
         listen: Option<SocketAddr>,
         metrics: Option<SocketAddr>,
     ) -> Result<Job, JobError> {
-        Ok(Job {
-            cfg: cfg.clone(),
-            running: start(cfg, listen, metrics).await?,
-        })
+        Job::bind(cfg, metrics).await?.start(listen).await
     }
 
     /// The job's output URL or directory, as configured.
@@ -162,84 +194,108 @@ impl Job {
 
     /// Finalizes the output (an incomplete job is an error, with no success
     /// marker) and stops serving; `finalized` sees the manifest before the
-    /// slower steps that read the output back.
+    /// slower steps that read the output back. The pages answer until
+    /// those are done.
     pub async fn finish(self, finalized: impl FnOnce(&Manifest)) -> Result<Finished, JobError> {
-        let cfg = self.cfg;
-        let storage = Storage::open(&cfg.job.output)?;
-        let m = finalize(&self.running.shared, &storage).await;
-        self.running.stop().await;
-        let manifest = m?;
+        let Job { cfg, running } = self;
+        running.live().set_phase(Phase::Finalizing);
+        let storage = match Storage::open(&cfg.job.output) {
+            Ok(s) => s,
+            Err(e) => {
+                running.stop().await;
+                return Err(e.into());
+            }
+        };
+        let m = finalize(&running.shared, &storage).await;
+        let pages = running.stop_grpc().await;
+        let manifest = match m {
+            Ok(m) => m,
+            Err(e) => {
+                pages.stop().await;
+                return Err(e.into());
+            }
+        };
+        pages.live.set_phase(Phase::ReadingBack);
         finalized(&manifest);
-
-        // The summary and the bins read the output as local Parquet: an
-        // object-store output is staged (checksums verified) to a local
-        // temporary directory first, and the bins uploaded back.
-        let staged = match (local_path(&cfg.job.output), &cfg.bins) {
-            (None, Some(_)) => Some(stage(&storage, &manifest).await?),
-            _ => None,
-        };
-        let local_out = match (&staged, local_path(&cfg.job.output)) {
-            (Some(d), _) => Some(d.path().join("output")),
-            (None, Some(p)) => Some(p.to_path_buf()),
-            (None, None) => None,
-        };
-        let summary = match &local_out {
-            Some(out) => {
-                let out = out.clone();
-                Some(
-                    tokio::task::spawn_blocking(move || Summary::read(&out))
-                        .await
-                        .map_err(join_err)?
-                        .map_err(JobError::Summary)?,
-                )
-            }
-            None => None,
-        };
-        let bins = match (&cfg.bins, cfg.bins_output(), local_out) {
-            (Some(b), Some(target), Some(input)) => {
-                // A remote target is written to a local scratch directory
-                // (the staging one when there is one), then uploaded.
-                let mut scratch = None;
-                let local_bins = match (local_path(&target), &staged) {
-                    (Some(p), _) => p.to_path_buf(),
-                    (None, Some(d)) => d.path().join("bins"),
-                    (None, None) => scratch
-                        .insert(tempfile::tempdir().map_err(|source| JobError::Local {
-                            what: "creating a staging directory",
-                            source,
-                        })?)
-                        .path()
-                        .join("bins"),
-                };
-                let mut o = BinOptions::new(input, local_bins.clone());
-                o.deciles = b.deciles.clone();
-                o.train_sample = b.train_sample;
-                o.dedup = b.dedup;
-                // The job's own bins: a rerun of the job writes them again.
-                o.overwrite = true;
-                let manifest =
-                    tokio::task::spawn_blocking(move || paraforge_dataset::bins::run(&o))
-                        .await
-                        .map_err(join_err)?
-                        .map_err(JobError::Bins)?;
-                let uploaded = match local_path(&target) {
-                    Some(_) => None,
-                    None => Some(replace_remote_bins(&target, &local_bins).await?),
-                };
-                Some(BinsWritten {
-                    target,
-                    manifest,
-                    uploaded,
-                })
-            }
-            _ => None,
-        };
-        Ok(Finished {
-            manifest,
-            summary,
-            bins,
-        })
+        let r = read_back(&cfg, &storage, manifest).await;
+        pages.stop().await;
+        r
     }
+}
+
+/// The steps after finalizing: the summary and the bins.
+async fn read_back(
+    cfg: &JobConfig,
+    storage: &Storage,
+    manifest: Manifest,
+) -> Result<Finished, JobError> {
+    // The summary and the bins read the output as local Parquet: an
+    // object-store output is staged (checksums verified) to a local
+    // temporary directory first, and the bins uploaded back.
+    let staged = match (local_path(&cfg.job.output), &cfg.bins) {
+        (None, Some(_)) => Some(stage(storage, &manifest).await?),
+        _ => None,
+    };
+    let local_out = match (&staged, local_path(&cfg.job.output)) {
+        (Some(d), _) => Some(d.path().join("output")),
+        (None, Some(p)) => Some(p.to_path_buf()),
+        (None, None) => None,
+    };
+    let summary = match &local_out {
+        Some(out) => {
+            let out = out.clone();
+            Some(
+                tokio::task::spawn_blocking(move || Summary::read(&out))
+                    .await
+                    .map_err(join_err)?
+                    .map_err(JobError::Summary)?,
+            )
+        }
+        None => None,
+    };
+    let bins = match (&cfg.bins, cfg.bins_output(), local_out) {
+        (Some(b), Some(target), Some(input)) => {
+            // A remote target is written to a local scratch directory
+            // (the staging one when there is one), then uploaded.
+            let mut scratch = None;
+            let local_bins = match (local_path(&target), &staged) {
+                (Some(p), _) => p.to_path_buf(),
+                (None, Some(d)) => d.path().join("bins"),
+                (None, None) => scratch
+                    .insert(tempfile::tempdir().map_err(|source| JobError::Local {
+                        what: "creating a staging directory",
+                        source,
+                    })?)
+                    .path()
+                    .join("bins"),
+            };
+            let mut o = BinOptions::new(input, local_bins.clone());
+            o.deciles = b.deciles.clone();
+            o.train_sample = b.train_sample;
+            o.dedup = b.dedup;
+            // The job's own bins: a rerun of the job writes them again.
+            o.overwrite = true;
+            let manifest = tokio::task::spawn_blocking(move || paraforge_dataset::bins::run(&o))
+                .await
+                .map_err(join_err)?
+                .map_err(JobError::Bins)?;
+            let uploaded = match local_path(&target) {
+                Some(_) => None,
+                None => Some(replace_remote_bins(&target, &local_bins).await?),
+            };
+            Some(BinsWritten {
+                target,
+                manifest,
+                uploaded,
+            })
+        }
+        _ => None,
+    };
+    Ok(Finished {
+        manifest,
+        summary,
+        bins,
+    })
 }
 
 fn join_err(e: tokio::task::JoinError) -> JobError {

@@ -8,6 +8,7 @@ pub mod error;
 pub mod http;
 pub mod job;
 pub mod metrics;
+pub mod phase;
 pub mod plan;
 pub mod registry;
 pub mod run;

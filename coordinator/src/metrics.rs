@@ -223,6 +223,9 @@ pub struct WorkerFigures {
 /// What the job state and the workers say at one scrape.
 #[derive(Debug)]
 pub struct Snapshot {
+    /// Where the coordinator is in the job's life, and for how long.
+    pub phase: crate::phase::Phase,
+    pub phase_seconds: f64,
     /// The job's status, as `/status` and `JobStatus` answer it.
     pub status: pb::JobStatusResponse,
     /// Leases that ran out since the coordinator started.
@@ -277,6 +280,24 @@ where
 
 impl Collector for Snapshot {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        // Every phase has its series, 1 for the current one, so an alert
+        // can say "planning for over an hour" without knowing the others.
+        let mut m = enc.encode_descriptor(
+            "phase",
+            "1 for the coordinator's phase now: planning, resuming, serving, finalizing, reading_back.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for p in crate::phase::Phase::ALL {
+            ConstGauge::new(u64::from(p == self.phase))
+                .encode(m.encode_family(&[("phase", p.as_str())])?)?;
+        }
+        gauge(
+            &mut enc,
+            "phase_seconds",
+            "Seconds since the coordinator entered its phase now.",
+            self.phase_seconds,
+        )?;
         let s = &self.status;
         gauge(
             &mut enc,

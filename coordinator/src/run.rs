@@ -15,6 +15,9 @@ use paraforge_job::storage::{local_path, Storage, StorageError};
 use paraforge_rpc::proto::coordinator_server::CoordinatorServer;
 use serde::Serialize;
 
+use tokio::net::TcpListener;
+
+use crate::phase::{Live, Phase};
 use crate::plan::{plan_job, PlanError};
 use crate::service::CoordinatorService;
 use crate::shared::Shared;
@@ -289,22 +292,58 @@ fn check_resume(cfg: &JobConfig, state: &JobState, path: &std::path::Path) -> Re
     Ok(())
 }
 
+/// One of the coordinator's two servers, until it is stopped.
+struct Server {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// The HTTP pages (`/status`, `/metrics`, `/healthz`), served from before
+/// the job is planned until after its output is read back.
+pub struct Pages {
+    pub live: Arc<Live>,
+    pub addr: SocketAddr,
+    server: Server,
+}
+
+impl Pages {
+    pub async fn stop(self) {
+        self.server.stop().await;
+    }
+}
+
 /// A running coordinator.
 pub struct Running {
     pub shared: Arc<Shared>,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
-    stop: tokio::sync::watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    grpc: Server,
+    pages: Pages,
 }
 
 impl Running {
     /// Stops serving (for a restart test or a shutdown).
     pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        for t in self.tasks {
-            let _ = t.await;
-        }
+        self.grpc.stop().await;
+        self.pages.stop().await;
+    }
+
+    /// Stops taking workers; the pages go on answering while the output is
+    /// finalized and read back.
+    pub async fn stop_grpc(self) -> Pages {
+        self.grpc.stop().await;
+        self.pages
+    }
+
+    pub fn live(&self) -> &Arc<Live> {
+        &self.pages.live
     }
 }
 
@@ -318,6 +357,90 @@ pub fn state_path(cfg: &JobConfig) -> Result<PathBuf, RunError> {
     }
 }
 
+fn parse_addr(what: &'static str, s: &str) -> Result<SocketAddr, RunError> {
+    s.parse::<SocketAddr>().map_err(|e| RunError::Bind {
+        what,
+        addr: s.to_string(),
+        message: e.to_string(),
+    })
+}
+
+async fn bind_addr(what: &'static str, addr: SocketAddr) -> Result<TcpListener, RunError> {
+    TcpListener::bind(addr).await.map_err(|e| RunError::Bind {
+        what,
+        addr: addr.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// A coordinator whose pages answer and whose job is not yet planned (or
+/// resumed): [`Starting::start`] does that, which may take minutes.
+pub struct Starting {
+    cfg: JobConfig,
+    path: PathBuf,
+    storage: Storage,
+    token: Option<String>,
+    pages: Pages,
+}
+
+/// Serves the pages of the job in `cfg` (`metrics` overrides
+/// `coordinator.metrics`; port 0 picks a free port), before anything slow.
+pub async fn bind(cfg: &JobConfig, metrics: Option<SocketAddr>) -> Result<Starting, RunError> {
+    let path = state_path(cfg)?;
+    let out = &cfg.job.output;
+    if local_path(out).is_some_and(|p| p.is_file()) {
+        return Err(RunError::OutputNotDirectory(out.clone()));
+    }
+    let storage = Storage::open(out)?;
+    let c = &cfg.coordinator;
+    let token =
+        paraforge_rpc::access::load_token(c.auth_token_file.as_deref().map(std::path::Path::new))?;
+    // The pages show the job and its failures: the same token and
+    // certificate guard them as the gRPC side.
+    let access = crate::http::HttpAccess {
+        token: token.clone().map(Arc::from),
+        tls: match (&c.tls_cert, &c.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::http::tls_config(cert.as_ref(), key.as_ref())?),
+            _ => None,
+        },
+    };
+    let addr = match metrics {
+        Some(a) => a,
+        None => parse_addr("metrics address", &c.metrics)?,
+    };
+    let listener = bind_addr("metrics address", addr).await?;
+    let addr = listener.local_addr().unwrap_or(addr);
+    let phase = if path.exists() {
+        Phase::Resuming
+    } else {
+        Phase::Planning
+    };
+    let live = Live::new(&cfg.job.name, out, phase);
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let l = live.clone();
+    let task = tokio::spawn(async move {
+        let r = crate::http::serve(listener, l, access, async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        })
+        .await;
+        if let Err(e) = r {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    });
+    tracing::info!(%addr, job = %cfg.job.name, phase = phase.as_str(), "coordinator pages up");
+    Ok(Starting {
+        cfg: cfg.clone(),
+        path,
+        storage,
+        token,
+        pages: Pages {
+            live,
+            addr,
+            server: Server { stop, task },
+        },
+    })
+}
+
 /// Starts serving the job; `listen`/`metrics` override the config's
 /// addresses (port 0 picks a free port).
 pub async fn start(
@@ -325,13 +448,62 @@ pub async fn start(
     listen: Option<SocketAddr>,
     metrics: Option<SocketAddr>,
 ) -> Result<Running, RunError> {
-    let path = state_path(cfg)?;
+    bind(cfg, metrics).await?.start(listen).await
+}
+
+impl Starting {
+    pub fn http_addr(&self) -> SocketAddr {
+        self.pages.addr
+    }
+
+    pub fn live(&self) -> &Arc<Live> {
+        &self.pages.live
+    }
+
+    /// Plans the job (or checks a resumed one against its plan), claims
+    /// its output and serves gRPC; `listen` overrides `coordinator.listen`.
+    /// On an error the pages stop too.
+    pub async fn start(self, listen: Option<SocketAddr>) -> Result<Running, RunError> {
+        let Starting {
+            cfg,
+            path,
+            storage,
+            token,
+            pages,
+        } = self;
+        match open(&cfg, &path, &storage).await {
+            Ok(state) => {
+                match serve(&cfg, state, path, storage, token, &pages.live, listen).await {
+                    Ok((shared, grpc_addr, grpc)) => Ok(Running {
+                        shared,
+                        grpc_addr,
+                        http_addr: pages.addr,
+                        grpc,
+                        pages,
+                    }),
+                    Err(e) => {
+                        pages.stop().await;
+                        Err(e)
+                    }
+                }
+            }
+            Err(e) => {
+                pages.stop().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Opens the job's state: a new job is planned (its output must be new),
+/// a resumed one checked against its plan.
+async fn open(
+    cfg: &JobConfig,
+    path: &std::path::Path,
+    storage: &Storage,
+) -> Result<JobState, RunError> {
     let job_id = cfg.job.name.clone();
     let out = &cfg.job.output;
-    if local_path(out).is_some_and(|p| p.is_file()) {
-        return Err(RunError::OutputNotDirectory(out.clone()));
-    }
-    let storage = Storage::open(out)?;
     let blocking_err = |e: tokio::task::JoinError| {
         RunError::Plan(PlanError::Io {
             path: PathBuf::from(&cfg.input.paths.join(", ")),
@@ -343,7 +515,7 @@ pub async fn start(
         // A new job: the output must be new too, which is cheap to check
         // before planning reads every input.
         if storage.exists(CLAIM).await? {
-            let theirs = read_claim(cfg, &storage).await?;
+            let theirs = read_claim(cfg, storage).await?;
             return Err(RunError::OutputClaimed {
                 output: out.clone(),
                 why: format!(
@@ -355,7 +527,7 @@ pub async fn start(
                 ),
             });
         }
-        if let Some(f) = foreign_files(&storage).await? {
+        if let Some(f) = foreign_files(storage).await? {
             return Err(RunError::OutputClaimed {
                 output: out.clone(),
                 why: format!(
@@ -372,39 +544,41 @@ pub async fn start(
         );
     }
     let keys = serde_json::to_string(&cfg.output_keys()).unwrap_or_default();
-    let state = JobState::open_planned(&path, &job_id, cfg.job.max_attempts, &keys, || {
+    let state = JobState::open_planned(path, &job_id, cfg.job.max_attempts, &keys, || {
         planned.take().unwrap_or_default()
     })?;
-    if !state.created() {
-        // Fingerprinting reads every input again: blocking, maybe remote.
-        let (c, p) = (cfg.clone(), path.clone());
-        let st = state;
-        let (st, checked) = tokio::task::spawn_blocking(move || {
-            let r = check_resume(&c, &st, &p);
-            (st, r)
-        })
-        .await
-        .map_err(blocking_err)?;
-        checked?;
-        if st.retried_failed() > 0 {
-            tracing::warn!(
-                shards = st.retried_failed(),
-                "retrying shards that failed in an earlier run"
-            );
-        }
-        return serve(cfg, st, path, storage, listen, metrics).await;
+    if state.created() {
+        return Ok(state);
     }
-    serve(cfg, state, path, storage, listen, metrics).await
+    // Fingerprinting reads every input again: blocking, maybe remote.
+    let (c, p) = (cfg.clone(), path.to_path_buf());
+    let (st, checked) = tokio::task::spawn_blocking(move || {
+        let r = check_resume(&c, &state, &p);
+        (state, r)
+    })
+    .await
+    .map_err(blocking_err)?;
+    checked?;
+    if st.retried_failed() > 0 {
+        tracing::warn!(
+            shards = st.retried_failed(),
+            "retrying shards that failed in an earlier run"
+        );
+    }
+    Ok(st)
 }
 
+/// Claims the output, checks the model and the committed files, and serves
+/// gRPC on the opened state.
 async fn serve(
     cfg: &JobConfig,
     state: JobState,
     path: PathBuf,
     storage: Storage,
+    token: Option<String>,
+    live: &Arc<Live>,
     listen: Option<SocketAddr>,
-    metrics: Option<SocketAddr>,
-) -> Result<Running, RunError> {
+) -> Result<(Arc<Shared>, SocketAddr, Server), RunError> {
     let job_id = cfg.job.name.clone();
     let claim = Claim {
         job: job_id.clone(),
@@ -431,46 +605,20 @@ async fn serve(
             .map_or_else(|| "none".to_string(), |m| m.device.clone()),
         Duration::from_secs(cfg.job.lease_seconds as u64),
     );
+    shared.metrics = live.event_metrics();
     shared.max_reject_rate = cfg.job.max_reject_rate;
     shared.filters = cfg.filters.clone();
     shared.beam_candidates = cfg.beam_candidates() as u64;
     shared.model_dir = cfg.model.as_ref().map(|m| m.dir.clone());
     shared.skips_blank_lines = cfg.input.format == paraforge_job::config::FormatName::Czeng20;
     let shared = Arc::new(shared);
-    let parse = |what: &'static str, s: &str| {
-        s.parse::<SocketAddr>().map_err(|e| RunError::Bind {
-            what,
-            addr: s.to_string(),
-            message: e.to_string(),
-        })
-    };
     let grpc = match listen {
         Some(a) => a,
-        None => parse("gRPC listen address", &cfg.coordinator.listen)?,
+        None => parse_addr("gRPC listen address", &cfg.coordinator.listen)?,
     };
-    let http = match metrics {
-        Some(a) => a,
-        None => parse("metrics address", &cfg.coordinator.metrics)?,
-    };
-    let bind = |what: &'static str, addr: SocketAddr| async move {
-        tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| RunError::Bind {
-                what,
-                addr: addr.to_string(),
-                message: e.to_string(),
-            })
-    };
-    let grpc_l = bind("gRPC listen address", grpc).await?;
-    let http_l = bind("metrics address", http).await?;
-    let (grpc_addr, http_addr) = (
-        grpc_l.local_addr().unwrap_or(grpc),
-        http_l.local_addr().unwrap_or(http),
-    );
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let grpc_l = bind_addr("gRPC listen address", grpc).await?;
+    let grpc_addr = grpc_l.local_addr().unwrap_or(grpc);
     let c = &cfg.coordinator;
-    let token =
-        paraforge_rpc::access::load_token(c.auth_token_file.as_deref().map(std::path::Path::new))?;
     if token.is_none() && !grpc_addr.ip().is_loopback() {
         tracing::warn!(addr = %grpc_addr, "the coordinator listens beyond loopback without an access token: set coordinator.auth_token_file or PARAFORGE_TOKEN");
     }
@@ -478,7 +626,7 @@ async fn serve(
         CoordinatorServer::new(CoordinatorService::new(shared.clone()))
             .max_decoding_message_size(c.max_message_bytes)
             .max_encoding_message_size(c.max_message_bytes),
-        paraforge_rpc::access::RequireToken::new(token.clone()),
+        paraforge_rpc::access::RequireToken::new(token),
     );
     let mut builder = tonic::transport::Server::builder();
     if let (Some(cert), Some(key)) = (&c.tls_cert, &c.tls_key) {
@@ -498,46 +646,22 @@ async fn serve(
                 message: e.to_string(),
             })?;
     }
-    let mut s1 = stopped.clone();
-    let t1 = tokio::spawn(async move {
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(async move {
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_l);
         let r = builder
             .add_service(svc)
             .serve_with_incoming_shutdown(incoming, async move {
-                let _ = s1.wait_for(|s| *s).await;
+                let _ = stopped.wait_for(|s| *s).await;
             })
             .await;
         if let Err(e) = r {
             tracing::error!(error = %e, "gRPC server stopped");
         }
     });
-    // The pages show the job and its failures: the same token and
-    // certificate guard them.
-    let http_access = crate::http::HttpAccess {
-        token: token.map(Arc::from),
-        tls: match (&c.tls_cert, &c.tls_key) {
-            (Some(cert), Some(key)) => Some(crate::http::tls_config(cert.as_ref(), key.as_ref())?),
-            _ => None,
-        },
-    };
-    let (shared_http, mut s2) = (shared.clone(), stopped);
-    let t2 = tokio::spawn(async move {
-        let r = crate::http::serve(http_l, shared_http, http_access, async move {
-            let _ = s2.wait_for(|s| *s).await;
-        })
-        .await;
-        if let Err(e) = r {
-            tracing::error!(error = %e, "metrics server stopped");
-        }
-    });
-    tracing::info!(%grpc_addr, %http_addr, job = %job_id, "coordinator serving");
-    Ok(Running {
-        shared,
-        grpc_addr,
-        http_addr,
-        stop,
-        tasks: vec![t1, t2],
-    })
+    live.attach(shared.clone());
+    tracing::info!(%grpc_addr, job = %job_id, "coordinator serving");
+    Ok((shared, grpc_addr, Server { stop, task }))
 }
 
 /// What the manifest records for each committed file.

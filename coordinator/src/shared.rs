@@ -12,7 +12,7 @@ use paraforge_rpc::proto as pb;
 
 use crate::bounded::{truncate, MAX_REASON_BYTES};
 use crate::error::ServiceError;
-use crate::metrics::{JobView, Metrics, Snapshot};
+use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::state::JobState;
 
@@ -46,7 +46,9 @@ pub struct Shared {
     pub heartbeat: Duration,
     pub started: std::time::Instant,
     /// Counted as things happen; `/metrics` adds what the state says.
-    pub metrics: Metrics,
+    /// Shared with the pages (`phase::Live`), which serve it before the
+    /// state exists.
+    pub metrics: std::sync::Arc<Metrics>,
     storage: OnceLock<Storage>,
 }
 
@@ -74,7 +76,7 @@ impl Shared {
             skips_blank_lines: false,
             heartbeat: (lease / 4).max(Duration::from_millis(100)),
             started: std::time::Instant::now(),
-            metrics: Metrics::new(),
+            metrics: std::sync::Arc::new(Metrics::new()),
             storage: OnceLock::new(),
         }
     }
@@ -163,26 +165,6 @@ impl Shared {
             output_url: self.output.clone(),
             workers_total,
             rejects_by_reason: c.rejects_by_reason.into_iter().collect(),
-        }
-    }
-}
-
-/// What `/metrics` reads of the job at a scrape.
-impl JobView for Shared {
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        let status = self.status();
-        let leases_expired = self.state().leases_expired();
-        // `status` has just forgotten silent workers, so only live ones
-        // (and those told `done`, until they expire) are shown.
-        let workers = self.workers.figures();
-        Snapshot {
-            status,
-            leases_expired,
-            workers,
         }
     }
 }
