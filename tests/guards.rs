@@ -712,3 +712,47 @@ fn outputs_never_replace_existing_files_or_inputs_unless_told() {
     assert!(stderr(&o).contains("--overwrite"), "{}", stderr(&o));
     assert!(marian.join("config.json").is_file());
 }
+
+/// A training option the chosen encoder does not read is refused, naming
+/// the option and the encoder, before anything is read: before, `--model
+/// word --negatives mix` trained with max negatives and recorded nothing
+/// of it.
+#[test]
+fn train_refuses_an_option_its_encoder_does_not_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = pairs_dataset(dir.path());
+    let out = dir.path().join("m");
+    for (model, opt, value) in [
+        ("word", "--negatives", "mix"),
+        ("word", "--lambda-w", "0.001"),
+        ("trigram", "--scramble", "0.3"),
+        ("word", "--trigram-dim", "8"),
+        ("trigram", "--min-word-count", "1"),
+        ("lstm", "--layers", "2"),
+        ("lstm", "--precision", "bf16"),
+        ("lstm", "--lambda-kl", "0.1"),
+    ] {
+        let o = paraforge(
+            &[
+                "train",
+                "--model",
+                model,
+                "--no-dev",
+                "--data",
+                data.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                opt,
+                value,
+            ],
+            60,
+        );
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{model} {opt} succeeded");
+        assert!(
+            e.contains(&format!("{opt} is not used by --model {model}")),
+            "{model} {opt}: {e}"
+        );
+        assert!(!out.exists(), "{model} {opt}: a model was written");
+    }
+}

@@ -76,8 +76,10 @@ train() { # name data model M seed epochs
   [ -f "$OUT/models/$1.pfe" ] && return 0
   log "train $1"
   # Trigram tables are 300-d as in the paper, also beside 50-d words.
+  local dim=()
+  [ "$3" = word ] || dim=(--trigram-dim "$TRIGRAM_DIM")
   $BIN train --data "$2" --model "$3" --megabatch "$4" --seed "$5" --epochs "$6" \
-    --init-vectors "$VECTORS" --trigram-dim "$TRIGRAM_DIM" --out "$OUT/models/$1.pfe" 2>&1 | tail -1
+    --init-vectors "$VECTORS" "${dim[@]}" --out "$OUT/models/$1.pfe" 2>&1 | tail -1
 }
 
 # Untrained baselines (0 epochs: GloVe rows as given, random trigram rows).

@@ -24,32 +24,34 @@ pub struct TrainArgs {
     /// most 8192).
     #[arg(long)]
     hidden: Option<usize>,
-    /// Layers of dan (at most 64).
-    #[arg(long, default_value_t = 1)]
-    layers: usize,
+    /// Layers of dan (default 1; at most 64).
+    #[arg(long)]
+    layers: Option<usize>,
     /// Probability that a training sentence's words are shuffled (default
     /// 0.3 for the LSTMs, 0.4 for the Gaussians, 0 otherwise).
     #[arg(long)]
     scramble: Option<f64>,
     /// Negatives of a neural encoder: max (the most similar sentence of
-    /// another pair) or mix (max half the time, else a random one).
-    #[arg(long, default_value = "max")]
-    negatives: paraforge_trainer::neural::Sampling,
+    /// another pair; the default) or mix (max half the time, else a random
+    /// one).
+    #[arg(long)]
+    negatives: Option<paraforge_trainer::neural::Sampling>,
     /// L2 weight on a neural encoder's compositional parameters (the iRNN's
-    /// pull towards its start).
-    #[arg(long, default_value_t = 0.0)]
-    lambda_c: f64,
-    /// L2 weight on the word table's distance from its start.
-    #[arg(long, default_value_t = 0.0)]
-    lambda_w: f64,
-    /// Weight of the Gaussian encoders' KL prior to N(0, I) (Chen and Gimpel (2020)
-    /// section 3.2).
-    #[arg(long, default_value_t = paraforge_trainer::nn_train::DEFAULT_LAMBDA_KL)]
-    lambda_kl: f64,
-    /// Where a neural encoder trains: cpu, or cuda:N with the `cuda` build
-    /// feature.
-    #[arg(long, default_value = "cpu")]
-    device: String,
+    /// pull towards its start; default 0).
+    #[arg(long)]
+    lambda_c: Option<f64>,
+    /// L2 weight on a neural encoder's word table's distance from its
+    /// start (default 0).
+    #[arg(long)]
+    lambda_w: Option<f64>,
+    /// Weight of the Gaussian encoders' KL prior to N(0, I) (Chen and
+    /// Gimpel (2020) section 3.2; default 0.01).
+    #[arg(long)]
+    lambda_kl: Option<f64>,
+    /// Where a neural encoder trains: cpu (the default), or cuda:N with
+    /// the `cuda` build feature.
+    #[arg(long)]
+    device: Option<String>,
     /// GloVe- or word2vec-format text vectors that initialise the word
     /// embeddings. Without --min-word-count they also fix the vocabulary.
     #[arg(long)]
@@ -60,16 +62,18 @@ pub struct TrainArgs {
     /// and scoring alike).
     #[arg(long)]
     min_word_count: Option<u64>,
-    /// At most this many words from the data (the most frequent).
-    #[arg(long, default_value_t = 100_000)]
-    max_words: usize,
+    /// At most this many words from the data (the most frequent; default
+    /// 100,000).
+    #[arg(long)]
+    max_words: Option<usize>,
     /// Word embedding size with --min-word-count (default: the vectors'
     /// size, else 300; at most 8192).
     #[arg(long)]
     word_dim: Option<usize>,
     /// Mini-batches per mega-batch (M): negatives come from M x batch-size
-    /// pairs (at most 1,000,000 pairs).
-    #[arg(long, default_value_t = 1)]
+    /// pairs (at most 1,000,000 pairs). 20 as Wieting and Gimpel (2018)
+    /// train; 1 turns mega-batching off.
+    #[arg(long, default_value_t = paraforge_trainer::DEFAULT_MEGABATCH)]
     megabatch: usize,
     #[arg(long, default_value_t = 100)]
     batch_size: usize,
@@ -92,11 +96,12 @@ pub struct TrainArgs {
     /// at most 8192).
     #[arg(long)]
     trigram_dim: Option<usize>,
-    /// Trigrams seen fewer times in the data are left out.
-    #[arg(long, default_value_t = 2)]
-    min_trigram_count: u64,
-    #[arg(long, default_value_t = 100_000)]
-    max_trigrams: usize,
+    /// Trigrams seen fewer times in the data are left out (default 2).
+    #[arg(long)]
+    min_trigram_count: Option<u64>,
+    /// At most this many trigrams, the most frequent (default 100,000).
+    #[arg(long)]
+    max_trigrams: Option<usize>,
     /// Pairs held in the shuffle buffer while streaming (at most
     /// 10,000,000).
     #[arg(long, default_value_t = 100_000)]
@@ -118,10 +123,10 @@ pub struct TrainArgs {
     /// even so.
     #[arg(long)]
     overwrite: bool,
-    /// How the file stores the tables: f32, or bf16 (half the size; read
-    /// back as f32).
-    #[arg(long, default_value = "f32")]
-    precision: paraforge_core::encoder::Precision,
+    /// How an average's file stores the tables: f32 (the default), or
+    /// bf16 (half the size; read back as f32).
+    #[arg(long)]
+    precision: Option<paraforge_core::encoder::Precision>,
     /// Evaluate on the STS sets under this directory after training.
     #[arg(long)]
     sts: Option<PathBuf>,

@@ -27,7 +27,10 @@ pub mod sts;
 pub mod train;
 
 pub use model::{Kind, Model};
-pub use run::{run, Encoder, Event, TrainOutcome, TrainSpec, Trained, DEFAULT_DEV, DEFAULT_MARGIN};
+pub use run::{
+    run, Encoder, Event, TrainOutcome, TrainSpec, Trained, DEFAULT_DEV, DEFAULT_MARGIN,
+    DEFAULT_MEGABATCH,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {

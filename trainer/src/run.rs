@@ -22,6 +22,14 @@ pub const DEFAULT_DEV: &str = "data/sts/stsbenchmark/sts-dev.csv";
 
 /// The margin delta of the averages (Wieting and Gimpel, 2018).
 pub const DEFAULT_MARGIN: f32 = 0.4;
+/// Mini-batches per mega-batch: Wieting and Gimpel (2018), Table 6, train
+/// with 20 and 40; 1 (no mega-batching) is their weakest setting.
+pub const DEFAULT_MEGABATCH: usize = 20;
+/// Words kept from the data with `min_word_count`, the most frequent.
+pub const DEFAULT_MAX_WORDS: usize = 100_000;
+/// Trigrams seen fewer times in the data are left out.
+pub const DEFAULT_MIN_TRIGRAM_COUNT: u64 = 2;
+pub const DEFAULT_MAX_TRIGRAMS: usize = 100_000;
 
 /// Which encoder to train: one of the averages, or a neural encoder or
 /// combination.
@@ -70,23 +78,27 @@ pub struct TrainSpec {
     pub model: Encoder,
     /// A neural encoder's hidden size (default: the word dimension).
     pub hidden: Option<usize>,
-    /// Layers of dan.
-    pub layers: usize,
+    /// Layers of dan (default 1).
+    pub layers: Option<usize>,
     /// Probability that a training sentence's words are shuffled (default:
     /// [`crate::neural::default_scramble`]).
     pub scramble: Option<f64>,
-    pub negatives: Sampling,
-    pub lambda_c: f64,
-    pub lambda_w: f64,
-    pub lambda_kl: f64,
-    /// Where a neural encoder trains: cpu or cuda:N.
-    pub device: String,
+    /// A neural encoder's negatives (default max).
+    pub negatives: Option<Sampling>,
+    /// L2 weights of a neural encoder (default 0) and the Gaussians' KL
+    /// weight (default [`crate::nn_train::DEFAULT_LAMBDA_KL`]).
+    pub lambda_c: Option<f64>,
+    pub lambda_w: Option<f64>,
+    pub lambda_kl: Option<f64>,
+    /// Where a neural encoder trains: cpu (the default) or cuda:N.
+    pub device: Option<String>,
     /// Vectors that initialise the word embeddings (and, without
     /// `min_word_count`, fix the vocabulary).
     pub init_vectors: Option<PathBuf>,
     /// Take the word vocabulary from the data: words seen this often.
     pub min_word_count: Option<u64>,
-    pub max_words: usize,
+    /// At most this many words from the data (default [`DEFAULT_MAX_WORDS`]).
+    pub max_words: Option<usize>,
     /// Word embedding size with `min_word_count` (default: the vectors'
     /// size, else 300).
     pub word_dim: Option<usize>,
@@ -101,16 +113,18 @@ pub struct TrainSpec {
     pub seed: u64,
     /// Trigram embedding size (default: the vectors' size, else 300).
     pub trigram_dim: Option<usize>,
-    pub min_trigram_count: u64,
-    pub max_trigrams: usize,
+    /// Trigrams seen fewer times are left out (default 2), and at most
+    /// [`DEFAULT_MAX_TRIGRAMS`] are kept.
+    pub min_trigram_count: Option<u64>,
+    pub max_trigrams: Option<usize>,
     pub shuffle_buffer: usize,
     /// Stop each epoch after this many pairs (0 = all).
     pub max_pairs: u64,
     /// Where the model ends up: names the default checkpoint and the
     /// messages (it is written where [`run`] is told).
     pub out: PathBuf,
-    /// How an average's file stores its tables.
-    pub precision: Precision,
+    /// How an average's file stores its tables (default f32).
+    pub precision: Option<Precision>,
     /// STS sets to evaluate on after training ([`TrainOutcome::evaluate_sts`]).
     pub sts: Option<PathBuf>,
     /// The dev set that picks the epoch, None to keep the last epoch; the
@@ -188,7 +202,7 @@ impl TrainSpec {
                 at_most(name, v, MAX_DIM)?;
             }
         }
-        at_most("--layers", self.layers, MAX_LAYERS)?;
+        at_most("--layers", self.layers.unwrap_or(1), MAX_LAYERS)?;
         at_most("--epochs", self.epochs, MAX_EPOCHS)?;
         at_most("--batch-size", self.batch_size, MAX_MEGABATCH_PAIRS)?;
         at_most("--shuffle-buffer", self.shuffle_buffer, MAX_SHUFFLE_BUFFER)?;
@@ -208,9 +222,9 @@ impl TrainSpec {
         }
         for (name, v) in [
             ("--margin", self.margin.map(f64::from)),
-            ("--lambda-c", Some(self.lambda_c)),
-            ("--lambda-w", Some(self.lambda_w)),
-            ("--lambda-kl", Some(self.lambda_kl)),
+            ("--lambda-c", self.lambda_c),
+            ("--lambda-w", self.lambda_w),
+            ("--lambda-kl", self.lambda_kl),
         ] {
             if let Some(v) = v {
                 if !(v.is_finite() && v >= 0.0) {
@@ -220,7 +234,65 @@ impl TrainSpec {
                 }
             }
         }
+        if let Some((flag, users)) = self.unused_option() {
+            return Err(TrainError::Invalid(format!(
+                "{flag} is not used by --model {}: only {users} read it; leave it out (a flag that changes nothing would make the run's record false)",
+                self.model.name()
+            )));
+        }
         Ok(())
+    }
+
+    /// The first option given that the encoder does not read, and which
+    /// encoders do.
+    fn unused_option(&self) -> Option<(&'static str, &'static str)> {
+        let neural = match &self.model {
+            Encoder::Neural(s) => Some(s),
+            Encoder::Average(_) => None,
+        };
+        let has = |a: Arch| neural.is_some_and(|s| s.arch == a || s.parts.contains(&a));
+        let trigrams = match &self.model {
+            Encoder::Average(k) => k.trigrams(),
+            Encoder::Neural(s) => s.has_trigrams(),
+        };
+        let words = match &self.model {
+            Encoder::Average(k) => k.words(),
+            Encoder::Neural(_) => true,
+        };
+        const NEURAL: &str = "the neural encoders";
+        const TRIGRAMS: &str = "the encoders with trigrams (trigram, word,trigram, a combination with a trigram part)";
+        const WORDS: &str = "the encoders with a word table (all but trigram)";
+        let given = [
+            ("--hidden", self.hidden.is_some(), neural.is_some(), NEURAL),
+            ("--layers", self.layers.is_some(), has(Arch::Dan), "dan"),
+            ("--scramble", self.scramble.is_some(), neural.is_some(), NEURAL),
+            ("--negatives", self.negatives.is_some(), neural.is_some(), NEURAL),
+            ("--lambda-c", self.lambda_c.is_some(), neural.is_some(), NEURAL),
+            ("--lambda-w", self.lambda_w.is_some(), neural.is_some(), NEURAL),
+            (
+                "--lambda-kl",
+                self.lambda_kl.is_some(),
+                has(Arch::Gaussian) || has(Arch::LstmGaussian),
+                "gaussian and lstm-gaussian",
+            ),
+            ("--device", self.device.is_some(), neural.is_some(), NEURAL),
+            ("--trigram-dim", self.trigram_dim.is_some(), trigrams, TRIGRAMS),
+            ("--min-trigram-count", self.min_trigram_count.is_some(), trigrams, TRIGRAMS),
+            ("--max-trigrams", self.max_trigrams.is_some(), trigrams, TRIGRAMS),
+            ("--min-word-count", self.min_word_count.is_some(), words, WORDS),
+            ("--word-dim", self.word_dim.is_some(), words, WORDS),
+            ("--max-words", self.max_words.is_some(), words, WORDS),
+            (
+                "--precision",
+                self.precision.is_some(),
+                neural.is_none(),
+                "word, trigram and word,trigram (a neural encoder's safetensors are f32)",
+            ),
+        ];
+        given
+            .into_iter()
+            .find(|(_, given, used, _)| *given && !*used)
+            .map(|(flag, _, _, users)| (flag, users))
     }
 
     /// What the run reads (flag, path), which its output may never be.
@@ -362,7 +434,11 @@ pub fn run(
         .trigram_dim
         .unwrap_or_else(|| init.as_ref().map_or(300, |v| v.dim()));
     let trigrams = if kind.trigrams() {
-        let t = crate::train::trigram_vocab(&source, s.min_trigram_count, s.max_trigrams)?;
+        let t = crate::train::trigram_vocab(
+            &source,
+            s.min_trigram_count.unwrap_or(DEFAULT_MIN_TRIGRAM_COUNT),
+            s.max_trigrams.unwrap_or(DEFAULT_MAX_TRIGRAMS),
+        )?;
         events(Event::Note(format!(
             "trigram vocabulary: {} trigrams",
             t.len()
@@ -373,7 +449,11 @@ pub fn run(
     };
     let words = match (s.min_word_count, kind.words()) {
         (Some(min), true) => {
-            let words = crate::train::word_vocab(&source, min, s.max_words)?;
+            let words = crate::train::word_vocab(
+                &source,
+                min,
+                s.max_words.unwrap_or(DEFAULT_MAX_WORDS),
+            )?;
             let wdim = s
                 .word_dim
                 .unwrap_or_else(|| init.as_ref().map_or(300, |v| v.dim()));
@@ -426,7 +506,7 @@ fn train_average(
     };
     events(Event::Trained);
     model.notes = s.notes(&report, serde_json::json!({}));
-    model.save_as(write_to, s.precision)?;
+    model.save_as(write_to, s.precision.unwrap_or_default())?;
     Ok(TrainOutcome {
         report,
         name: model.kind.name().to_string(),
@@ -445,17 +525,17 @@ fn train_neural(
     write_to: &Path,
     events: &mut dyn FnMut(Event),
 ) -> Result<TrainOutcome, TrainError> {
-    let device = nn_model::device(&s.device)?;
+    let device = nn_model::device(s.device.as_deref().unwrap_or("cpu"))?;
     let hidden = s.hidden.unwrap_or(words.word_dim);
-    let mut model = NeuralModel::init_spec(spec, words, hidden, s.layers, s.seed, &device)
+    let mut model = NeuralModel::init_spec(spec, words, hidden, s.layers.unwrap_or(1), s.seed, &device)
         .map_err(|e| TrainError::from(e).context(format!("--model {spec}")))?;
     let o = NeuralOptions {
         base: s.options(),
         scramble: s.scramble.unwrap_or(crate::neural::default_scramble(spec)),
-        sampling: s.negatives,
-        lambda_c: s.lambda_c,
-        lambda_w: s.lambda_w,
-        lambda_kl: s.lambda_kl,
+        sampling: s.negatives.unwrap_or_default(),
+        lambda_c: s.lambda_c.unwrap_or(0.0),
+        lambda_w: s.lambda_w.unwrap_or(0.0),
+        lambda_kl: s.lambda_kl.unwrap_or(crate::nn_train::DEFAULT_LAMBDA_KL),
         ..NeuralOptions::default()
     };
     let dev_sets = s.dev_sets(events)?;

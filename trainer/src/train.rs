@@ -45,7 +45,7 @@ pub struct TrainOptions {
 impl Default for TrainOptions {
     fn default() -> Self {
         TrainOptions {
-            megabatch: 1,
+            megabatch: crate::DEFAULT_MEGABATCH,
             batch_size: 100,
             margin: 0.4,
             lr: 0.001,
