@@ -875,3 +875,57 @@ fn plan_reports_the_shards_and_repeated_sources_and_writes_nothing() {
     assert_eq!(plan["inputs"][0]["xxh3"].as_str().unwrap().len(), 32);
     assert!(!dir.path().join("out").exists());
 }
+
+/// `[scoring] bleu = "nakov"` fills `sentence_bleu` with BLEU+1 of Nakov
+/// et al. (2012) for every row, and the config in the manifest says so; the
+/// default stays sacrebleu's.
+#[test]
+fn nakov_bleu_fills_the_sentence_bleu_column_when_asked() {
+    use arrow_array::{Float32Array, StringArray};
+    use paraforge_core::bleu::{sentence_bleu_with, Smoothing};
+    use paraforge_core::schema::{col, column, dataset_files, PairReader};
+
+    let dir = tempfile::tempdir().unwrap();
+    let input = paraforge_tests::repo_root().join("data/sample/czeng16-heldout.cs-en.tsv");
+    let lines: Vec<String> = std::fs::read_to_string(&input)
+        .unwrap()
+        .lines()
+        .take(40)
+        .map(String::from)
+        .collect();
+    std::fs::write(dir.path().join("pairs.tsv"), lines.join("\n") + "\n").unwrap();
+    let toml = format!(
+        "[job]\nname = \"nakov\"\noutput = \"{}\"\n\n[input]\npaths = [\"{}\"]\nformat = \"pairs\"\nid_column = 0\ntranslation_column = 2\nreference_column = 3\n\n[scoring]\nbleu = \"nakov\"\n",
+        dir.path().join("out").display(),
+        dir.path().join("pairs.tsv").display(),
+    );
+    let out = paraforge_run(
+        dir.path(),
+        JobConfig::parse(&toml, Path::new("nakov.toml")).unwrap(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (mut rows, mut differ) = (0, 0);
+    for f in dataset_files(&dir.path().join("out")).unwrap() {
+        for b in PairReader::open(&f, &[]).unwrap() {
+            let b = b.unwrap();
+            let r = column::<StringArray>(&b, col::REFERENCE, &f).unwrap();
+            let t = column::<StringArray>(&b, col::TRANSLATION, &f).unwrap();
+            let bleu = column::<Float32Array>(&b, col::SENTENCE_BLEU, &f).unwrap();
+            for i in 0..b.num_rows() {
+                let (r, t) = (r.value(i), t.value(i));
+                let nakov = sentence_bleu_with(t, r, Smoothing::Nakov) as f32;
+                assert_eq!(bleu.value(i), nakov, "{t:?} / {r:?}");
+                differ += usize::from(nakov != sentence_bleu_with(t, r, Smoothing::Sacrebleu) as f32);
+                rows += 1;
+            }
+        }
+    }
+    assert_eq!(rows, 40);
+    assert!(differ > 30, "the two BLEUs should differ on most pairs: {differ}");
+    let manifest = std::fs::read_to_string(dir.path().join("out/_manifest.json")).unwrap();
+    assert!(manifest.contains("bleu = \\\"nakov\\\""), "{manifest}");
+}

@@ -1,10 +1,12 @@
-//! Sentence BLEU exactly as sacrebleu 2.x computes `sentence_bleu(hyp, [ref])`
+//! Sentence BLEU, by default exactly as sacrebleu 2.x computes `sentence_bleu(hyp, [ref])`
 //! with its defaults (docs/DEFINITIONS.md section 3): the `13a` tokenizer on
 //! the text as given (no lowercasing), n-grams of order 1 to 4, clipped
 //! counts against the one reference, the brevity penalty, `exp` smoothing
 //! (mteval-v13a's: the k-th order with no match counts as 1 / (2^k x total))
 //! and effective order (orders with no n-gram of the hypothesis at all are
-//! left out of the geometric mean). 0-100 scale.
+//! left out of the geometric mean). 0-100 scale. Or, as
+//! `[scoring] bleu = "nakov"`, BLEU+1 of Nakov et al. (2012) on the same
+//! tokens ([`score_nakov`]).
 //!
 //! Ported from sacrebleu's `tokenizers/tokenizer_13a.py`,
 //! `tokenizers/tokenizer_re.py`, `metrics/helpers.py` and
@@ -257,8 +259,52 @@ fn split(s: &str) -> Vec<&str> {
 
 /// `sacrebleu.sentence_bleu(translation, [reference]).score`.
 pub fn sentence_bleu(translation: &str, reference: &str) -> f64 {
+    sentence_bleu_with(translation, reference, Smoothing::Sacrebleu)
+}
+
+/// Which sentence BLEU fills the `sentence_bleu` column (`[scoring] bleu`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Smoothing {
+    /// sacrebleu's `sentence_bleu` defaults ([`score_from_stats`]).
+    #[default]
+    Sacrebleu,
+    /// BLEU+1 of Nakov et al. (2012), which Wieting et al. (2017) filter
+    /// with ([`score_nakov`]).
+    Nakov,
+}
+
+/// Sentence BLEU of `translation` against `reference` on 13a tokens, 0-100.
+pub fn sentence_bleu_with(translation: &str, reference: &str, smoothing: Smoothing) -> f64 {
     let (h, r) = (normalize_13a(translation), normalize_13a(reference));
-    score_from_stats(&stats(&split(&h), &split(&r)))
+    let st = stats(&split(&h), &split(&r));
+    match smoothing {
+        Smoothing::Sacrebleu => score_from_stats(&st),
+        Smoothing::Nakov => score_nakov(&st),
+    }
+}
+
+/// BLEU+1 with a smoothed brevity penalty (Nakov, Guzman and Vogel, 2012;
+/// as Moses computes `smoothedSentenceBleu` with `smoothBP`): every order's
+/// precision, unigrams included, is (matches + 1) / (n-grams + 1), their
+/// geometric mean is over all four orders, and the brevity penalty is
+/// min(1, exp(1 - (ref_len + 1) / hyp_len)). The +1 on the reference
+/// length is what keeps sentence-level BLEU+1 from favouring short
+/// translations. An empty translation scores 0.
+pub fn score_nakov(st: &BleuStats) -> f64 {
+    if st.hyp_len == 0 {
+        return 0.0;
+    }
+    let mut log = 0.0f64;
+    for n in 0..MAX_ORDER {
+        log += ((st.correct[n] + 1) as f64).ln() - ((st.total[n] + 1) as f64).ln();
+    }
+    log /= MAX_ORDER as f64;
+    let brevity = 1.0 - (st.ref_len as f64 + 1.0) / st.hyp_len as f64;
+    if brevity < 0.0 {
+        log += brevity;
+    }
+    100.0 * log.exp()
 }
 
 #[cfg(test)]
@@ -301,6 +347,37 @@ mod tests {
             let (h, r) = (toks(h), toks(r));
             assert_eq!(stats(&h, &r), stats_by_text(&h, &r), "{h:?} / {r:?}");
         }
+    }
+
+    #[test]
+    fn nakov_bleu_plus_one_worked_examples() {
+        let nakov = |h, r| sentence_bleu_with(h, r, Smoothing::Nakov);
+        // Identical, 6 tokens: every precision is 1, and the smoothed
+        // brevity penalty still charges exp(1 - 7/6).
+        let got = nakov("the cat sat on the mat", "the cat sat on the mat");
+        let want = 100.0 * (1.0f64 - 7.0 / 6.0).exp();
+        assert!((got - want).abs() < 1e-9, "{got} vs {want}");
+        // Nothing in common: smoothed, not 0: (1/4 * 1/3 * 1/2 * 1/1)^(1/4)
+        // for 3 unigrams, 2 bigrams, 1 trigram, no 4-gram; BP exp(1 - 4/3).
+        let got = nakov("a b c", "d e f");
+        let want = 100.0 * (0.25f64 / 3.0 / 2.0).powf(0.25) * (1.0f64 - 4.0 / 3.0).exp();
+        assert!((got - want).abs() < 1e-9, "{got} vs {want}");
+        assert_eq!(nakov("", "d e f"), 0.0);
+        // "the cat sat on a mat" / "the cat sat on the mat": (5+1)/(6+1),
+        // (3+1)/(5+1), (2+1)/(4+1), (1+1)/(3+1); BP exp(1 - 7/6).
+        let got = nakov("the cat sat on a mat", "the cat sat on the mat");
+        let p = 6.0 / 7.0 * 4.0 / 6.0 * 3.0 / 5.0 * 2.0 / 4.0f64;
+        let want = 100.0 * p.powf(0.25) * (1.0f64 - 7.0 / 6.0).exp();
+        assert!((got - want).abs() < 1e-9, "{got} vs {want}");
+        // A longer translation pays no brevity penalty.
+        let got = nakov("the cat sat on the mat today", "the cat sat on the mat");
+        let p = 7.0 / 8.0 * 6.0 / 7.0 * 5.0 / 6.0 * 4.0 / 5.0f64;
+        assert!((got - 100.0 * p.powf(0.25)).abs() < 1e-9, "{got}");
+        // The default is sacrebleu's.
+        assert_eq!(
+            sentence_bleu_with("a b x c", "a b y c", Smoothing::default()),
+            sentence_bleu("a b x c", "a b y c")
+        );
     }
 
     #[test]

@@ -168,7 +168,8 @@ pub struct PairScores {
 pub struct Scorer<'v> {
     encoder: Option<&'v dyn SentenceEncoder>,
     lm: Option<&'v crate::lm::ArpaModel>,
-    bleu: bool,
+    /// None leaves `sentence_bleu` at 0.
+    bleu: Option<crate::bleu::Smoothing>,
     r: Tokens,
     t: Tokens,
     ids_r: Vec<u32>,
@@ -186,7 +187,7 @@ impl<'v> Scorer<'v> {
         Scorer {
             encoder,
             lm: None,
-            bleu: true,
+            bleu: Some(crate::bleu::Smoothing::Sacrebleu),
             r: Tokens::default(),
             t: Tokens::default(),
             ids_r: Vec::new(),
@@ -207,7 +208,13 @@ impl<'v> Scorer<'v> {
     /// Leaves `sentence_bleu` at 0: `make bench-score` measures the scores
     /// para_score's speed target covers apart from the BLEU column.
     pub fn without_bleu(mut self) -> Scorer<'v> {
-        self.bleu = false;
+        self.bleu = None;
+        self
+    }
+
+    /// Which sentence BLEU `sentence_bleu` is (`[scoring] bleu`).
+    pub fn with_bleu(mut self, smoothing: crate::bleu::Smoothing) -> Scorer<'v> {
+        self.bleu = Some(smoothing);
         self
     }
 
@@ -239,11 +246,9 @@ impl<'v> Scorer<'v> {
             unigram_overlap: overlap_ids(a, b, 1),
             bigram_overlap: overlap_ids(a, b, 2),
             trigram_overlap: overlap_ids(a, b, 3),
-            sentence_bleu: if self.bleu {
-                crate::bleu::sentence_bleu(translation, reference) as f32
-            } else {
-                0.0
-            },
+            sentence_bleu: self.bleu.map_or(0.0, |s| {
+                crate::bleu::sentence_bleu_with(translation, reference, s) as f32
+            }),
             translation_perplexity: self.lm.map(|m| m.perplexity_tokens(&self.t) as f32),
             reference_probability: None,
             reference_len: self.r.len() as u32,

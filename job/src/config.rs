@@ -283,6 +283,15 @@ pub struct Scoring {
     /// perplexity under it. Without it that column is null.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lm: Option<String>,
+    /// Which sentence BLEU fills `sentence_bleu`: "sacrebleu" (its
+    /// `sentence_bleu` defaults; the default) or "nakov" (BLEU+1 of Nakov
+    /// et al. (2012), as Wieting et al. (2017) filter with).
+    #[serde(default, skip_serializing_if = "is_sacrebleu")]
+    pub bleu: paraforge_core::bleu::Smoothing,
+}
+
+fn is_sacrebleu(s: &paraforge_core::bleu::Smoothing) -> bool {
+    *s == paraforge_core::bleu::Smoothing::Sacrebleu
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1093,6 +1102,27 @@ dir = "models/tiny-cs-en"
             let e = parse(&text).expect_err(key).to_string();
             assert!(e.contains(key) && e.starts_with("job.toml"), "{key}: {e}");
         }
+    }
+
+    /// `[scoring] bleu` takes the two smoothings and names itself when
+    /// wrong; the default is not written into the config (a job planned
+    /// before the key existed resumes).
+    #[test]
+    fn scoring_bleu_is_sacrebleu_or_nakov() {
+        let with = |v: &str| {
+            JobConfig::parse(
+                &format!("{MINIMAL}\n[scoring]\nbleu = \"{v}\"\n"),
+                Path::new("job.toml"),
+            )
+        };
+        assert_eq!(
+            with("nakov").unwrap().scoring.bleu,
+            paraforge_core::bleu::Smoothing::Nakov
+        );
+        let e = with("nist").unwrap_err().to_string();
+        assert!(e.contains("bleu") && e.contains("nist"), "{e}");
+        let plain = JobConfig::parse(MINIMAL, Path::new("job.toml")).unwrap();
+        assert!(!plain.to_toml().contains("bleu"), "{}", plain.to_toml());
     }
 }
 

@@ -83,6 +83,7 @@ mod tests {
                 scorers: Scorers {
                     encoder: Some(&v),
                     lm: Some(&lm),
+                    bleu: Default::default(),
                 },
                 throughput: &throughput,
             },

@@ -614,6 +614,7 @@ async fn attempt(s: &Session, job: &Job, l: &Leased) -> Attempt {
             job.throughput.clone(),
         );
         let stop = stop.clone();
+        let bleu = job.cfg.scoring.bleu;
         tokio::task::spawn_blocking(move || {
             let mut t = t
                 .as_ref()
@@ -628,6 +629,7 @@ async fn attempt(s: &Session, job: &Job, l: &Leased) -> Attempt {
                     scorers: Scorers {
                         encoder: enc.as_deref(),
                         lm: lm.as_deref(),
+                        bleu,
                     },
                     throughput: &throughput,
                 },

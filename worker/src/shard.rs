@@ -181,12 +181,14 @@ pub fn load_lm(s: &paraforge_job::config::Scoring) -> Result<Option<ArpaModel>, 
     Ok(Some(m))
 }
 
-/// What scores a shard's pairs besides the n-gram overlaps and BLEU: the
-/// para_score encoder and the language model for translation_perplexity.
+/// What scores a shard's pairs besides the n-gram overlaps: the para_score
+/// encoder, the language model for translation_perplexity and which
+/// sentence BLEU.
 #[derive(Clone, Copy, Default)]
 pub struct Scorers<'a> {
     pub encoder: Option<&'a dyn SentenceEncoder>,
     pub lm: Option<&'a ArpaModel>,
+    pub bleu: paraforge_core::bleu::Smoothing,
 }
 
 /// What a worker holds for every shard it runs, built once: the
@@ -313,7 +315,11 @@ pub fn process(
                         .par_iter()
                         .zip(ts.par_iter())
                         .map_init(
-                            || Scorer::new(scorers.encoder).with_lm(scorers.lm),
+                            || {
+                                Scorer::new(scorers.encoder)
+                                    .with_lm(scorers.lm)
+                                    .with_bleu(scorers.bleu)
+                            },
                             |scorer, (p, t)| {
                                 candidates(t, k)
                                     .enumerate()
@@ -337,7 +343,11 @@ pub fn process(
                         .par_iter()
                         .filter_map(|p| p.given.as_ref().map(|g| (p, g)))
                         .map_init(
-                            || Scorer::new(scorers.encoder).with_lm(scorers.lm),
+                            || {
+                                Scorer::new(scorers.encoder)
+                                    .with_lm(scorers.lm)
+                                    .with_bleu(scorers.bleu)
+                            },
                             |scorer, (p, g)| PairRow {
                                 id: p.id.clone(),
                                 source: p.source.clone(),
@@ -570,6 +580,7 @@ mod tests {
                 scorers: Scorers {
                     encoder: Some(&NanEncoder),
                     lm: None,
+                    bleu: Default::default(),
                 },
                 throughput: &Throughput::default(),
             },
