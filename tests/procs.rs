@@ -61,33 +61,41 @@ impl Proc {
 }
 
 /// Starts `paraforge coordinator`; returns it and its gRPC URL (the one
-/// the line it prints when it is serving names).
+/// the line it prints when it is serving names, after the line naming its
+/// pages).
 pub fn coordinator(config: &Path) -> (Proc, String) {
-    let mut child = Command::new(paraforge_bin())
+    let child = Command::new(paraforge_bin())
         .args(["coordinator", "--config"])
         .arg(config)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("starting paraforge coordinator");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split(" on ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
-        .unwrap_or_else(|| panic!("coordinator said {line:?}"))
-        .to_string();
-    (
-        Proc {
-            child,
-            name: "coordinator".into(),
-        },
-        url,
-    )
+    // Owned first, so that a panic below kills it.
+    let mut proc = Proc {
+        child,
+        name: "coordinator".into(),
+    };
+    let mut out = BufReader::new(proc.child.stdout.take().unwrap());
+    let mut said = String::new();
+    let url = loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            panic!("coordinator ended saying {said:?}");
+        }
+        said.push_str(&line);
+        let url = line
+            .split(" on ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .filter(|u| u.starts_with("http://") || u.starts_with("https://"));
+        if let Some(u) = url {
+            break u.to_string();
+        }
+    };
+    // What it prints later is for `wait`.
+    proc.child.stdout = Some(out.into_inner());
+    (proc, url)
 }
 
 /// Starts `paraforge worker` against `url`.
