@@ -396,7 +396,10 @@ fn blocking_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16,
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
     s.set_read_timeout(Some(Duration::from_secs(1)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
     let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok());

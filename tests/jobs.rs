@@ -919,13 +919,17 @@ fn nakov_bleu_fills_the_sentence_bleu_column_when_asked() {
                 let (r, t) = (r.value(i), t.value(i));
                 let nakov = sentence_bleu_with(t, r, Smoothing::Nakov) as f32;
                 assert_eq!(bleu.value(i), nakov, "{t:?} / {r:?}");
-                differ += usize::from(nakov != sentence_bleu_with(t, r, Smoothing::Sacrebleu) as f32);
+                differ +=
+                    usize::from(nakov != sentence_bleu_with(t, r, Smoothing::Sacrebleu) as f32);
                 rows += 1;
             }
         }
     }
     assert_eq!(rows, 40);
-    assert!(differ > 30, "the two BLEUs should differ on most pairs: {differ}");
+    assert!(
+        differ > 30,
+        "the two BLEUs should differ on most pairs: {differ}"
+    );
     let manifest = std::fs::read_to_string(dir.path().join("out/_manifest.json")).unwrap();
     assert!(manifest.contains("bleu = \\\"nakov\\\""), "{manifest}");
 }

@@ -260,15 +260,36 @@ impl TrainSpec {
             Encoder::Neural(_) => true,
         };
         const NEURAL: &str = "the neural encoders";
-        const TRIGRAMS: &str = "the encoders with trigrams (trigram, word,trigram, a combination with a trigram part)";
+        const TRIGRAMS: &str =
+            "the encoders with trigrams (trigram, word,trigram, a combination with a trigram part)";
         const WORDS: &str = "the encoders with a word table (all but trigram)";
         let given = [
             ("--hidden", self.hidden.is_some(), neural.is_some(), NEURAL),
             ("--layers", self.layers.is_some(), has(Arch::Dan), "dan"),
-            ("--scramble", self.scramble.is_some(), neural.is_some(), NEURAL),
-            ("--negatives", self.negatives.is_some(), neural.is_some(), NEURAL),
-            ("--lambda-c", self.lambda_c.is_some(), neural.is_some(), NEURAL),
-            ("--lambda-w", self.lambda_w.is_some(), neural.is_some(), NEURAL),
+            (
+                "--scramble",
+                self.scramble.is_some(),
+                neural.is_some(),
+                NEURAL,
+            ),
+            (
+                "--negatives",
+                self.negatives.is_some(),
+                neural.is_some(),
+                NEURAL,
+            ),
+            (
+                "--lambda-c",
+                self.lambda_c.is_some(),
+                neural.is_some(),
+                NEURAL,
+            ),
+            (
+                "--lambda-w",
+                self.lambda_w.is_some(),
+                neural.is_some(),
+                NEURAL,
+            ),
             (
                 "--lambda-kl",
                 self.lambda_kl.is_some(),
@@ -276,10 +297,30 @@ impl TrainSpec {
                 "gaussian and lstm-gaussian",
             ),
             ("--device", self.device.is_some(), neural.is_some(), NEURAL),
-            ("--trigram-dim", self.trigram_dim.is_some(), trigrams, TRIGRAMS),
-            ("--min-trigram-count", self.min_trigram_count.is_some(), trigrams, TRIGRAMS),
-            ("--max-trigrams", self.max_trigrams.is_some(), trigrams, TRIGRAMS),
-            ("--min-word-count", self.min_word_count.is_some(), words, WORDS),
+            (
+                "--trigram-dim",
+                self.trigram_dim.is_some(),
+                trigrams,
+                TRIGRAMS,
+            ),
+            (
+                "--min-trigram-count",
+                self.min_trigram_count.is_some(),
+                trigrams,
+                TRIGRAMS,
+            ),
+            (
+                "--max-trigrams",
+                self.max_trigrams.is_some(),
+                trigrams,
+                TRIGRAMS,
+            ),
+            (
+                "--min-word-count",
+                self.min_word_count.is_some(),
+                words,
+                WORDS,
+            ),
             ("--word-dim", self.word_dim.is_some(), words, WORDS),
             ("--max-words", self.max_words.is_some(), words, WORDS),
             (
@@ -449,11 +490,8 @@ pub fn run(
     };
     let words = match (s.min_word_count, kind.words()) {
         (Some(min), true) => {
-            let words = crate::train::word_vocab(
-                &source,
-                min,
-                s.max_words.unwrap_or(DEFAULT_MAX_WORDS),
-            )?;
+            let words =
+                crate::train::word_vocab(&source, min, s.max_words.unwrap_or(DEFAULT_MAX_WORDS))?;
             let wdim = s
                 .word_dim
                 .unwrap_or_else(|| init.as_ref().map_or(300, |v| v.dim()));
@@ -527,8 +565,9 @@ fn train_neural(
 ) -> Result<TrainOutcome, TrainError> {
     let device = nn_model::device(s.device.as_deref().unwrap_or("cpu"))?;
     let hidden = s.hidden.unwrap_or(words.word_dim);
-    let mut model = NeuralModel::init_spec(spec, words, hidden, s.layers.unwrap_or(1), s.seed, &device)
-        .map_err(|e| TrainError::from(e).context(format!("--model {spec}")))?;
+    let mut model =
+        NeuralModel::init_spec(spec, words, hidden, s.layers.unwrap_or(1), s.seed, &device)
+            .map_err(|e| TrainError::from(e).context(format!("--model {spec}")))?;
     let o = NeuralOptions {
         base: s.options(),
         scramble: s.scramble.unwrap_or(crate::neural::default_scramble(spec)),
