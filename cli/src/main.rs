@@ -64,7 +64,7 @@ enum Command {
     /// Train a reference/translation classifier (Wieting et al., 2017) for `rescore --classifier`.
     TrainClassifier(classify::TrainClassifierArgs),
     /// Train paraphrastic sentence embeddings (WORD, TRIGRAM, WORD,TRIGRAM) on binned pairs.
-    Train(embed::TrainArgs),
+    Train(Box<embed::TrainArgs>),
     /// Pearson and Spearman correlations on STS 2012-2016, STS Benchmark and SICK-R.
     EvalSts(embed::EvalArgs),
     /// Write a trained WORD model's embeddings as GloVe-format vectors for para_score.
@@ -87,7 +87,7 @@ fn main() {
         Command::Rescore(a) => dataset::rescore(a),
         Command::TrainClassifier(a) => classify::train(a),
         Command::LmTrain(a) => lm::train(a),
-        Command::Train(a) => embed::train(a),
+        Command::Train(a) => embed::train(*a),
         Command::EvalSts(a) => embed::eval_sts(a),
         Command::ExportVectors(a) => embed::export_vectors(a),
     };
