@@ -174,6 +174,14 @@ pub fn paraforge_bin() -> PathBuf {
     bin
 }
 
+/// Runs `paraforge` with `args`; its exit status and both streams.
+pub fn paraforge_cmd<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
+    std::process::Command::new(paraforge_bin())
+        .args(args)
+        .output()
+        .expect("starting paraforge")
+}
+
 /// Runs `paraforge` with `args`, asserts it succeeded (showing both streams
 /// when not) and returns its standard output.
 pub fn paraforge_ok<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {

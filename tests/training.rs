@@ -1323,3 +1323,257 @@ fn eval_sts_refuses_embeddings_that_are_not_finite() {
         "{stderr}"
     );
 }
+
+/// `paraforge embed` writes, in batches smaller than the input, exactly
+/// the vectors the encoder gives each sentence (to 1e-6), a NaN row where
+/// it knows no token; from a corpus column into Parquet with each row's id;
+/// a bad input is an error that names it and writes nothing.
+#[test]
+fn embed_writes_the_encoders_own_vectors() {
+    use arrow_array::{FixedSizeListArray, Int32Array};
+    let dir = tempfile::tempdir().unwrap();
+    let model = paraforge_tests::model("scorer-trigram");
+    let mut lines: Vec<String> = paraforge_tests::sample_pairs(30)
+        .into_iter()
+        .map(|p| p.2)
+        .collect();
+    lines.insert(7, String::new());
+    let text = dir.path().join("s.txt");
+    std::fs::write(&text, lines.join("\n") + "\n").unwrap();
+    let npy = dir.path().join("e.npy");
+    paraforge_ok(&[
+        "embed",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        text.to_str().unwrap(),
+        "--out",
+        npy.to_str().unwrap(),
+        "--batch-size",
+        "4",
+    ]);
+    let enc = paraforge_scorer::load_encoder(Some(&model), None)
+        .unwrap()
+        .unwrap();
+    let d = enc.dim();
+    let own = |s: &str| {
+        let mut out = vec![0f32; d];
+        let c = enc.embed_tokens(
+            &paraforge_core::tokenize(s),
+            &mut Default::default(),
+            &mut out,
+        );
+        (c.known > 0).then_some(out)
+    };
+    let bytes = std::fs::read(&npy).unwrap();
+    let file = npyz::NpyFile::new(&bytes[..]).unwrap();
+    assert_eq!(file.shape(), &[lines.len() as u64, d as u64]);
+    let got: Vec<f32> = file.into_vec().unwrap();
+    for (i, s) in lines.iter().enumerate() {
+        let row = &got[i * d..(i + 1) * d];
+        match own(s) {
+            Some(v) => {
+                let diff = v
+                    .iter()
+                    .zip(row)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f32::max);
+                assert!(diff <= 1e-6, "line {i}: {diff}");
+            }
+            None => assert!(row.iter().all(|x| x.is_nan()), "line {i} has no token"),
+        }
+    }
+
+    // A corpus column, into Parquet: the rows' ids, and the same vectors.
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let rows = scored_dataset(&data, 12, 2);
+    let pq = dir.path().join("t.parquet");
+    paraforge_ok(&[
+        "embed",
+        "--model",
+        model.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--column",
+        "translation",
+        "--out",
+        pq.to_str().unwrap(),
+    ]);
+    let by_id: HashMap<String, String> = rows
+        .iter()
+        .map(|r| (r.id.clone(), r.translation.clone()))
+        .collect();
+    let mut n = 0;
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(&pq).unwrap(),
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    for b in reader {
+        let b = b.unwrap();
+        let ids = column::<StringArray>(&b, col::ID, &pq).unwrap();
+        let ranks = column::<Int32Array>(&b, col::CANDIDATE_RANK, &pq).unwrap();
+        let texts = column::<StringArray>(&b, "text", &pq).unwrap();
+        let emb = column::<FixedSizeListArray>(&b, "embedding", &pq).unwrap();
+        for i in 0..b.num_rows() {
+            assert_eq!(texts.value(i), by_id[ids.value(i)]);
+            assert_eq!(ranks.value(i), 1);
+            let v = emb.value(i);
+            let v = v.as_any().downcast_ref::<Float32Array>().unwrap();
+            let want = own(texts.value(i)).expect("a translation with tokens");
+            for (a, b) in want.iter().zip(v.values()) {
+                assert!((a - b).abs() <= 1e-6);
+            }
+            n += 1;
+        }
+    }
+    assert_eq!(n, rows.len());
+
+    // Bad inputs: a column that is not text, an unfinished dataset.
+    let o = paraforge_tests::paraforge_cmd(&[
+        "embed",
+        "--model",
+        model.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--column",
+        "source_len",
+        "--out",
+        dir.path().join("x.npy").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--column \"source_len\""));
+    std::fs::remove_file(data.join("_SUCCESS")).unwrap();
+    let o = paraforge_tests::paraforge_cmd(&[
+        "embed",
+        "--model",
+        model.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        dir.path().join("x.npy").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--data"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!dir.path().join("x.npy").exists());
+}
+
+/// `paraforge eval-words` on the bundled GloVe rows: every SimLex-999 and
+/// WordSim-353 pair counted, those with a word the table lacks scored 0,
+/// and the correlation what an independent Spearman gives; a trained WORD
+/// model's word table evaluates as its exported vectors do.
+#[test]
+fn eval_words_scores_unseen_pairs_zero_and_counts_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let glove = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
+    let json = dir.path().join("r.json");
+    paraforge_ok(&[
+        "eval-words",
+        "--vectors",
+        glove.to_str().unwrap(),
+        "--words",
+        repo_root().join("data/words").to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let results = r[0]["results"].as_array().unwrap();
+    let (v, _) = Vectors::load(&glove).unwrap();
+    // Ranks with ties averaged, then Pearson: written here apart from the
+    // trainer's.
+    fn ranks(x: &[f64]) -> Vec<f64> {
+        x.iter()
+            .map(|a| {
+                let below = x.iter().filter(|b| *b < a).count() as f64;
+                let same = x.iter().filter(|b| *b == a).count() as f64;
+                below + (same + 1.0) / 2.0
+            })
+            .collect()
+    }
+    fn pearson(x: &[f64], y: &[f64]) -> f64 {
+        let n = x.len() as f64;
+        let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+        let cov: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+        let sx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum::<f64>().sqrt();
+        let sy: f64 = y.iter().map(|b| (b - my).powi(2)).sum::<f64>().sqrt();
+        cov / (sx * sy)
+    }
+    for (res, file, n) in [
+        (&results[0], "simlex999.txt", 999),
+        (&results[1], "wordsim353.tsv", 353),
+    ] {
+        let text = std::fs::read_to_string(repo_root().join("data/words").join(file)).unwrap();
+        let (mut sims, mut gold, mut covered) = (Vec::new(), Vec::new(), 0);
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            let c: Vec<&str> = l.split('\t').collect();
+            let get = |w: &str| v.get(w).or_else(|| v.get(&w.to_lowercase()));
+            let s = match (get(c[0]), get(c[1])) {
+                (Some(a), Some(b)) => {
+                    covered += 1;
+                    cosine(a, b) as f64
+                }
+                _ => 0.0,
+            };
+            sims.push(s);
+            gold.push(c[2].parse::<f64>().unwrap());
+        }
+        assert_eq!(res["pairs"], n, "{res}");
+        assert_eq!(res["covered"], covered, "{res}");
+        assert!(covered < n, "some pairs are unseen by 25k GloVe words");
+        let want = 100.0 * pearson(&ranks(&sims), &ranks(&gold));
+        let got = res["spearman"].as_f64().unwrap();
+        assert!((got - want).abs() < 1e-3, "{file}: {got} vs {want}");
+    }
+
+    // A model's word table: an untrained WORD model holds the GloVe rows,
+    // so it scores as they do; a trigram model has none and is refused.
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    scored_dataset(&data, 8, 1);
+    let word = dir.path().join("w.pfe");
+    paraforge_ok(&[
+        "train",
+        "--model",
+        "word",
+        "--epochs",
+        "0",
+        "--no-dev",
+        "--init-vectors",
+        glove.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        word.to_str().unwrap(),
+    ]);
+    let json2 = dir.path().join("m.json");
+    paraforge_ok(&[
+        "eval-words",
+        "--model",
+        word.to_str().unwrap(),
+        "--words",
+        repo_root().join("data/words").to_str().unwrap(),
+        "--json",
+        json2.to_str().unwrap(),
+    ]);
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&json2).unwrap()).unwrap();
+    assert_eq!(m[0]["results"], r[0]["results"]);
+    let o = paraforge_tests::paraforge_cmd(&[
+        "eval-words",
+        "--model",
+        paraforge_tests::model("scorer-trigram").to_str().unwrap(),
+        "--words",
+        repo_root().join("data/words").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no word table"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -412,3 +412,87 @@ pub fn export_vectors(a: ExportArgs) -> Result<()> {
     );
     Ok(())
 }
+
+#[derive(clap::Args)]
+pub struct EvalWordsArgs {
+    /// GloVe- or word2vec-format text vectors (what `export-vectors`
+    /// writes); repeatable.
+    #[arg(long)]
+    vectors: Vec<PathBuf>,
+    /// A trained model whose word table is evaluated (a `.pfe` with words,
+    /// or a neural encoder's directory); repeatable.
+    #[arg(long)]
+    model: Vec<PathBuf>,
+    /// The word-similarity sets: simlex999.txt and wordsim353.tsv.
+    #[arg(long, default_value = "data/words")]
+    words: PathBuf,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// A model's word table as vectors (through the GloVe text `export-vectors`
+/// writes, so both commands see the same rows).
+fn word_table(model: &std::path::Path) -> Result<paraforge_core::Vectors> {
+    let m = if NeuralModel::is_one(model) {
+        NeuralModel::load(model, &nn_model::cpu())?.word_model()?
+    } else {
+        Model::load(model)?
+    };
+    anyhow::ensure!(
+        !m.words().is_empty(),
+        "the model has no word table (a trigram model): nothing to evaluate"
+    );
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("words.txt");
+    paraforge_trainer::model::export_vectors(&m, &path)?;
+    Ok(paraforge_core::Vectors::load(&path)?.0)
+}
+
+pub fn eval_words(a: EvalWordsArgs) -> Result<()> {
+    use paraforge_trainer::words;
+    anyhow::ensure!(
+        !a.model.is_empty() || !a.vectors.is_empty(),
+        "give at least one --model or --vectors"
+    );
+    let sets = words::load(&a.words)?;
+    let mut columns: Vec<(String, Vec<words::WordResult>)> = Vec::new();
+    let given =
+        (a.vectors.iter().map(|p| ("--vectors", p))).chain(a.model.iter().map(|p| ("--model", p)));
+    for (flag, p) in given {
+        let what = || format!("{flag} {}", p.display());
+        let table = match flag {
+            "--vectors" => paraforge_core::Vectors::load(p).with_context(what)?.0,
+            _ => word_table(p).with_context(what)?,
+        };
+        let r = words::evaluate(&sets, &|x, y| words::cosine(&table, x, y)).with_context(what)?;
+        columns.push((file_name(p), r));
+    }
+    println!("\nSpearman's rho x 100 (pairs with an unknown word scored 0; covered/all)\n");
+    print!("| set |");
+    for (n, _) in &columns {
+        print!(" {n} |");
+    }
+    println!();
+    print!("|---|");
+    for _ in &columns {
+        print!("---:|");
+    }
+    println!();
+    for (i, s) in sets.iter().enumerate() {
+        print!("| {} |", s.name);
+        for (_, r) in &columns {
+            print!(" {:.1} ({}/{}) |", r[i].spearman, r[i].covered, r[i].pairs);
+        }
+        println!();
+    }
+    if let Some(j) = &a.json {
+        let v: Vec<serde_json::Value> = columns
+            .iter()
+            .map(|(n, r)| serde_json::json!({"table": n, "results": r}))
+            .collect();
+        std::fs::write(j, serde_json::to_string_pretty(&v)?)
+            .with_context(|| format!("--json {}", j.display()))?;
+    }
+    Ok(())
+}

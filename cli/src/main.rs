@@ -7,6 +7,7 @@ mod lm;
 mod out;
 mod pipeline;
 mod translate;
+mod vectors;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -69,6 +70,12 @@ enum Command {
     EvalSts(embed::EvalArgs),
     /// Write a trained WORD model's embeddings as GloVe-format vectors for para_score.
     ExportVectors(embed::ExportArgs),
+    /// Spearman correlations of word vectors (or a model's word table) on
+    /// SimLex-999 and WordSim-353.
+    EvalWords(embed::EvalWordsArgs),
+    /// Sentence embeddings of a text file or a corpus column (.npy or Parquet)
+    /// from a trained encoder, the transformer scorer or word vectors.
+    Embed(vectors::EmbedArgs),
 }
 
 fn main() {
@@ -90,6 +97,8 @@ fn main() {
         Command::Train(a) => embed::train(*a),
         Command::EvalSts(a) => embed::eval_sts(a),
         Command::ExportVectors(a) => embed::export_vectors(a),
+        Command::EvalWords(a) => embed::eval_words(a),
+        Command::Embed(a) => vectors::embed(a),
     };
     if let Err(e) = result {
         eprintln!("paraforge: error: {}", error_text(&e));

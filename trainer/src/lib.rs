@@ -25,6 +25,7 @@ pub mod nn_train;
 mod run;
 pub mod sts;
 pub mod train;
+pub mod words;
 
 pub use model::{Kind, Model};
 pub use run::{

@@ -1,0 +1,373 @@
+//! `paraforge embed`: a trained encoder (any `train` writes, the
+//! transformer scorer, or averaged word vectors) over a text file or a
+//! corpus column, to embeddings in `.npy` or Parquet. The vectors are the
+//! ones para_score and `eval-sts` compute (the same loader, tokens and
+//! batch call), streamed in batches so memory stays bounded whatever the
+//! input's size.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use arrow_array::builder::{FixedSizeListBuilder, Float32Builder, StringBuilder};
+use arrow_array::{Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use paraforge_core::encoder::SentenceEncoder;
+use paraforge_core::schema::{col, column, PairReader};
+
+#[derive(clap::Args)]
+pub struct EmbedArgs {
+    /// A trained model: a `.pfe` file, a neural encoder's or a transformer
+    /// scorer's directory (what `[scoring] model` takes).
+    #[arg(long, conflicts_with = "vectors", required_unless_present = "vectors")]
+    model: Option<PathBuf>,
+    /// GloVe-format word vectors, averaged (what `[scoring] vectors` takes).
+    #[arg(long)]
+    vectors: Option<PathBuf>,
+    /// Sentences, one per line (UTF-8).
+    #[arg(long, conflicts_with = "data", required_unless_present = "data")]
+    input: Option<PathBuf>,
+    /// A finished paraforge dataset (a job output, a bin, a filter's or
+    /// rescore's output), read through its manifest.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// The dataset's text column to embed: reference or translation.
+    #[arg(long, default_value = "reference", requires = "data")]
+    column: String,
+    /// Where to write: a `.npy` file (float32, one row per sentence) or a
+    /// `.parquet` file (text, and for a dataset id and candidate_rank,
+    /// beside an `embedding` list column).
+    #[arg(long)]
+    out: PathBuf,
+    /// Sentences embedded at a time (memory grows with it, not with the input).
+    #[arg(long, default_value_t = 4096)]
+    batch_size: usize,
+    /// Replace an existing --out.
+    #[arg(long)]
+    overwrite: bool,
+    /// Threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+/// The largest batch accepted: 1M sentences of a 4,096-d encoder is 16 GiB.
+const MAX_BATCH: usize = 1_000_000;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    Npy,
+    Parquet,
+}
+
+/// One sentence and, from a dataset, the row it came from.
+struct Item {
+    text: String,
+    id: Option<String>,
+    rank: Option<i32>,
+}
+
+pub fn embed(a: EmbedArgs) -> Result<()> {
+    let format = match a.out.extension().and_then(|e| e.to_str()) {
+        Some("npy") => Format::Npy,
+        Some("parquet") => Format::Parquet,
+        _ => bail!(
+            "--out {}: name a .npy or a .parquet file (the name says the format)",
+            a.out.display()
+        ),
+    };
+    if a.batch_size == 0 || a.batch_size > MAX_BATCH {
+        bail!("--batch-size {}: from 1 to {MAX_BATCH}", a.batch_size);
+    }
+    let column = match a.column.as_str() {
+        "reference" => col::REFERENCE,
+        "translation" => col::TRANSLATION,
+        other => bail!("--column {other:?}: reference or translation"),
+    };
+    let mut inputs: Vec<(&str, &Path)> = Vec::new();
+    for (flag, p) in [
+        ("--model", &a.model),
+        ("--vectors", &a.vectors),
+        ("--input", &a.input),
+        ("--data", &a.data),
+    ] {
+        if let Some(p) = p {
+            inputs.push((flag, p.as_path()));
+        }
+    }
+    let out = crate::out::Out::claim("--out", &a.out, &inputs, a.overwrite)?;
+    crate::threads(a.threads)?;
+    let what = match (&a.model, &a.vectors) {
+        (Some(m), _) => format!("--model {}", m.display()),
+        (_, Some(v)) => format!("--vectors {}", v.display()),
+        _ => unreachable!("clap requires one"),
+    };
+    let encoder = paraforge_scorer::load_encoder(a.model.as_deref(), a.vectors.as_deref())
+        .with_context(|| what.clone())?
+        .expect("a model or vectors is given");
+    let (source, total) = match (&a.input, &a.data) {
+        (Some(p), _) => (Source::text(p)?, count_lines(p)?),
+        (_, Some(d)) => {
+            let ds = paraforge_core::dataset::open(d)
+                .with_context(|| format!("--data {}", d.display()))?;
+            (Source::Data(ds.paths(), column), ds.rows())
+        }
+        _ => unreachable!("clap requires one"),
+    };
+    if total == 0 {
+        bail!("nothing to embed: the input has no sentence");
+    }
+    let bar = indicatif::ProgressBar::new(total).with_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} sentences {per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let target = out.path();
+    let d = encoder.dim();
+    let mut sink = match format {
+        Format::Npy => Sink::Npy(npy_writer(&target, total, d)?),
+        Format::Parquet => parquet_writer(&target, d, a.data.is_some(), a.batch_size)?,
+    };
+    let (mut written, mut empty) = (0u64, 0u64);
+    let failed_before = encoder.failures();
+    let mut embed_batch = |items: Vec<Item>, sink: &mut Sink| -> Result<()> {
+        let (vecs, known) = embed_items(encoder.as_ref(), &items);
+        empty += known.iter().filter(|k| !**k).count() as u64;
+        sink.write(&items, &vecs, &known, d)
+            .with_context(|| format!("writing {}", a.out.display()))?;
+        written += items.len() as u64;
+        bar.inc(items.len() as u64);
+        Ok(())
+    };
+    source.each_batch(a.batch_size, &mut |items| embed_batch(items, &mut sink))?;
+    let failed = encoder.failures().saturating_sub(failed_before);
+    if failed > 0 {
+        bail!("{what}: the encoder failed on {failed} sentences (see the log); nothing written");
+    }
+    if written != total {
+        bail!(
+            "read {written} sentences where {total} were counted: the input changed while it was read; nothing written"
+        );
+    }
+    sink.finish()
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    out.commit()?;
+    bar.finish_and_clear();
+    println!(
+        "{written} sentences embedded ({d} dimensions, {}) into {}{}",
+        encoder.short_name(),
+        a.out.display(),
+        if empty > 0 {
+            format!(
+                "; {empty} had no token the encoder knows: {}",
+                match format {
+                    Format::Npy => "their rows are NaN",
+                    Format::Parquet => "their embeddings are null",
+                }
+            )
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
+
+/// The embeddings of `items` (`dim` values each) and whether each had one
+/// (a sentence with no token the encoder knows has none, as para_score is
+/// then null).
+fn embed_items(encoder: &dyn SentenceEncoder, items: &[Item]) -> (Vec<f32>, Vec<bool>) {
+    use rayon::prelude::*;
+    let tokens: Vec<paraforge_core::Tokens> = items
+        .par_iter()
+        .map(|i| paraforge_core::tokenize(&i.text))
+        .collect();
+    let d = encoder.dim();
+    let mut flat = vec![0f32; items.len() * d];
+    let cov = encoder.embed_batch(&tokens, &mut flat);
+    let known: Vec<bool> = cov.iter().map(|c| c.known > 0).collect();
+    for (i, k) in known.iter().enumerate() {
+        if !k {
+            flat[i * d..(i + 1) * d].fill(f32::NAN);
+        }
+    }
+    (flat, known)
+}
+
+enum Source {
+    Text(PathBuf),
+    Data(Vec<PathBuf>, &'static str),
+}
+
+impl Source {
+    fn text(p: &Path) -> Result<Source> {
+        if !p.is_file() {
+            bail!("--input {}: not a file", p.display());
+        }
+        Ok(Source::Text(p.to_path_buf()))
+    }
+
+    /// Calls `f` with at most `n` items at a time, in input order.
+    fn each_batch(&self, n: usize, f: &mut dyn FnMut(Vec<Item>) -> Result<()>) -> Result<()> {
+        let mut batch = Vec::with_capacity(n);
+        match self {
+            Source::Text(p) => {
+                let r = BufReader::new(
+                    File::open(p).with_context(|| format!("--input {}", p.display()))?,
+                );
+                for (i, line) in r.lines().enumerate() {
+                    let text = line.with_context(|| {
+                        format!("--input {} line {}: not UTF-8 text", p.display(), i + 1)
+                    })?;
+                    batch.push(Item {
+                        text,
+                        id: None,
+                        rank: None,
+                    });
+                    if batch.len() == n {
+                        f(std::mem::replace(&mut batch, Vec::with_capacity(n)))?;
+                    }
+                }
+            }
+            Source::Data(files, column) => {
+                for path in files {
+                    let reader = PairReader::open(path, &[col::ID, col::CANDIDATE_RANK, column])?;
+                    for b in reader {
+                        let b = b?;
+                        let ids = column_of::<StringArray>(&b, col::ID, path)?;
+                        let ranks =
+                            column_of::<arrow_array::Int32Array>(&b, col::CANDIDATE_RANK, path)?;
+                        let texts = column_of::<StringArray>(&b, column, path)?;
+                        for i in 0..b.num_rows() {
+                            batch.push(Item {
+                                text: texts.value(i).to_string(),
+                                id: Some(ids.value(i).to_string()),
+                                rank: Some(ranks.value(i)),
+                            });
+                            if batch.len() == n {
+                                f(std::mem::replace(&mut batch, Vec::with_capacity(n)))?;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if !batch.is_empty() {
+            f(batch)?;
+        }
+        Ok(())
+    }
+}
+
+fn column_of<'a, T: Array + 'static>(b: &'a RecordBatch, name: &str, path: &Path) -> Result<&'a T> {
+    Ok(column::<T>(b, name, path)?)
+}
+
+fn count_lines(p: &Path) -> Result<u64> {
+    let mut r = BufReader::new(File::open(p).with_context(|| format!("--input {}", p.display()))?);
+    let (mut n, mut buf) = (0u64, Vec::new());
+    loop {
+        buf.clear();
+        let got = r
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("--input {}", p.display()))?;
+        if got == 0 {
+            return Ok(n);
+        }
+        n += 1;
+    }
+}
+
+enum Sink {
+    Npy(npyz::NpyWriter<f32, BufWriter<File>>),
+    Parquet(parquet::arrow::ArrowWriter<File>, Arc<Schema>),
+}
+
+fn npy_writer(path: &Path, rows: u64, d: usize) -> Result<npyz::NpyWriter<f32, BufWriter<File>>> {
+    use npyz::WriterBuilder;
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    Ok(npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(&[rows, d as u64])
+        .writer(BufWriter::new(file))
+        .begin_nd()?)
+}
+
+fn parquet_writer(path: &Path, d: usize, rows_of_a_dataset: bool, batch: usize) -> Result<Sink> {
+    let mut fields = Vec::new();
+    if rows_of_a_dataset {
+        fields.push(Field::new(col::ID, DataType::Utf8, false));
+        fields.push(Field::new(col::CANDIDATE_RANK, DataType::Int32, false));
+    }
+    fields.push(Field::new("text", DataType::Utf8, false));
+    fields.push(Field::new(
+        "embedding",
+        DataType::FixedSizeList(
+            Arc::new(Field::new("item", DataType::Float32, false)),
+            d as i32,
+        ),
+        true,
+    ));
+    let schema = Arc::new(Schema::new(fields));
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    // A row group per batch: the writer holds one batch, not a million rows
+    // of vectors (its default).
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+        .set_max_row_group_row_count(Some(batch))
+        .build();
+    let w = parquet::arrow::ArrowWriter::try_new(file, schema.clone(), Some(props))?;
+    Ok(Sink::Parquet(w, schema))
+}
+
+impl Sink {
+    fn write(&mut self, items: &[Item], vecs: &[f32], known: &[bool], d: usize) -> Result<()> {
+        match self {
+            Sink::Npy(w) => {
+                for v in vecs {
+                    w.push(v)?;
+                }
+                Ok(())
+            }
+            Sink::Parquet(w, schema) => {
+                let mut cols: Vec<Arc<dyn Array>> = Vec::new();
+                if schema.fields().len() == 4 {
+                    let mut ids = StringBuilder::new();
+                    let mut ranks = arrow_array::builder::Int32Builder::new();
+                    for i in items {
+                        ids.append_value(i.id.as_deref().unwrap_or_default());
+                        ranks.append_value(i.rank.unwrap_or_default());
+                    }
+                    cols.push(Arc::new(ids.finish()));
+                    cols.push(Arc::new(ranks.finish()));
+                }
+                let mut texts = StringBuilder::new();
+                for i in items {
+                    texts.append_value(&i.text);
+                }
+                cols.push(Arc::new(texts.finish()));
+                let mut list = FixedSizeListBuilder::new(Float32Builder::new(), d as i32)
+                    .with_field(Arc::new(Field::new("item", DataType::Float32, false)));
+                for (k, v) in known.iter().zip(vecs.chunks(d.max(1))) {
+                    list.values().append_slice(v);
+                    list.append(*k);
+                }
+                cols.push(Arc::new(list.finish()));
+                w.write(&RecordBatch::try_new(schema.clone(), cols)?)?;
+                Ok(())
+            }
+        }
+    }
+
+    fn finish(self) -> Result<()> {
+        match self {
+            // Checks that as many rows came as the header promised.
+            Sink::Npy(w) => w.finish()?,
+            Sink::Parquet(w, _) => {
+                w.close()?;
+            }
+        }
+        Ok(())
+    }
+}
