@@ -281,7 +281,7 @@ fn count_lines(p: &Path) -> Result<u64> {
 
 enum Sink {
     Npy(npyz::NpyWriter<f32, BufWriter<File>>),
-    Parquet(parquet::arrow::ArrowWriter<File>, Arc<Schema>),
+    Parquet(Box<parquet::arrow::ArrowWriter<File>>, Arc<Schema>),
 }
 
 fn npy_writer(path: &Path, rows: u64, d: usize) -> Result<npyz::NpyWriter<f32, BufWriter<File>>> {
@@ -318,7 +318,7 @@ fn parquet_writer(path: &Path, d: usize, rows_of_a_dataset: bool, batch: usize) 
         .set_max_row_group_row_count(Some(batch))
         .build();
     let w = parquet::arrow::ArrowWriter::try_new(file, schema.clone(), Some(props))?;
-    Ok(Sink::Parquet(w, schema))
+    Ok(Sink::Parquet(Box::new(w), schema))
 }
 
 impl Sink {
