@@ -731,6 +731,8 @@ fn train_refuses_an_option_its_encoder_does_not_use() {
         ("lstm", "--layers", "2"),
         ("lstm", "--precision", "bf16"),
         ("lstm", "--lambda-kl", "0.1"),
+        // Read only with --min-word-count: --init-vectors fixes the words.
+        ("word", "--max-words", "10"),
     ] {
         let o = paraforge(
             &[

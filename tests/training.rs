@@ -1445,6 +1445,25 @@ fn embed_writes_the_encoders_own_vectors() {
     ]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--column \"source_len\""));
+    // A line of more than a MiB (a file with no line breaks) is refused
+    // with its number, not read whole.
+    let long = dir.path().join("long.txt");
+    std::fs::write(&long, format!("a b\n{}\n", "x".repeat((1 << 20) + 1))).unwrap();
+    let o = paraforge_tests::paraforge_cmd(&[
+        "embed",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        long.to_str().unwrap(),
+        "--out",
+        dir.path().join("x.npy").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("line 2: longer than 1048576 bytes"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     std::fs::remove_file(data.join("_SUCCESS")).unwrap();
     let o = paraforge_tests::paraforge_cmd(&[
         "embed",

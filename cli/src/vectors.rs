@@ -54,6 +54,11 @@ pub struct EmbedArgs {
 
 /// The largest batch accepted: 1M sentences of a 4,096-d encoder is 16 GiB.
 const MAX_BATCH: usize = 1_000_000;
+/// The longest line read (a file with no line breaks is not held whole).
+const MAX_LINE_BYTES: usize = 1 << 20;
+/// A batch is embedded early once its text reaches this much (Arrow's
+/// string offsets are i32, and memory follows the text too).
+const MAX_BATCH_TEXT: usize = 256 << 20;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Format {
@@ -211,22 +216,30 @@ impl Source {
     /// Calls `f` with at most `n` items at a time, in input order.
     fn each_batch(&self, n: usize, f: &mut dyn FnMut(Vec<Item>) -> Result<()>) -> Result<()> {
         let mut batch = Vec::with_capacity(n);
+        let mut text_bytes = 0usize;
         match self {
             Source::Text(p) => {
-                let r = BufReader::new(
+                let mut r = BufReader::new(
                     File::open(p).with_context(|| format!("--input {}", p.display()))?,
                 );
-                for (i, line) in r.lines().enumerate() {
-                    let text = line.with_context(|| {
-                        format!("--input {} line {}: not UTF-8 text", p.display(), i + 1)
+                let mut i = 0;
+                while let Some(bytes) = read_line(&mut r, p, i + 1)? {
+                    i += 1;
+                    let mut text = String::from_utf8(bytes).map_err(|_| {
+                        anyhow::anyhow!("--input {} line {i}: not UTF-8 text", p.display())
                     })?;
+                    if text.ends_with('\r') {
+                        text.pop();
+                    }
+                    text_bytes += text.len();
                     batch.push(Item {
                         text,
                         id: None,
                         rank: None,
                     });
-                    if batch.len() == n {
+                    if batch.len() == n || text_bytes >= MAX_BATCH_TEXT {
                         f(std::mem::replace(&mut batch, Vec::with_capacity(n)))?;
+                        text_bytes = 0;
                     }
                 }
             }
@@ -240,13 +253,15 @@ impl Source {
                             column_of::<arrow_array::Int32Array>(&b, col::CANDIDATE_RANK, path)?;
                         let texts = column_of::<StringArray>(&b, column, path)?;
                         for i in 0..b.num_rows() {
+                            text_bytes += texts.value(i).len();
                             batch.push(Item {
                                 text: texts.value(i).to_string(),
                                 id: Some(ids.value(i).to_string()),
                                 rank: Some(ranks.value(i)),
                             });
-                            if batch.len() == n {
+                            if batch.len() == n || text_bytes >= MAX_BATCH_TEXT {
                                 f(std::mem::replace(&mut batch, Vec::with_capacity(n)))?;
+                                text_bytes = 0;
                             }
                         }
                     }
@@ -264,19 +279,33 @@ fn column_of<'a, T: Array + 'static>(b: &'a RecordBatch, name: &str, path: &Path
     Ok(column::<T>(b, name, path)?)
 }
 
+/// One line without its `\n`, at most [`MAX_LINE_BYTES`]; None at the end.
+fn read_line(r: &mut impl BufRead, p: &Path, number: u64) -> Result<Option<Vec<u8>>> {
+    let mut buf = Vec::new();
+    let got = std::io::Read::take(&mut *r, MAX_LINE_BYTES as u64 + 1)
+        .read_until(b'\n', &mut buf)
+        .with_context(|| format!("--input {}", p.display()))?;
+    if got == 0 {
+        return Ok(None);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+    } else if buf.len() > MAX_LINE_BYTES {
+        bail!(
+            "--input {} line {number}: longer than {MAX_LINE_BYTES} bytes (one sentence per line)",
+            p.display()
+        );
+    }
+    Ok(Some(buf))
+}
+
 fn count_lines(p: &Path) -> Result<u64> {
     let mut r = BufReader::new(File::open(p).with_context(|| format!("--input {}", p.display()))?);
-    let (mut n, mut buf) = (0u64, Vec::new());
-    loop {
-        buf.clear();
-        let got = r
-            .read_until(b'\n', &mut buf)
-            .with_context(|| format!("--input {}", p.display()))?;
-        if got == 0 {
-            return Ok(n);
-        }
+    let mut n = 0u64;
+    while read_line(&mut r, p, n + 1)?.is_some() {
         n += 1;
     }
+    Ok(n)
 }
 
 enum Sink {
@@ -311,11 +340,13 @@ fn parquet_writer(path: &Path, d: usize, rows_of_a_dataset: bool, batch: usize) 
     ));
     let schema = Arc::new(Schema::new(fields));
     let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    // A row group per batch: the writer holds one batch, not a million rows
-    // of vectors (its default).
+    // Row groups of at most 128 MiB: the writer holds one, not a million
+    // rows of vectors (its default), and a long input does not make a
+    // footer of countless small ones.
     let props = parquet::file::properties::WriterProperties::builder()
         .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
-        .set_max_row_group_row_count(Some(batch))
+        .set_max_row_group_row_count(Some(batch.max(65_536)))
+        .set_max_row_group_bytes(Some(128 << 20))
         .build();
     let w = parquet::arrow::ArrowWriter::try_new(file, schema.clone(), Some(props))?;
     Ok(Sink::Parquet(Box::new(w), schema))

@@ -321,8 +321,18 @@ impl TrainSpec {
                 words,
                 WORDS,
             ),
-            ("--word-dim", self.word_dim.is_some(), words, WORDS),
-            ("--max-words", self.max_words.is_some(), words, WORDS),
+            (
+                "--word-dim",
+                self.word_dim.is_some(),
+                words && self.min_word_count.is_some(),
+                "runs with --min-word-count (otherwise --init-vectors fixes the words and their size)",
+            ),
+            (
+                "--max-words",
+                self.max_words.is_some(),
+                words && self.min_word_count.is_some(),
+                "runs with --min-word-count (otherwise --init-vectors fixes the words and their size)",
+            ),
             (
                 "--precision",
                 self.precision.is_some(),

@@ -107,11 +107,21 @@ pub fn evaluate(
                 sims.push(v.unwrap_or(0.0));
             }
             let gold: Vec<f64> = s.pairs.iter().map(|p| p.2).collect();
+            let rho = crate::sts::spearman(&sims, &gold);
+            // No pair covered, or every similarity the same: no ranking to
+            // correlate, which must not pass for a score.
+            if covered == 0 || !rho.is_finite() {
+                return Err(TrainError::Invalid(format!(
+                    "{}: no correlation to report ({covered} of {} pairs covered, every similarity the same)",
+                    s.name,
+                    s.pairs.len()
+                )));
+            }
             Ok(WordResult {
                 set: s.name.clone(),
                 pairs: s.pairs.len(),
                 covered,
-                spearman: 100.0 * crate::sts::spearman(&sims, &gold),
+                spearman: 100.0 * rho,
             })
         })
         .collect()
@@ -174,6 +184,10 @@ mod tests {
         assert_eq!(r[0].covered, 3);
         // ranks (2, 3, 4, 1) against (1, 2, 3, 4): rho = 1 - 6 x 12 / 60.
         assert!((r[0].spearman + 20.0).abs() < 1e-9, "{}", r[0].spearman);
+        // A table that covers nothing has no ranking: an error, not NaN.
+        let s = set(&[("a", "b", 1.0), ("c", "d", 2.0)]);
+        let e = evaluate(&[s], &|_: &str, _: &str| None).unwrap_err();
+        assert!(e.to_string().contains("0 of 2 pairs covered"), "{e}");
     }
 
     #[test]
