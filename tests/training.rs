@@ -1431,55 +1431,28 @@ fn embed_writes_the_encoders_own_vectors() {
     }
     assert_eq!(n, rows.len());
 
-    // Bad inputs: a column that is not text, an unfinished dataset.
-    let o = paraforge_tests::paraforge_cmd(&[
-        "embed",
-        "--model",
-        model.to_str().unwrap(),
-        "--data",
-        data.to_str().unwrap(),
-        "--column",
-        "source_len",
-        "--out",
-        dir.path().join("x.npy").to_str().unwrap(),
-    ]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--column \"source_len\""));
-    // A line of more than a MiB (a file with no line breaks) is refused
-    // with its number, not read whole.
+    // Bad inputs: a column that is not text, a line of more than a MiB (a
+    // file with no line breaks is refused with its number, not read
+    // whole), an unfinished dataset. Each fails; its standard error.
+    let x = dir.path().join("x.npy");
+    let refused = |args: &[&str]| -> String {
+        let mut all = vec!["embed", "--model", model.to_str().unwrap()];
+        all.extend_from_slice(args);
+        all.extend(["--out", x.to_str().unwrap()]);
+        let o = paraforge_tests::paraforge_cmd(&all);
+        assert!(!o.status.success(), "{all:?} succeeded");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let data_arg = data.to_str().unwrap();
+    let e = refused(&["--data", data_arg, "--column", "source_len"]);
+    assert!(e.contains("--column \"source_len\""), "{e}");
     let long = dir.path().join("long.txt");
     std::fs::write(&long, format!("a b\n{}\n", "x".repeat((1 << 20) + 1))).unwrap();
-    let o = paraforge_tests::paraforge_cmd(&[
-        "embed",
-        "--model",
-        model.to_str().unwrap(),
-        "--input",
-        long.to_str().unwrap(),
-        "--out",
-        dir.path().join("x.npy").to_str().unwrap(),
-    ]);
-    assert!(!o.status.success());
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("line 2: longer than 1048576 bytes"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let e = refused(&["--input", long.to_str().unwrap()]);
+    assert!(e.contains("line 2: longer than 1048576 bytes"), "{e}");
     std::fs::remove_file(data.join("_SUCCESS")).unwrap();
-    let o = paraforge_tests::paraforge_cmd(&[
-        "embed",
-        "--model",
-        model.to_str().unwrap(),
-        "--data",
-        data.to_str().unwrap(),
-        "--out",
-        dir.path().join("x.npy").to_str().unwrap(),
-    ]);
-    assert!(!o.status.success());
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--data"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let e = refused(&["--data", data_arg]);
+    assert!(e.contains("--data"), "{e}");
     assert!(!dir.path().join("x.npy").exists());
 }
 

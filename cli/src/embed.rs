@@ -327,16 +327,7 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
     }
     for (metric, pick) in [("Pearson's r x 100", 0usize), ("Spearman's rho x 100", 1)] {
         println!("\n{metric}\n");
-        print!("| set |");
-        for (n, _) in &columns {
-            print!(" {n} |");
-        }
-        println!();
-        print!("|---|");
-        for _ in &columns {
-            print!("---:|");
-        }
-        println!();
+        table_head(columns.iter().map(|(n, _)| n.as_str()));
         let groups: Vec<String> = sts::by_group(&columns[0].1)
             .into_iter()
             .map(|g| g.0)
@@ -398,11 +389,7 @@ pub fn export_vectors(a: ExportArgs) -> Result<()> {
         &[("--model", a.model.as_path())],
         a.overwrite,
     )?;
-    let m = if NeuralModel::is_one(&a.model) {
-        NeuralModel::load(&a.model, &nn_model::cpu())?.word_model()?
-    } else {
-        Model::load(&a.model)?
-    };
+    let m = word_model(&a.model)?;
     let n = paraforge_trainer::model::export_vectors(&m, &out.path())?;
     out.commit()?;
     println!(
@@ -431,22 +418,28 @@ pub struct EvalWordsArgs {
     json: Option<PathBuf>,
 }
 
-/// A model's word table as vectors (through the GloVe text `export-vectors`
-/// writes, so both commands see the same rows).
-fn word_table(model: &std::path::Path) -> Result<paraforge_core::Vectors> {
-    let m = if NeuralModel::is_one(model) {
+/// The averaging model holding a trained model's word table (a neural
+/// encoder's, or the `.pfe` itself).
+fn word_model(model: &std::path::Path) -> Result<Model> {
+    Ok(if NeuralModel::is_one(model) {
         NeuralModel::load(model, &nn_model::cpu())?.word_model()?
     } else {
         Model::load(model)?
-    };
-    anyhow::ensure!(
-        !m.words().is_empty(),
-        "the model has no word table (a trigram model): nothing to evaluate"
-    );
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("words.txt");
-    paraforge_trainer::model::export_vectors(&m, &path)?;
-    Ok(paraforge_core::Vectors::load(&path)?.0)
+    })
+}
+
+/// The head of a Markdown table: `set` and one column per name.
+fn table_head<'a>(names: impl Iterator<Item = &'a str> + Clone) {
+    print!("| set |");
+    for n in names.clone() {
+        print!(" {n} |");
+    }
+    println!();
+    print!("|---|");
+    for _ in names {
+        print!("---:|");
+    }
+    println!();
 }
 
 pub fn eval_words(a: EvalWordsArgs) -> Result<()> {
@@ -463,22 +456,14 @@ pub fn eval_words(a: EvalWordsArgs) -> Result<()> {
         let what = || format!("{flag} {}", p.display());
         let table = match flag {
             "--vectors" => paraforge_core::Vectors::load(p).with_context(what)?.0,
-            _ => word_table(p).with_context(what)?,
+            _ => paraforge_trainer::model::word_vectors(&word_model(p).with_context(what)?)
+                .with_context(what)?,
         };
         let r = words::evaluate(&sets, &|x, y| words::cosine(&table, x, y)).with_context(what)?;
         columns.push((file_name(p), r));
     }
     println!("\nSpearman's rho x 100 (pairs with an unknown word scored 0; covered/all)\n");
-    print!("| set |");
-    for (n, _) in &columns {
-        print!(" {n} |");
-    }
-    println!();
-    print!("|---|");
-    for _ in &columns {
-        print!("---:|");
-    }
-    println!();
+    table_head(columns.iter().map(|(n, _)| n.as_str()));
     for (i, s) in sets.iter().enumerate() {
         print!("| {} |", s.name);
         for (_, r) in &columns {

@@ -243,15 +243,16 @@ impl Source {
                     }
                 }
             }
-            Source::Data(files, column) => {
+            Source::Data(files, text_column) => {
                 for path in files {
-                    let reader = PairReader::open(path, &[col::ID, col::CANDIDATE_RANK, column])?;
+                    let reader =
+                        PairReader::open(path, &[col::ID, col::CANDIDATE_RANK, text_column])?;
                     for b in reader {
                         let b = b?;
-                        let ids = column_of::<StringArray>(&b, col::ID, path)?;
+                        let ids = column::<StringArray>(&b, col::ID, path)?;
                         let ranks =
-                            column_of::<arrow_array::Int32Array>(&b, col::CANDIDATE_RANK, path)?;
-                        let texts = column_of::<StringArray>(&b, column, path)?;
+                            column::<arrow_array::Int32Array>(&b, col::CANDIDATE_RANK, path)?;
+                        let texts = column::<StringArray>(&b, text_column, path)?;
                         for i in 0..b.num_rows() {
                             text_bytes += texts.value(i).len();
                             batch.push(Item {
@@ -273,10 +274,6 @@ impl Source {
         }
         Ok(())
     }
-}
-
-fn column_of<'a, T: Array + 'static>(b: &'a RecordBatch, name: &str, path: &Path) -> Result<&'a T> {
-    Ok(column::<T>(b, name, path)?)
 }
 
 /// One line without its `\n`, at most [`MAX_LINE_BYTES`]; None at the end.
@@ -310,7 +307,9 @@ fn count_lines(p: &Path) -> Result<u64> {
 
 enum Sink {
     Npy(npyz::NpyWriter<f32, BufWriter<File>>),
-    Parquet(Box<parquet::arrow::ArrowWriter<File>>, Arc<Schema>),
+    /// The writer, its schema, and whether rows carry `id` and
+    /// `candidate_rank` (a dataset's).
+    Parquet(Box<parquet::arrow::ArrowWriter<File>>, Arc<Schema>, bool),
 }
 
 fn npy_writer(path: &Path, rows: u64, d: usize) -> Result<npyz::NpyWriter<f32, BufWriter<File>>> {
@@ -349,7 +348,7 @@ fn parquet_writer(path: &Path, d: usize, rows_of_a_dataset: bool, batch: usize) 
         .set_max_row_group_bytes(Some(128 << 20))
         .build();
     let w = parquet::arrow::ArrowWriter::try_new(file, schema.clone(), Some(props))?;
-    Ok(Sink::Parquet(Box::new(w), schema))
+    Ok(Sink::Parquet(Box::new(w), schema, rows_of_a_dataset))
 }
 
 impl Sink {
@@ -361,9 +360,9 @@ impl Sink {
                 }
                 Ok(())
             }
-            Sink::Parquet(w, schema) => {
+            Sink::Parquet(w, schema, with_rows) => {
                 let mut cols: Vec<Arc<dyn Array>> = Vec::new();
-                if schema.fields().len() == 4 {
+                if *with_rows {
                     let mut ids = StringBuilder::new();
                     let mut ranks = arrow_array::builder::Int32Builder::new();
                     for i in items {
@@ -395,7 +394,7 @@ impl Sink {
         match self {
             // Checks that as many rows came as the header promised.
             Sink::Npy(w) => w.finish()?,
-            Sink::Parquet(w, _) => {
+            Sink::Parquet(w, _, _) => {
                 w.close()?;
             }
         }

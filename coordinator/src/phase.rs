@@ -16,8 +16,7 @@ use crate::metrics::{JobView, Metrics, Snapshot};
 use crate::shared::Shared;
 
 /// A step of the job's life, in the order they come.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     /// A new job: reading every input to plan its shards (and, with
     /// `[filters] dedup_sources`, to find repeated sources).

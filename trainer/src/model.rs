@@ -116,23 +116,29 @@ pub fn init_with_words(
     ))
 }
 
-/// The word embeddings (UNK left out) as GloVe-format text, which
-/// `paraforge_core::Vectors::load` reads.
-pub fn export_vectors(m: &Model, path: &Path) -> Result<usize, TrainError> {
+/// A model's word table as vectors (what `export_vectors` writes and
+/// `eval-words` scores).
+pub fn word_vectors(m: &Model) -> Result<paraforge_core::Vectors, TrainError> {
     if !m.kind.words() {
         return Err(TrainError::Invalid(format!(
-            "model {} has no word embeddings to export",
+            "model {} has no word table: no word embeddings to export",
             m.kind.name()
         )));
     }
     let d = m.word_dim;
-    let v = paraforge_core::Vectors::from_pairs(
+    Ok(paraforge_core::Vectors::from_pairs(
         d,
         m.words()
             .iter()
             .enumerate()
             .map(|(i, w)| (w.as_str(), &m.w[i * d..(i + 1) * d])),
-    );
+    ))
+}
+
+/// The word embeddings (UNK left out) as GloVe-format text, which
+/// `paraforge_core::Vectors::load` reads.
+pub fn export_vectors(m: &Model, path: &Path) -> Result<usize, TrainError> {
+    let v = word_vectors(m)?;
     let tmp = path.with_extension("tmp");
     let write = || -> std::io::Result<()> {
         let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);

@@ -263,6 +263,9 @@ impl TrainSpec {
         const TRIGRAMS: &str =
             "the encoders with trigrams (trigram, word,trigram, a combination with a trigram part)";
         const WORDS: &str = "the encoders with a word table (all but trigram)";
+        const COUNTED: &str =
+            "runs with --min-word-count (otherwise --init-vectors fixes the words and their size)";
+        let counted = words && self.min_word_count.is_some();
         let given = [
             ("--hidden", self.hidden.is_some(), neural.is_some(), NEURAL),
             ("--layers", self.layers.is_some(), has(Arch::Dan), "dan"),
@@ -321,18 +324,8 @@ impl TrainSpec {
                 words,
                 WORDS,
             ),
-            (
-                "--word-dim",
-                self.word_dim.is_some(),
-                words && self.min_word_count.is_some(),
-                "runs with --min-word-count (otherwise --init-vectors fixes the words and their size)",
-            ),
-            (
-                "--max-words",
-                self.max_words.is_some(),
-                words && self.min_word_count.is_some(),
-                "runs with --min-word-count (otherwise --init-vectors fixes the words and their size)",
-            ),
+            ("--word-dim", self.word_dim.is_some(), counted, COUNTED),
+            ("--max-words", self.max_words.is_some(), counted, COUNTED),
             (
                 "--precision",
                 self.precision.is_some(),

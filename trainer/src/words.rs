@@ -127,22 +127,11 @@ pub fn evaluate(
         .collect()
 }
 
-/// The cosine of two words' rows in `v`, each looked up as written, then
-/// lowercased.
+/// The cosine of two words' rows in `v` (0 for a zero row), each looked up
+/// as written, then lowercased.
 pub fn cosine(v: &paraforge_core::Vectors, a: &str, b: &str) -> Option<f64> {
     let get = |w: &str| v.get(w).or_else(|| v.get(&w.to_lowercase()));
-    let (x, y) = (get(a)?, get(b)?);
-    let (mut xy, mut xx, mut yy) = (0f64, 0f64, 0f64);
-    for (p, q) in x.iter().zip(y) {
-        let (p, q) = (*p as f64, *q as f64);
-        xy += p * q;
-        xx += p * p;
-        yy += q * q;
-    }
-    if xx == 0.0 || yy == 0.0 {
-        return Some(0.0);
-    }
-    Some(xy / (xx.sqrt() * yy.sqrt()))
+    Some(paraforge_core::score::cosine(get(a)?, get(b)?) as f64)
 }
 
 #[cfg(test)]
