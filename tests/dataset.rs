@@ -634,3 +634,290 @@ fn filter_and_report_refuse_a_dataset_without_rows() {
     .unwrap_err();
     assert!(e.to_string().contains("no pairs"), "{e}");
 }
+
+/// Every row of a lexicon: (word1, word2) -> [count, reference and
+/// translation co-occurrences] and [cross, ordinary, adjusted PMI].
+type LexRows = BTreeMap<(String, String), ([i64; 3], [f64; 3])>;
+
+fn read_lexicon(dir: &Path) -> LexRows {
+    use arrow_array::{Float64Array, Int64Array};
+    let mut out = BTreeMap::new();
+    let f = dir.join(paraforge_dataset::lexicon::FILE);
+    for b in PairReader::open(&f, &[]).unwrap() {
+        let b = b.unwrap();
+        let s = |n: &str| {
+            b.column_by_name(n)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap()
+                .clone()
+        };
+        let i = |n: &str| {
+            b.column_by_name(n)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .clone()
+        };
+        let x = |n: &str| {
+            b.column_by_name(n)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Float64Array>()
+                .unwrap()
+                .clone()
+        };
+        let (w1, w2) = (s("word1"), s("word2"));
+        let (c, r, t) = (
+            i("count"),
+            i("reference_cooccurrences"),
+            i("translation_cooccurrences"),
+        );
+        let (pc, po, pa) = (x("pmi_cross"), x("pmi_ordinary"), x("pmi_adjusted"));
+        for k in 0..b.num_rows() {
+            let key = (w1.value(k).to_string(), w2.value(k).to_string());
+            assert!(
+                key.0 < key.1,
+                "rows are one per unordered pair, word1 < word2: {key:?}"
+            );
+            let prev = out.insert(
+                key,
+                (
+                    [c.value(k), r.value(k), t.value(k)],
+                    [pc.value(k), po.value(k), pa.value(k)],
+                ),
+            );
+            assert!(prev.is_none(), "a pair written twice");
+        }
+    }
+    out
+}
+
+/// The lexicon by its definition (docs/DEFINITIONS.md section 6), brute
+/// force: every kept pair's distinct words, every count in a map.
+fn brute_force_lexicon(rows: &[PairRow], min_score: f32, max_tokens: usize) -> LexRows {
+    use paraforge_core::tokenize::tokenize;
+    type Pair = (String, String);
+    let (mut cross, mut within): (BTreeMap<Pair, i64>, [BTreeMap<Pair, i64>; 2]) =
+        Default::default();
+    let mut marg: BTreeMap<String, [i64; 2]> = BTreeMap::new();
+    let (mut n_cross, mut n_within, mut n_sent) = (0i64, [0i64; 2], [0i64; 2]);
+    let ord = |a: &str, b: &str| -> Pair {
+        if a < b {
+            (a.into(), b.into())
+        } else {
+            (b.into(), a.into())
+        }
+    };
+    for r in rows {
+        if !r.scores.para_score.is_some_and(|s| s >= min_score) {
+            continue;
+        }
+        let (a, b) = (tokenize(&r.reference), tokenize(&r.translation));
+        if a.is_empty() || b.is_empty() || a.len() > max_tokens || b.len() > max_tokens {
+            continue;
+        }
+        let sides: Vec<BTreeSet<String>> = [a, b]
+            .iter()
+            .map(|t| t.texts().into_iter().map(String::from).collect())
+            .collect();
+        for (s, words) in sides.iter().enumerate() {
+            n_sent[s] += words.len() as i64;
+            for w in words {
+                marg.entry(w.clone()).or_default()[s] += 1;
+            }
+            let w: Vec<&String> = words.iter().collect();
+            for i in 0..w.len() {
+                for j in i + 1..w.len() {
+                    n_within[s] += 1;
+                    *within[s].entry(ord(w[i], w[j])).or_default() += 1;
+                }
+            }
+        }
+        for u in &sides[0] {
+            for v in &sides[1] {
+                if u != v {
+                    n_cross += 1;
+                    *cross.entry(ord(u, v)).or_default() += 1;
+                }
+            }
+        }
+    }
+    let all = (n_sent[0] + n_sent[1]) as f64;
+    let p = |w: &str| (marg[w][0] + marg[w][1]) as f64 / all;
+    let ps = |w: &str, s: usize| (marg[w][s] as f64).max(1.0) / n_sent[s] as f64;
+    cross
+        .into_iter()
+        .map(|((u, v), c)| {
+            let rc = within[0].get(&(u.clone(), v.clone())).copied().unwrap_or(0);
+            let tc = within[1].get(&(u.clone(), v.clone())).copied().unwrap_or(0);
+            let pmi_cross = (c as f64 / (2.0 * n_cross as f64) / (p(&u) * p(&v))).ln();
+            let side = |s: usize, co: i64| {
+                ((co as f64 + 1.0) / n_within[s] as f64 / (ps(&u, s) * ps(&v, s))).ln()
+            };
+            let ordinary = 0.5 * (side(0, rc) + side(1, tc));
+            (
+                (u, v),
+                ([c, rc, tc], [pmi_cross, ordinary, pmi_cross - ordinary]),
+            )
+        })
+        .collect()
+}
+
+/// `paraforge lexicon` writes exactly the counts and PMIs of the
+/// definition, the same file however the corpus is split into files; it
+/// refuses an unfinished output, and `eval-words` scores it as an
+/// independent Spearman over its rows does.
+#[test]
+fn lexicon_counts_and_pmis_match_their_definition() {
+    use paraforge_dataset::lexicon::{self, LexiconOptions};
+    use paraforge_tests::{paraforge_cmd, paraforge_ok};
+    let (input, rows) = dataset();
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("lex");
+    let run = |input: &Path, out: &Path, min_score: f32| {
+        let o = LexiconOptions {
+            min_para_score: min_score,
+            ..LexiconOptions::new(input.to_path_buf(), out.to_path_buf())
+        };
+        lexicon::run(&o, &|_| {}).unwrap()
+    };
+    let m = run(input.path(), &out, 0.35);
+    let want = brute_force_lexicon(rows, 0.35, 30);
+    let got = read_lexicon(&out);
+    assert!(
+        m.kept_rows > 100 && m.dropped_length + m.dropped_score > 0,
+        "{m:?}"
+    );
+    assert_eq!(m.written as usize, want.len());
+    assert_eq!(got.len(), want.len());
+    for ((k, (gc, gp)), (wk, (wc, wp))) in got.iter().zip(&want) {
+        assert_eq!((k, gc), (wk, wc));
+        for (g, w) in gp.iter().zip(wp) {
+            assert!((g - w).abs() < 1e-9, "{k:?}: {gp:?} vs {wp:?}");
+        }
+    }
+
+    // The same rows in one file: the same lexicon, byte for byte.
+    let one = work.path().join("one");
+    std::fs::create_dir(&one).unwrap();
+    {
+        use paraforge_core::schema::{schema, PairFileWriter};
+        let mut b = paraforge_core::RowsBuilder::default();
+        for r in rows.iter().rev() {
+            b.push(r);
+        }
+        let mut w = PairFileWriter::create(&one.join("part-0.parquet"), schema(), &[]).unwrap();
+        w.write(&b.finish()).unwrap();
+        w.close().unwrap();
+    }
+    seal(&one, ManifestKind::Job);
+    let m1 = run(&one, &work.path().join("lex1"), 0.35);
+    assert_eq!(m1.files[0].sha256, m.files[0].sha256);
+
+    // An output without _SUCCESS, a lexicon as input, a bad option.
+    std::fs::remove_file(one.join("_SUCCESS")).unwrap();
+    let bin = |args: &[&str]| {
+        let o = paraforge_cmd(args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let e = bin(&[
+        "lexicon",
+        "--data",
+        &s(&one),
+        "--out",
+        &s(&work.path().join("x")),
+    ]);
+    assert!(e.contains("_SUCCESS"), "{e}");
+    let e = bin(&[
+        "lexicon",
+        "--data",
+        &s(&out),
+        "--out",
+        &s(&work.path().join("x")),
+    ]);
+    assert!(e.contains("a lexicon, not a corpus"), "{e}");
+    let e = bin(&[
+        "lexicon",
+        "--data",
+        &s(input.path()),
+        "--out",
+        &s(&work.path().join("x")),
+        "--smoothing",
+        "0",
+    ]);
+    assert!(e.contains("--smoothing 0"), "{e}");
+    assert!(!work.path().join("x").exists());
+
+    // eval-words: the adjusted PMI of each covered SimLex pair, 0 for the rest.
+    let json = work.path().join("w.json");
+    paraforge_ok(&[
+        "eval-words",
+        "--lexicon",
+        &s(&out),
+        "--words",
+        &s(&repo_root().join("data/words")),
+        "--json",
+        &s(&json),
+    ]);
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(r.as_array().unwrap().len(), 2, "{r}");
+    let simlex = std::fs::read_to_string(repo_root().join("data/words/simlex999.txt")).unwrap();
+    let (mut sims, mut gold, mut covered) = (Vec::new(), Vec::new(), 0);
+    for l in simlex.lines().filter(|l| !l.starts_with('#')) {
+        let c: Vec<&str> = l.split('\t').collect();
+        let (a, b) = (c[0].to_lowercase(), c[1].to_lowercase());
+        let k = if a < b { (a, b) } else { (b, a) };
+        sims.push(
+            got.get(&k)
+                .map(|x| {
+                    covered += 1;
+                    x.1[2]
+                })
+                .unwrap_or(0.0),
+        );
+        gold.push(c[2].parse::<f64>().unwrap());
+    }
+    let res = &r[1]["results"][0];
+    assert_eq!(res["covered"], covered, "{res}");
+    assert!(covered > 0);
+    let want = 100.0 * pearson(&ranks(&sims), &ranks(&gold));
+    assert!(
+        (res["spearman"].as_f64().unwrap() - want).abs() < 1e-6,
+        "{res} vs {want}"
+    );
+    // A job output is no lexicon.
+    let words = s(&repo_root().join("data/words"));
+    let e = bin(&[
+        "eval-words",
+        "--lexicon",
+        &s(input.path()),
+        "--words",
+        &words,
+    ]);
+    assert!(e.contains("not a paraforge lexicon"), "{e}");
+}
+
+/// Ranks with ties averaged.
+fn ranks(x: &[f64]) -> Vec<f64> {
+    x.iter()
+        .map(|a| {
+            let below = x.iter().filter(|b| *b < a).count() as f64;
+            let same = x.iter().filter(|b| *b == a).count() as f64;
+            below + (same + 1.0) / 2.0
+        })
+        .collect()
+}
+
+fn pearson(x: &[f64], y: &[f64]) -> f64 {
+    let n = x.len() as f64;
+    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+    let cov: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let sx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum::<f64>().sqrt();
+    let sy: f64 = y.iter().map(|b| (b - my).powi(2)).sum::<f64>().sqrt();
+    cov / (sx * sy)
+}

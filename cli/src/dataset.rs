@@ -254,47 +254,7 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
         .classifier
         .as_ref()
         .map(|d| d.join(paraforge_encoders::classifier::WEIGHTS));
-    let (remote_in, remote_out) = (is_remote(&a.data), is_remote(&a.out));
-    if remote_in && remote_out {
-        let (d, o) = (a.data.trim_end_matches('/'), a.out.trim_end_matches('/'));
-        anyhow::ensure!(
-            o != d && !o.starts_with(&format!("{d}/")),
-            "{}: the output must not be the input or lie inside it ({})",
-            a.out,
-            a.data
-        );
-    }
-    // Object stores are staged through a local directory: the input is
-    // downloaded (checksums checked against its manifest), rescored
-    // locally, and the new dataset uploaded with its manifest last.
-    let staging = (remote_in || remote_out)
-        .then(tempfile::tempdir)
-        .transpose()
-        .context("creating a staging directory")?;
-    let rt = (remote_in || remote_out)
-        .then(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-        })
-        .transpose()
-        .context("starting the async runtime")?;
-    let input = match (&staging, &rt) {
-        (Some(dir), Some(rt)) if remote_in => {
-            let local = dir.path().join("input");
-            let n = rt.block_on(stage_dataset(&a.data, &local))?;
-            eprintln!("staged {n} files of {}", a.data);
-            local
-        }
-        _ => local_path(&a.data),
-    };
-    let out = match (&staging, &rt) {
-        (Some(dir), Some(rt)) if remote_out => {
-            rt.block_on(claim_remote(&a.out, a.overwrite))?;
-            dir.path().join("output")
-        }
-        _ => local_path(&a.out),
-    };
+    let staged = Staging::new(&a.data, &a.out, a.overwrite, "rescore")?;
     let bar = indicatif::ProgressBar::new(0).with_style(
         indicatif::ProgressStyle::with_template(
             "rescoring {bar:30} {human_pos}/{human_len} pairs ({per_sec}, eta {eta})",
@@ -313,11 +273,11 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
         .zip(class_file.as_deref())
         .map(|(c, file)| rescore::Classifier { scorer: c, file });
     let m = rescore::run(
-        &input,
+        &staged.input,
         scorer,
         class,
-        &out,
-        remote_in.then_some(a.data.as_str()),
+        &staged.out,
+        staged.remote_in.then_some(a.data.as_str()),
         a.overwrite,
         &|p| match p {
             rescore::Progress::Total(n) => bar.set_length(n),
@@ -326,10 +286,7 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
     )
     .with_context(|| format!("rescoring {} with {name}", a.data))?;
     bar.finish_and_clear();
-    if let (true, Some(rt)) = (remote_out, &rt) {
-        let n = rt.block_on(upload_dataset(&out, &a.out))?;
-        eprintln!("uploaded {n} files to {}", a.out);
-    }
+    staged.upload(&a.out)?;
     println!(
         "{} pairs in {} files rescored with {name}; mean para_score {:.3} -> {:.3}",
         m.rows,
@@ -349,6 +306,160 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
     }
     println!("written to {} (see _manifest.json)", a.out);
     Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct LexiconArgs {
+    /// A finished corpus: a local directory or an object-store URL (`s3://`,
+    /// `gs://`) of a job's output, a filter, a rescore or one bin.
+    #[arg(long)]
+    data: String,
+    /// A new directory or object-store prefix for the lexicon
+    /// (lexicon.parquet, README.md, _manifest.json; it appears only when complete).
+    #[arg(long)]
+    out: String,
+    /// Leave out pairs below this para_score (Wieting and Gimpel, 2018: 0.35).
+    #[arg(long, default_value_t = 0.35)]
+    min_para_score: f32,
+    /// Leave out pairs with a side longer than this many tokens.
+    #[arg(long, default_value_t = 30)]
+    max_tokens: usize,
+    /// Write only word pairs seen at least this many times across sentences.
+    #[arg(long, default_value_t = 1)]
+    min_count: u64,
+    /// Words in fewer sentences take no part in pairs.
+    #[arg(long, default_value_t = 1)]
+    min_word_sentences: u64,
+    /// Pseudo-count added to within-sentence co-occurrences.
+    #[arg(long, default_value_t = 1.0)]
+    smoothing: f64,
+    /// Memory the pair counts may take before they spill to disk (TMPDIR).
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(16..))]
+    memory_mb: u64,
+    /// Replace a finished lexicon at --out.
+    #[arg(long)]
+    overwrite: bool,
+}
+
+pub fn lexicon(a: LexiconArgs) -> Result<()> {
+    use paraforge_dataset::lexicon::{self, LexiconOptions, Progress};
+    let staged = Staging::new(&a.data, &a.out, a.overwrite, "lexicon")?;
+    let o = LexiconOptions {
+        min_para_score: a.min_para_score,
+        max_tokens: a.max_tokens,
+        min_count: a.min_count,
+        min_word_sentences: a.min_word_sentences,
+        smoothing: a.smoothing,
+        memory: a.memory_mb << 20,
+        overwrite: a.overwrite,
+        ..LexiconOptions::new(staged.input.clone(), staged.out.clone())
+    };
+    let style = |pass: &str| {
+        indicatif::ProgressStyle::with_template(&format!(
+            "{pass} {{bar:30}} {{human_pos}}/{{human_len}} pairs ({{per_sec}}, eta {{eta}})"
+        ))
+        .expect("valid template")
+    };
+    let bar = indicatif::ProgressBar::new(0).with_style(style("words "));
+    let m = lexicon::run(&o, &|p| match p {
+        Progress::Total(n) => bar.set_length(n),
+        Progress::Done(n) => bar.inc(n),
+        Progress::Counting => {
+            bar.set_position(0);
+            bar.set_style(style("pairs "));
+        }
+    })
+    .with_context(|| format!("building a lexicon from {}", a.data))?;
+    bar.finish_and_clear();
+    staged.upload(&a.out)?;
+    println!(
+        "{} of {} pairs counted ({} below para_score {}, {} outside 1 to {} tokens)",
+        m.kept_rows,
+        m.input_rows,
+        m.dropped_score,
+        a.min_para_score,
+        m.dropped_length,
+        a.max_tokens
+    );
+    println!(
+        "{} words; {} word pairs, {} written (count >= {}); {} spills",
+        m.words, m.word_pairs, m.written, a.min_count, m.spills
+    );
+    println!("written to {} (see README.md)", a.out);
+    Ok(())
+}
+
+/// A command's input and output, either of which may be on an object
+/// store: a remote input is downloaded to a staging directory (checksums
+/// checked against its manifest) and read there; a remote output is claimed
+/// first, written locally and uploaded with its manifest last
+/// ([`Staging::upload`]).
+struct Staging {
+    _dir: Option<tempfile::TempDir>,
+    rt: Option<tokio::runtime::Runtime>,
+    /// Where the command reads and writes.
+    input: PathBuf,
+    out: PathBuf,
+    remote_in: bool,
+    remote_out: bool,
+}
+
+impl Staging {
+    fn new(data: &str, out: &str, overwrite: bool, command: &str) -> Result<Staging> {
+        let (remote_in, remote_out) = (is_remote(data), is_remote(out));
+        if remote_in && remote_out {
+            let (d, o) = (data.trim_end_matches('/'), out.trim_end_matches('/'));
+            anyhow::ensure!(
+                o != d && !o.starts_with(&format!("{d}/")),
+                "{out}: the output must not be the input or lie inside it ({data})"
+            );
+        }
+        let dir = (remote_in || remote_out)
+            .then(tempfile::tempdir)
+            .transpose()
+            .context("creating a staging directory")?;
+        let rt = (remote_in || remote_out)
+            .then(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()
+            })
+            .transpose()
+            .context("starting the async runtime")?;
+        let input = match (&dir, &rt) {
+            (Some(dir), Some(rt)) if remote_in => {
+                let local = dir.path().join("input");
+                let n = rt.block_on(stage_dataset(data, &local))?;
+                eprintln!("staged {n} files of {data}");
+                local
+            }
+            _ => local_path(data),
+        };
+        let out = match (&dir, &rt) {
+            (Some(dir), Some(rt)) if remote_out => {
+                rt.block_on(claim_remote(out, overwrite, command))?;
+                dir.path().join("output")
+            }
+            _ => local_path(out),
+        };
+        Ok(Staging {
+            _dir: dir,
+            rt,
+            input,
+            out,
+            remote_in,
+            remote_out,
+        })
+    }
+
+    /// Uploads the finished output to `url` where it is remote.
+    fn upload(&self, url: &str) -> Result<()> {
+        if let (true, Some(rt)) = (self.remote_out, &self.rt) {
+            let n = rt.block_on(upload_dataset(&self.out, url))?;
+            eprintln!("uploaded {n} files to {url}");
+        }
+        Ok(())
+    }
 }
 
 /// Downloads a finished dataset on an object store to `local`: the files
@@ -404,7 +515,7 @@ async fn stage_dataset(url: &str, local: &std::path::Path) -> Result<usize> {
 /// no `_SUCCESS`), is cleared first with `--overwrite` (`_SUCCESS` and the
 /// manifest first, so no reader takes it as finished meanwhile); anything
 /// else is refused.
-async fn claim_remote(url: &str, overwrite: bool) -> Result<()> {
+async fn claim_remote(url: &str, overwrite: bool, command: &str) -> Result<()> {
     use paraforge_core::layout::{
         ManifestHead, ManifestKind, CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE,
     };
@@ -429,7 +540,7 @@ async fn claim_remote(url: &str, overwrite: bool) -> Result<()> {
         let what = if finished {
             "a finished dataset"
         } else if has(WRITER) {
-            "what a rescore that did not finish wrote (or one running now)"
+            "what a command that did not finish wrote (or one running now)"
         } else {
             anyhow::bail!(
                 "{url}: holds {} objects that are not a paraforge dataset; choose a new prefix",
@@ -451,7 +562,7 @@ async fn claim_remote(url: &str, overwrite: bool) -> Result<()> {
             }
         }
     }
-    let who = format!("paraforge rescore, pid {}", std::process::id());
+    let who = format!("paraforge {command}, pid {}", std::process::id());
     anyhow::ensure!(
         store.put_if_absent(WRITER, who.into()).await?,
         "{url}: another paraforge run claimed it just now; choose another prefix"

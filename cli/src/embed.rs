@@ -410,6 +410,10 @@ pub struct EvalWordsArgs {
     /// or a neural encoder's directory); repeatable.
     #[arg(long)]
     model: Vec<PathBuf>,
+    /// A lexicon from `paraforge lexicon`, scored by cross-sentence and by
+    /// adjusted PMI (two columns); repeatable.
+    #[arg(long)]
+    lexicon: Vec<PathBuf>,
     /// The word-similarity sets: simlex999.txt and wordsim353.tsv.
     #[arg(long, default_value = "data/words")]
     words: PathBuf,
@@ -443,10 +447,11 @@ fn table_head<'a>(names: impl Iterator<Item = &'a str> + Clone) {
 }
 
 pub fn eval_words(a: EvalWordsArgs) -> Result<()> {
+    use paraforge_dataset::lexicon::{self, Score};
     use paraforge_trainer::words;
     anyhow::ensure!(
-        !a.model.is_empty() || !a.vectors.is_empty(),
-        "give at least one --model or --vectors"
+        !a.model.is_empty() || !a.vectors.is_empty() || !a.lexicon.is_empty(),
+        "give at least one --model, --vectors or --lexicon"
     );
     let sets = words::load(&a.words)?;
     let mut columns: Vec<(String, Vec<words::WordResult>)> = Vec::new();
@@ -461,6 +466,24 @@ pub fn eval_words(a: EvalWordsArgs) -> Result<()> {
         };
         let r = words::evaluate(&sets, &|x, y| words::cosine(&table, x, y)).with_context(what)?;
         columns.push((file_name(p), r));
+    }
+    // Only the rows both of whose words a set holds are read into memory.
+    let wanted: std::collections::HashSet<String> = sets
+        .iter()
+        .flat_map(|s| s.pairs.iter())
+        .flat_map(|(a, b, _)| [a.to_lowercase(), b.to_lowercase()])
+        .collect();
+    for p in &a.lexicon {
+        let what = || format!("--lexicon {}", p.display());
+        let scores = lexicon::read_scores(p, &wanted).with_context(what)?;
+        for (which, label) in [
+            (Score::Cross, "cross PMI"),
+            (Score::Adjusted, "adjusted PMI"),
+        ] {
+            let r = words::evaluate(&sets, &|x, y| lexicon::lookup(&scores, x, y, which))
+                .with_context(what)?;
+            columns.push((format!("{} {label}", file_name(p)), r));
+        }
     }
     println!("\nSpearman's rho x 100 (pairs with an unknown word scored 0; covered/all)\n");
     table_head(columns.iter().map(|(n, _)| n.as_str()));

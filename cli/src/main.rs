@@ -62,6 +62,8 @@ enum Command {
     LmTrain(lm::LmTrainArgs),
     /// Recompute para_score and/or P(reference) of a dataset (no new translation).
     Rescore(dataset::RescoreArgs),
+    /// Word paraphrases from a finished corpus: cross-sentence and adjusted PMI.
+    Lexicon(dataset::LexiconArgs),
     /// Train a reference/translation classifier (Wieting et al., 2017) for `rescore --classifier`.
     TrainClassifier(classify::TrainClassifierArgs),
     /// Train paraphrastic sentence embeddings (WORD, TRIGRAM, WORD,TRIGRAM) on binned pairs.
@@ -92,6 +94,7 @@ fn main() {
         Command::Filter(a) => dataset::filter(a),
         Command::Report(a) => dataset::report(a),
         Command::Rescore(a) => dataset::rescore(a),
+        Command::Lexicon(a) => dataset::lexicon(a),
         Command::TrainClassifier(a) => classify::train(a),
         Command::LmTrain(a) => lm::train(a),
         Command::Train(a) => embed::train(*a),

@@ -29,6 +29,8 @@ pub enum ManifestKind {
     Filter,
     /// `paraforge rescore`.
     Rescore,
+    /// `paraforge lexicon`: word pairs, not sentence pairs.
+    Lexicon,
 }
 
 /// The SHA-256 of a file as every manifest and footer lists it (lowercase

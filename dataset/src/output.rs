@@ -265,6 +265,7 @@ fn existing(target: &Path) -> Result<Existing, OutputError> {
         Some(ManifestKind::Bins) | None if head.is_bins() => "bins",
         Some(ManifestKind::Filter) => "filter",
         Some(ManifestKind::Rescore) => "rescore",
+        Some(ManifestKind::Lexicon) => "lexicon",
         _ => return Err(not_dataset()),
     };
     Ok(Existing::Dataset(kind.to_string()))
