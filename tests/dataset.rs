@@ -769,7 +769,8 @@ fn brute_force_lexicon(rows: &[PairRow], min_score: f32, max_tokens: usize) -> L
 /// `paraforge lexicon` writes exactly the counts and PMIs of the
 /// definition, the same file however the corpus is split into files; it
 /// refuses an unfinished output, and `eval-words` scores it as an
-/// independent Spearman over its rows does.
+/// independent Spearman over its rows does; PARAGRAM word vectors train
+/// on its pairs.
 #[test]
 fn lexicon_counts_and_pmis_match_their_definition() {
     use paraforge_dataset::lexicon::{self, LexiconOptions};
@@ -889,6 +890,77 @@ fn lexicon_counts_and_pmis_match_their_definition() {
     assert!(
         (res["spearman"].as_f64().unwrap() - want).abs() < 1e-6,
         "{res} vs {want}"
+    );
+    // PARAGRAM word vectors from its pairs: every GloVe row written, the
+    // rows of trained words moved, the others as they were.
+    let glove = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
+    let pg = work.path().join("pg.txt");
+    let said = paraforge_ok(&[
+        "train",
+        "--model",
+        "paragram-words",
+        "--data",
+        &s(&out),
+        "--init-vectors",
+        &s(&glove),
+        "--lexicon-min-count",
+        "2",
+        "--epochs",
+        "3",
+        "--out",
+        &s(&pg),
+    ]);
+    assert!(said.contains("word pairs trained"), "{said}");
+    let (before, _) = paraforge_core::Vectors::load(&glove).unwrap();
+    let (after, _) = paraforge_core::Vectors::load(&pg).unwrap();
+    assert_eq!((after.len(), after.dim()), (before.len(), before.dim()));
+    let trained: BTreeSet<&str> = got
+        .iter()
+        .filter(|(_, (c, p))| c[0] >= 2 && p[2] >= 0.0)
+        .flat_map(|((a, b), _)| [a.as_str(), b.as_str()])
+        .filter(|w| before.get(w).is_some())
+        .collect();
+    assert!(trained.len() > 10, "{}", trained.len());
+    let moved = (0..before.len())
+        .filter(|&i| before.row(i) != after.get(before.word(i)).unwrap())
+        .map(|i| before.word(i))
+        .collect::<BTreeSet<_>>();
+    assert!(
+        !moved.is_empty() && moved.is_subset(&trained),
+        "{} moved",
+        moved.len()
+    );
+    let e = bin(&[
+        "train",
+        "--model",
+        "paragram-words",
+        "--data",
+        &s(&out),
+        "--init-vectors",
+        &s(&glove),
+        "--hidden",
+        "10",
+        "--out",
+        &s(&work.path().join("x.txt")),
+    ]);
+    assert!(
+        e.contains("--hidden is not used by --model paragram-words"),
+        "{e}"
+    );
+    let e = bin(&[
+        "train",
+        "--model",
+        "word",
+        "--data",
+        &s(input.path()),
+        "--lexicon-min-count",
+        "2",
+        "--out",
+        &s(&work.path().join("x.pfe")),
+    ]);
+    assert!(
+        e.contains("--lexicon-min-count is not used by --model word"),
+        "{e}"
     );
     // A job output is no lexicon.
     let words = s(&repo_root().join("data/words"));

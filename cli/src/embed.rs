@@ -17,9 +17,10 @@ pub struct TrainArgs {
     data: PathBuf,
     /// word, trigram, word,trigram (averages), or a neural encoder: lstm,
     /// lstm-no-o, blstm, blstm-concat, gran, rnn, irnn, dan, proj,
-    /// gaussian, lstm-gaussian.
+    /// gaussian, lstm-gaussian; or paragram-words: word vectors tuned on
+    /// word pairs (--data a lexicon or a PPDB file, --out GloVe text).
     #[arg(long, default_value = "word")]
-    model: Encoder,
+    model: ModelArg,
     /// Hidden size of a neural encoder (default: the word dimension; at
     /// most 8192).
     #[arg(long)]
@@ -41,9 +42,17 @@ pub struct TrainArgs {
     #[arg(long)]
     lambda_c: Option<f64>,
     /// L2 weight on a neural encoder's word table's distance from its
-    /// start (default 0).
+    /// start (default 0), or on paragram-words' (default 1e-6).
     #[arg(long)]
     lambda_w: Option<f64>,
+    /// paragram-words from a lexicon: its pairs seen at least this often
+    /// (default 5).
+    #[arg(long)]
+    lexicon_min_count: Option<u64>,
+    /// paragram-words from a lexicon: its pairs with adjusted PMI at least
+    /// this (default 0).
+    #[arg(long)]
+    lexicon_min_pmi: Option<f64>,
     /// Weight of the Gaussian encoders' KL prior to N(0, I) (Chen and
     /// Gimpel (2020) section 3.2; default 0.01).
     #[arg(long)]
@@ -78,18 +87,19 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 100)]
     batch_size: usize,
     /// The margin delta (default 0.4; 1 for the Gaussian encoders, as
-    /// Chen and Gimpel (2020)).
+    /// Chen and Gimpel (2020), and for paragram-words, as Wieting et al. (2015)).
     #[arg(long)]
     margin: Option<f32>,
-    /// Adam's learning rate (a finite number above 0). A run whose weights
-    /// stop being finite numbers ends in an error naming the epoch.
-    #[arg(long, default_value_t = 0.001)]
-    lr: f32,
-    /// Passes over the data (at most 10,000); 0 writes the initial model
-    /// (the word vectors as given, random trigram rows), the untrained
-    /// baseline for eval-sts.
-    #[arg(long, default_value_t = 5)]
-    epochs: usize,
+    /// Adam's learning rate (a finite number above 0; default 0.001), or
+    /// paragram-words' AdaGrad rate (default 0.5). A run whose weights stop
+    /// being finite numbers ends in an error naming the epoch.
+    #[arg(long)]
+    lr: Option<f32>,
+    /// Passes over the data (at most 10,000; default 5, 20 for
+    /// paragram-words); 0 writes the initial model (the word vectors as
+    /// given, random trigram rows), the untrained baseline for eval-sts.
+    #[arg(long)]
+    epochs: Option<usize>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Trigram embedding size (default: the word vectors' size, else 300;
@@ -104,7 +114,7 @@ pub struct TrainArgs {
     max_trigrams: Option<usize>,
     /// Pairs held in the shuffle buffer while streaming (at most
     /// 10,000,000).
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = SHUFFLE_BUFFER)]
     shuffle_buffer: usize,
     /// Stop each epoch after this many pairs (0 = all).
     #[arg(long, default_value_t = 0)]
@@ -178,11 +188,44 @@ pub struct ExportArgs {
     overwrite: bool,
 }
 
+const SHUFFLE_BUFFER: usize = 100_000;
+
+/// What `--model` names: an encoder, or PARAGRAM word vectors.
+#[derive(Clone)]
+pub enum ModelArg {
+    Encoder(Encoder),
+    ParagramWords,
+}
+
+const PARAGRAM_WORDS: &str = "paragram-words";
+
+impl std::str::FromStr for ModelArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ModelArg, String> {
+        if s == PARAGRAM_WORDS {
+            return Ok(ModelArg::ParagramWords);
+        }
+        s.parse::<Encoder>()
+            .map(ModelArg::Encoder)
+            .map_err(|e| format!("{e}; or {PARAGRAM_WORDS}"))
+    }
+}
+
 impl TrainArgs {
-    fn spec(self) -> TrainSpec {
-        TrainSpec {
+    fn spec(self, model: Encoder) -> Result<TrainSpec> {
+        for (flag, given) in [
+            ("--lexicon-min-count", self.lexicon_min_count.is_some()),
+            ("--lexicon-min-pmi", self.lexicon_min_pmi.is_some()),
+        ] {
+            anyhow::ensure!(
+                !given,
+                "{flag} is not used by --model {}: only {PARAGRAM_WORDS} reads it",
+                model.name()
+            );
+        }
+        Ok(TrainSpec {
             data: self.data,
-            model: self.model,
+            model,
             hidden: self.hidden,
             layers: self.layers,
             scramble: self.scramble,
@@ -198,8 +241,8 @@ impl TrainArgs {
             megabatch: self.megabatch,
             batch_size: self.batch_size,
             margin: self.margin,
-            lr: self.lr,
-            epochs: self.epochs,
+            lr: self.lr.unwrap_or(0.001),
+            epochs: self.epochs.unwrap_or(5),
             seed: self.seed,
             trigram_dim: self.trigram_dim,
             min_trigram_count: self.min_trigram_count,
@@ -212,13 +255,147 @@ impl TrainArgs {
             dev: (!self.no_dev).then_some(self.dev),
             checkpoint: self.checkpoint,
             resume: self.resume,
-        }
+        })
+    }
+
+    /// The options paragram-words does not read, given.
+    fn unused_by_paragram(&self) -> Option<&'static str> {
+        // Flags with a default value count as given when they differ from it.
+        [
+            ("--hidden", self.hidden.is_some()),
+            ("--layers", self.layers.is_some()),
+            ("--scramble", self.scramble.is_some()),
+            ("--negatives", self.negatives.is_some()),
+            ("--lambda-c", self.lambda_c.is_some()),
+            ("--lambda-kl", self.lambda_kl.is_some()),
+            ("--device", self.device.is_some()),
+            ("--min-word-count", self.min_word_count.is_some()),
+            ("--max-words", self.max_words.is_some()),
+            ("--word-dim", self.word_dim.is_some()),
+            (
+                "--megabatch",
+                self.megabatch != paraforge_trainer::DEFAULT_MEGABATCH,
+            ),
+            ("--trigram-dim", self.trigram_dim.is_some()),
+            ("--min-trigram-count", self.min_trigram_count.is_some()),
+            ("--max-trigrams", self.max_trigrams.is_some()),
+            ("--shuffle-buffer", self.shuffle_buffer != SHUFFLE_BUFFER),
+            ("--max-pairs", self.max_pairs != 0),
+            ("--precision", self.precision.is_some()),
+            ("--sts", self.sts.is_some()),
+            (
+                "--dev",
+                self.dev != std::path::Path::new(paraforge_trainer::DEFAULT_DEV),
+            ),
+            ("--no-dev", self.no_dev),
+            ("--checkpoint", self.checkpoint.is_some()),
+            ("--resume", self.resume),
+        ]
+        .into_iter()
+        .find(|(_, given)| *given)
+        .map(|(flag, _)| flag)
     }
 }
 
+/// `train --model paragram-words`: PARAGRAM word vectors (Wieting et al.,
+/// 2015) tuned on the word pairs of a lexicon or a PPDB file, written as
+/// GloVe text.
+fn train_paragram(a: TrainArgs) -> Result<()> {
+    use paraforge_trainer::paragram::{self, ParagramOptions};
+    if let Some(flag) = a.unused_by_paragram() {
+        anyhow::bail!(
+            "{flag} is not used by --model {PARAGRAM_WORDS}: it reads --data, --init-vectors, --epochs, --batch-size, --lr, --margin, --lambda-w, --seed, --lexicon-min-count and --lexicon-min-pmi"
+        );
+    }
+    let init_path = a
+        .init_vectors
+        .as_deref()
+        .context("--model paragram-words needs --init-vectors (the vectors it starts from and is pulled towards)")?;
+    let out = crate::out::Out::claim(
+        "--out",
+        &a.out,
+        &[("--data", a.data.as_path()), ("--init-vectors", init_path)],
+        a.overwrite,
+    )?;
+    let from_lexicon = a.data.is_dir();
+    anyhow::ensure!(
+        from_lexicon || (a.lexicon_min_count.is_none() && a.lexicon_min_pmi.is_none()),
+        "--lexicon-min-count and --lexicon-min-pmi choose a lexicon's pairs; --data {} is a file (PPDB)",
+        a.data.display()
+    );
+    let pairs = if from_lexicon {
+        paraforge_dataset::lexicon::training_pairs(
+            &a.data,
+            a.lexicon_min_count.unwrap_or(5),
+            a.lexicon_min_pmi.unwrap_or(0.0),
+        )?
+    } else {
+        let (pairs, phrases) = paragram::read_ppdb(&a.data)?;
+        eprintln!(
+            "{}: {} word pairs, {phrases} phrase pairs skipped",
+            a.data.display(),
+            pairs.len()
+        );
+        pairs
+    };
+    let (init, _) = paraforge_core::Vectors::load(init_path)
+        .with_context(|| format!("--init-vectors {}", init_path.display()))?;
+    let d = ParagramOptions::default();
+    let o = ParagramOptions {
+        epochs: a.epochs.unwrap_or(d.epochs),
+        batch_size: a.batch_size,
+        lr: a.lr.unwrap_or(d.lr),
+        margin: a.margin.unwrap_or(d.margin),
+        lambda: a.lambda_w.map(|l| l as f32).unwrap_or(d.lambda),
+        seed: a.seed,
+    };
+    crate::threads(a.threads)?;
+    let bar = ProgressBar::new(o.epochs as u64).with_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] epoch {pos}/{len} {msg}")
+            .expect("valid template"),
+    );
+    let (vectors, report) = paragram::train(&init, &pairs, &o, &mut |_, loss| {
+        bar.inc(1);
+        bar.set_message(format!("loss {loss:.4}"));
+    })
+    .with_context(|| format!("training {PARAGRAM_WORDS} on {}", a.data.display()))?;
+    bar.finish_and_clear();
+    let path = out.path();
+    let file =
+        std::fs::File::create(&path).with_context(|| format!("--out {}", a.out.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    vectors
+        .write(&mut w)
+        .and_then(|()| std::io::Write::flush(&mut w))
+        .with_context(|| format!("--out {}", a.out.display()))?;
+    drop(w);
+    out.commit()?;
+    println!(
+        "{} of {} word pairs trained ({} with a word the vectors lack, {} repeated), {} words moved; loss {:.4} -> {:.4}",
+        report.pairs,
+        report.pairs_given,
+        report.unknown,
+        report.repeated,
+        report.words,
+        report.loss.first().copied().unwrap_or(0.0),
+        report.loss.last().copied().unwrap_or(0.0),
+    );
+    println!(
+        "{} vectors ({} dimensions) written to {}",
+        vectors.len(),
+        vectors.dim(),
+        a.out.display()
+    );
+    Ok(())
+}
+
 pub fn train(a: TrainArgs) -> Result<()> {
+    let model = match a.model.clone() {
+        ModelArg::ParagramWords => return train_paragram(a),
+        ModelArg::Encoder(e) => e,
+    };
     let (overwrite, threads) = (a.overwrite, a.threads);
-    let spec = a.spec();
+    let spec = a.spec(model)?;
     spec.check()?;
     let inputs = spec.inputs();
     let inputs: Vec<(&str, &std::path::Path)> =

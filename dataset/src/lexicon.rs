@@ -758,6 +758,40 @@ pub fn read_scores(
     Ok(out)
 }
 
+/// Word pairs to train on (PARAGRAM word vectors): the rows of the
+/// lexicon at `dir` seen at least `min_count` times across sentences with
+/// adjusted PMI at least `min_pmi`, in file order.
+pub fn training_pairs(
+    dir: &Path,
+    min_count: u64,
+    min_pmi: f64,
+) -> Result<Vec<(String, String)>, LexiconError> {
+    let dataset = paraforge_core::dataset::open(dir)?;
+    if dataset.kind != Some(ManifestKind::Lexicon) {
+        return Err(LexiconError::NotLexicon {
+            path: dir.to_path_buf(),
+            reason: "its manifest was not written by `paraforge lexicon`".into(),
+        });
+    }
+    let mut out = Vec::new();
+    for path in dataset.paths() {
+        let need = [lcol::WORD1, lcol::WORD2, lcol::COUNT, lcol::PMI_ADJUSTED];
+        for batch in PairReader::open(&path, &need)? {
+            let batch = batch?;
+            let w1 = schema::column::<StringArray>(&batch, lcol::WORD1, &path)?;
+            let w2 = schema::column::<StringArray>(&batch, lcol::WORD2, &path)?;
+            let count = schema::column::<Int64Array>(&batch, lcol::COUNT, &path)?;
+            let adj = schema::column::<Float64Array>(&batch, lcol::PMI_ADJUSTED, &path)?;
+            for i in 0..batch.num_rows() {
+                if count.value(i) >= min_count as i64 && adj.value(i) >= min_pmi {
+                    out.push((w1.value(i).to_string(), w2.value(i).to_string()));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// A word pair's score in what [`read_scores`] returned, either order,
 /// lowercased as the lexicon's tokens are.
 pub fn lookup(

@@ -22,6 +22,7 @@ pub mod neural;
 pub mod nn_checkpoint;
 pub mod nn_model;
 pub mod nn_train;
+pub mod paragram;
 mod run;
 pub mod sts;
 pub mod train;
