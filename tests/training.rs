@@ -1569,3 +1569,66 @@ fn eval_words_scores_unseen_pairs_zero_and_counts_them() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// `paraforge eval-transfer` on the SICK files that ship: averaged GloVe
+/// beats the majority class on SICK-E and correlates on SICK-R; the other
+/// tasks are named as absent; a malformed task file names its line.
+#[test]
+fn eval_transfer_trains_classifiers_on_frozen_embeddings() {
+    let dir = tempfile::tempdir().unwrap();
+    let glove = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
+    let json = dir.path().join("t.json");
+    let out = paraforge_ok(&[
+        "eval-transfer",
+        "--vectors",
+        glove.to_str().unwrap(),
+        "--tasks",
+        repo_root().join("data/sts/sick2014").to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.contains("not under") && out.contains("MRPC"), "{out}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let r = r.as_array().unwrap();
+    assert_eq!(r.len(), 2, "{r:?}");
+    // SICK-E's test set: 56.7% NEUTRAL, the majority class.
+    let test =
+        std::fs::read_to_string(repo_root().join("data/sts/sick2014/SICK_test_annotated.txt"))
+            .unwrap();
+    let rows: Vec<&str> = test
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let neutral = rows
+        .iter()
+        .filter(|l| l.split('\t').nth(4).map(str::trim) == Some("NEUTRAL"))
+        .count();
+    let majority = 100.0 * neutral as f64 / rows.len() as f64;
+    assert_eq!(
+        (r[0]["task"].as_str(), r[0]["test"].as_u64()),
+        (Some("SICK-E"), Some(rows.len() as u64))
+    );
+    assert!(
+        r[0]["score"].as_f64().unwrap() > majority + 5.0,
+        "{} vs majority {majority}",
+        r[0]
+    );
+    assert_eq!(r[1]["task"], "SICK-R");
+    assert!(r[1]["score"].as_f64().unwrap() > 50.0, "{}", r[1]);
+
+    // A task file with a line that is not `LABEL SENTENCE`.
+    std::fs::write(dir.path().join("custrev.all"), "1 good phone\nbad phone\n").unwrap();
+    let o = paraforge_tests::paraforge_cmd(&[
+        "eval-transfer",
+        "--vectors",
+        glove.to_str().unwrap(),
+        "--tasks",
+        dir.path().to_str().unwrap(),
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("custrev.all line 2"),
+        "{e}"
+    );
+}

@@ -75,6 +75,9 @@ enum Command {
     /// Spearman correlations of word vectors (or a model's word table) on
     /// SimLex-999 and WordSim-353.
     EvalWords(embed::EvalWordsArgs),
+    /// Frozen embeddings as classifier features on the SentEval tasks
+    /// whose files are at hand (SICK-E and SICK-R ship).
+    EvalTransfer(vectors::EvalTransferArgs),
     /// Sentence embeddings of a text file or a corpus column (.npy or Parquet)
     /// from a trained encoder, the transformer scorer or word vectors.
     Embed(vectors::EmbedArgs),
@@ -101,6 +104,7 @@ fn main() {
         Command::EvalSts(a) => embed::eval_sts(a),
         Command::ExportVectors(a) => embed::export_vectors(a),
         Command::EvalWords(a) => embed::eval_words(a),
+        Command::EvalTransfer(a) => vectors::eval_transfer(a),
         Command::Embed(a) => vectors::embed(a),
     };
     if let Err(e) = result {

@@ -401,3 +401,123 @@ impl Sink {
         Ok(())
     }
 }
+
+#[derive(clap::Args)]
+pub struct EvalTransferArgs {
+    /// A trained model: a `.pfe` file, a neural encoder's or a transformer
+    /// scorer's directory.
+    #[arg(long, conflicts_with = "vectors", required_unless_present = "vectors")]
+    model: Option<PathBuf>,
+    /// GloVe-format word vectors, averaged.
+    #[arg(long)]
+    vectors: Option<PathBuf>,
+    /// A directory holding the tasks' files (any subset): rt-polarity.all,
+    /// custrev.all, subj.all, mpqa.all, stsa.binary.{train,dev,test},
+    /// TREC.{train,test}.all, msr_paraphrase_{train,test}.txt,
+    /// SICK_{train,trial,test_annotated}.txt. SICK ships in data/sts/sick2014.
+    #[arg(long, default_value = "data/sts/sick2014")]
+    tasks: PathBuf,
+    /// Folds of the cross-validated tasks (MR, CR, SUBJ, MPQA).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=100))]
+    folds: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// `paraforge eval-transfer`: frozen embeddings as the features of a
+/// classifier per task (paraforge_trainer::transfer).
+pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
+    use paraforge_trainer::transfer::{self, TransferOptions};
+    crate::threads(a.threads)?;
+    let what = match (&a.model, &a.vectors) {
+        (Some(m), _) => format!("--model {}", m.display()),
+        (_, Some(v)) => format!("--vectors {}", v.display()),
+        _ => unreachable!("clap requires one"),
+    };
+    let encoder = paraforge_scorer::load_encoder(a.model.as_deref(), a.vectors.as_deref())
+        .with_context(|| what.clone())?
+        .expect("a model or vectors is given");
+    let (tasks, absent) =
+        transfer::load(&a.tasks).with_context(|| format!("--tasks {}", a.tasks.display()))?;
+    if tasks.is_empty() {
+        bail!(
+            "--tasks {}: no task's files are there (see --help for their names)",
+            a.tasks.display()
+        );
+    }
+    let o = TransferOptions {
+        folds: a.folds as usize,
+        seed: a.seed,
+        ..TransferOptions::default()
+    };
+    let failed_before = encoder.failures();
+    let embed = |sentences: &[&str]| -> Vec<Option<Vec<f32>>> {
+        let items: Vec<Item> = sentences
+            .iter()
+            .map(|s| Item {
+                text: s.to_string(),
+                id: None,
+                rank: None,
+            })
+            .collect();
+        let (flat, known) = embed_items(encoder.as_ref(), &items);
+        let d = encoder.dim();
+        known
+            .iter()
+            .enumerate()
+            .map(|(i, k)| k.then(|| flat[i * d..(i + 1) * d].to_vec()))
+            .collect()
+    };
+    let bar = indicatif::ProgressBar::new(tasks.len() as u64).with_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} tasks {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut results = Vec::new();
+    for t in &tasks {
+        bar.set_message(t.name);
+        let r = transfer::evaluate(t, &embed, &o).with_context(|| what.clone())?;
+        bar.inc(1);
+        results.push(r);
+    }
+    bar.finish_and_clear();
+    let failed = encoder.failures().saturating_sub(failed_before);
+    if failed > 0 {
+        bail!("{what}: the encoder failed on {failed} sentences (see the log)");
+    }
+    println!(
+        "\n{} ({}), frozen embeddings, logistic regression\n",
+        what,
+        encoder.short_name()
+    );
+    println!("| task | metric | score | train | test | unembedded |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for r in &results {
+        let score = match r.f1 {
+            Some(f1) => format!("{:.1} / {f1:.1}", r.score),
+            None => format!("{:.1}", r.score),
+        };
+        let metric = match r.metric {
+            transfer::Metric::Accuracy => "accuracy",
+            transfer::Metric::AccuracyF1 => "accuracy / F1",
+            transfer::Metric::Pearson => "Pearson",
+        };
+        println!(
+            "| {} | {metric} | {score} | {} | {} | {} |",
+            r.task, r.train, r.test, r.unembedded
+        );
+    }
+    if !absent.is_empty() {
+        println!("\nnot under {}: {}", a.tasks.display(), absent.join(", "));
+    }
+    if let Some(j) = &a.json {
+        std::fs::write(j, serde_json::to_string_pretty(&results)?)
+            .with_context(|| format!("--json {}", j.display()))?;
+    }
+    Ok(())
+}

@@ -26,6 +26,7 @@ pub mod paragram;
 mod run;
 pub mod sts;
 pub mod train;
+pub mod transfer;
 pub mod words;
 
 pub use model::{Kind, Model};
