@@ -703,7 +703,7 @@ fn brute_force_lexicon(rows: &[PairRow], min_score: f32, max_tokens: usize) -> L
     let (mut cross, mut within): (BTreeMap<Pair, i64>, [BTreeMap<Pair, i64>; 2]) =
         Default::default();
     let mut marg: BTreeMap<String, [i64; 2]> = BTreeMap::new();
-    let (mut n_cross, mut n_within, mut n_sent) = (0i64, [0i64; 2], [0i64; 2]);
+    let (mut n_cross, mut n_within) = (0i64, [0i64; 2]);
     let ord = |a: &str, b: &str| -> Pair {
         if a < b {
             (a.into(), b.into())
@@ -724,7 +724,6 @@ fn brute_force_lexicon(rows: &[PairRow], min_score: f32, max_tokens: usize) -> L
             .map(|t| t.texts().into_iter().map(String::from).collect())
             .collect();
         for (s, words) in sides.iter().enumerate() {
-            n_sent[s] += words.len() as i64;
             for w in words {
                 marg.entry(w.clone()).or_default()[s] += 1;
             }
@@ -745,22 +744,22 @@ fn brute_force_lexicon(rows: &[PairRow], min_score: f32, max_tokens: usize) -> L
             }
         }
     }
-    let all = (n_sent[0] + n_sent[1]) as f64;
-    let p = |w: &str| (marg[w][0] + marg[w][1]) as f64 / all;
-    let ps = |w: &str, s: usize| (marg[w][s] as f64).max(1.0) / n_sent[s] as f64;
+    let c = |w: &str| (marg[w][0] + marg[w][1]) as f64;
+    let cs = |w: &str, s: usize| (marg[w][s] as f64).max(1.0);
     cross
         .into_iter()
-        .map(|((u, v), c)| {
+        .map(|((u, v), x)| {
             let rc = within[0].get(&(u.clone(), v.clone())).copied().unwrap_or(0);
             let tc = within[1].get(&(u.clone(), v.clone())).copied().unwrap_or(0);
-            let pmi_cross = (c as f64 / (2.0 * n_cross as f64) / (p(&u) * p(&v))).ln();
+            // log(#(u,v) #(.,.) / (#(u) #(v))), raw counts.
+            let pmi_cross = (x as f64 * n_cross as f64 / (c(&u) * c(&v))).ln();
             let side = |s: usize, co: i64| {
-                ((co as f64 + 1.0) / n_within[s] as f64 / (ps(&u, s) * ps(&v, s))).ln()
+                ((co as f64 + 1.0) * n_within[s] as f64 / (cs(&u, s) * cs(&v, s))).ln()
             };
             let ordinary = 0.5 * (side(0, rc) + side(1, tc));
             (
                 (u, v),
-                ([c, rc, tc], [pmi_cross, ordinary, pmi_cross - ordinary]),
+                ([x, rc, tc], [pmi_cross, ordinary, pmi_cross - ordinary]),
             )
         })
         .collect()
@@ -781,6 +780,7 @@ fn lexicon_counts_and_pmis_match_their_definition() {
     let run = |input: &Path, out: &Path, min_score: f32| {
         let o = LexiconOptions {
             min_para_score: min_score,
+            min_count: 1,
             ..LexiconOptions::new(input.to_path_buf(), out.to_path_buf())
         };
         lexicon::run(&o, &|_| {}).unwrap()

@@ -324,8 +324,9 @@ pub struct LexiconArgs {
     /// Leave out pairs with a side longer than this many tokens.
     #[arg(long, default_value_t = 30)]
     max_tokens: usize,
-    /// Write only word pairs seen at least this many times across sentences.
-    #[arg(long, default_value_t = 1)]
+    /// Write only word pairs seen at least this many times across sentences
+    /// (pairs seen once or twice are mostly chance: docs/replication.md).
+    #[arg(long, default_value_t = 3)]
     min_count: u64,
     /// Words in fewer sentences take no part in pairs.
     #[arg(long, default_value_t = 1)]

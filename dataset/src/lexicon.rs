@@ -120,7 +120,7 @@ impl LexiconOptions {
             output,
             min_para_score: 0.35,
             max_tokens: 30,
-            min_count: 1,
+            min_count: 3,
             min_word_sentences: 1,
             smoothing: 1.0,
             memory: paraforge_core::repeats::DEFAULT_BUDGET,
@@ -261,13 +261,11 @@ pub fn run(
 
     // Pass 1: the vocabulary and each word's sentence counts.
     let mut vocab: HashMap<String, [u64; 2]> = HashMap::new();
-    let mut sentences = [0u64; 2];
     let counted = for_each_pair(&paths, o, progress, |r, t| {
         for (side, toks) in [r, t].into_iter().enumerate() {
             let mut types = toks.texts();
             types.sort_unstable();
             types.dedup();
-            sentences[side] += types.len() as u64;
             for w in &types {
                 match vocab.get_mut(*w) {
                     Some(c) => c[side] += 1,
@@ -303,7 +301,6 @@ pub fn run(
         cross: 0,
         within: [0; 2],
         marginals: sorted.iter().map(|(_, c)| *c).collect(),
-        sentences,
     };
 
     // Pass 2: the pair counts. Totals are over every event, written or not.
@@ -421,25 +418,23 @@ struct Totals {
     within: [u64; 2],
     /// Sentences holding each word, by id: [references, translations].
     marginals: Vec<[u64; 2]>,
-    /// Sum of every word's marginals (pruned words included).
-    sentences: [u64; 2],
 }
 
 /// The three PMIs of a word pair, [cross, ordinary, adjusted], from its
 /// counts [cross, within references, within translations] (DEFINITIONS
-/// section 6). Natural logarithms; probabilities, so 0 is independence.
+/// section 7): the paper's `log(#(u,v) #(.,.) / (#(u) #(v)))` with raw
+/// counts, natural logarithms. Its scale matters: a pair a lexicon lacks
+/// scores 0 in evaluation, and raw counts put most seen pairs above that.
 fn pmis(u: usize, v: usize, c: &[u32; 3], t: &Totals, k: f64) -> [f64; 3] {
     let ln = |x: f64| x.ln();
-    let both = |id: usize| {
-        let m = t.marginals[id];
-        ln((m[0] + m[1]) as f64) - ln((t.sentences[0] + t.sentences[1]) as f64)
-    };
-    let cross = ln(c[0] as f64) - ln(2.0 * t.cross as f64) - both(u) - both(v);
+    let m = &t.marginals;
+    let both = |id: usize| ln((m[id][0] + m[id][1]) as f64);
+    let cross = ln(c[0] as f64) + ln(t.cross as f64) - both(u) - both(v);
     let side = |s: usize| {
         // A word absent from one side's sentences has no marginal there:
         // the pseudo-count stands in for it as for the co-occurrence.
-        let m = |id: usize| ln((t.marginals[id][s] as f64).max(k)) - ln(t.sentences[s] as f64);
-        ln(c[1 + s] as f64 + k) - ln(t.within[s].max(1) as f64) - m(u) - m(v)
+        let one = |id: usize| ln((m[id][s] as f64).max(k));
+        ln(c[1 + s] as f64 + k) + ln(t.within[s].max(1) as f64) - one(u) - one(v)
     };
     let ordinary = 0.5 * (side(0) + side(1));
     [cross, ordinary, cross - ordinary]
@@ -683,7 +678,8 @@ fn card_text(m: &LexiconManifest) -> String {
          was in a reference and the other in its translation (both directions); \
          `pmi_cross` is the cross-sentence PMI, `pmi_ordinary` the mean of the \
          within-sentence PMIs over references and over translations (pseudo-count \
-         {k}), `pmi_adjusted` their difference. Natural logarithms.\n\n\
+         {k}), `pmi_adjusted` their difference: `log(#(u,v) #(.,.) / (#(u) #(v)))` \
+         with raw counts as the paper writes it, natural logarithms.\n\n\
          A word's paraphrases, best first (DuckDB):\n\n\
          ```sql\n\
          SELECT CASE WHEN word1 = 'laughed' THEN word2 ELSE word1 END AS paraphrase, count, pmi_adjusted\n\
@@ -841,7 +837,6 @@ mod tests {
                 cross: 0,
                 within: [0; 2],
                 marginals: Vec::new(),
-                sentences: [0; 2],
             };
             for s in &pairs {
                 c.add_pair(s, &mut t).unwrap();
