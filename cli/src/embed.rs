@@ -42,7 +42,7 @@ pub struct TrainArgs {
     #[arg(long)]
     lambda_c: Option<f64>,
     /// L2 weight on a neural encoder's word table's distance from its
-    /// start (default 0), or on paragram-words' (default 1e-6).
+    /// start (default 0), or on paragram-words' (default 1e-3).
     #[arg(long)]
     lambda_w: Option<f64>,
     /// paragram-words from a lexicon: its pairs seen at least this often
@@ -50,7 +50,7 @@ pub struct TrainArgs {
     #[arg(long)]
     lexicon_min_count: Option<u64>,
     /// paragram-words from a lexicon: its pairs with adjusted PMI at least
-    /// this (default 0).
+    /// this (default 0.5).
     #[arg(long)]
     lexicon_min_pmi: Option<f64>,
     /// Weight of the Gaussian encoders' KL prior to N(0, I) (Chen and
@@ -327,7 +327,7 @@ fn train_paragram(a: TrainArgs) -> Result<()> {
         paraforge_dataset::lexicon::training_pairs(
             &a.data,
             a.lexicon_min_count.unwrap_or(5),
-            a.lexicon_min_pmi.unwrap_or(0.0),
+            a.lexicon_min_pmi.unwrap_or(0.5),
         )?
     } else {
         let (pairs, phrases) = paragram::read_ppdb(&a.data)?;

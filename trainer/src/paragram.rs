@@ -41,7 +41,7 @@ impl Default for ParagramOptions {
             batch_size: 100,
             lr: 0.5,
             margin: 1.0,
-            lambda: 1e-6,
+            lambda: 1e-3,
             seed: 1,
         }
     }
