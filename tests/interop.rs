@@ -645,7 +645,7 @@ sig = lambda z: 1 / (1 + np.exp(-z))
 def encode(a, s, pre=""):
     P = lambda name: t[pre + name]
     xs = t["emb"][s].astype(np.float64)
-    def lstm(p, xs, out_gate=True, gran=False):
+    def lstm(p, xs, out_gate=True, gran=False, pool=np.mean):
         h_dim = P(p + ".w_hh").shape[0]
         h, cell, hs, gs = np.zeros(h_dim), np.zeros(h_dim), [], []
         for x in xs:
@@ -656,7 +656,7 @@ def encode(a, s, pre=""):
             hs.append(h)
             if gran:
                 gs.append(x * sig(x @ P("gate.w_x") + h @ P("gate.w_h") + P("gate.b")[0]))
-        return np.mean(gs if gran else hs, axis=0)
+        return pool(gs if gran else hs, axis=0)
     def rnn(xs, act):
         h = np.zeros(P("rnn.w_h").shape[0])
         for x in xs:
@@ -667,6 +667,8 @@ def encode(a, s, pre=""):
     if a in ("blstm", "blstm-concat"):
         f, b = lstm("fwd", xs), lstm("bwd", xs[::-1])
         return (f + b) / 2 if a == "blstm" else np.concatenate([f, b])
+    if a == "blstm-max":
+        return np.concatenate([lstm("fwd", xs, pool=np.max), lstm("bwd", xs[::-1], pool=np.max)])
     if a == "gran": return lstm("fwd", xs, gran=True)
     if a == "rnn": return rnn(xs, np.tanh)
     if a == "irnn": return rnn(xs, lambda z: z) / len(xs)

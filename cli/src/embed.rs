@@ -16,7 +16,7 @@ pub struct TrainArgs {
     #[arg(long)]
     data: PathBuf,
     /// word, trigram, word,trigram (averages), or a neural encoder: lstm,
-    /// lstm-no-o, blstm, blstm-concat, gran, rnn, irnn, dan, proj,
+    /// lstm-no-o, blstm, blstm-concat, blstm-max, gran, rnn, irnn, dan, proj,
     /// gaussian, lstm-gaussian; or paragram-words: word vectors tuned on
     /// word pairs (--data a lexicon or a PPDB file, --out GloVe text).
     #[arg(long, default_value = "word")]

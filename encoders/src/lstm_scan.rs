@@ -770,11 +770,12 @@ mod tests {
     use burn::tensor::Device;
     use rand::{Rng, SeedableRng};
 
-    const LSTMS: [Arch; 5] = [
+    const LSTMS: [Arch; 6] = [
         Arch::Lstm,
         Arch::LstmNoO,
         Arch::Blstm,
         Arch::BlstmConcat,
+        Arch::BlstmMax,
         Arch::Gran,
     ];
 

@@ -29,6 +29,10 @@ pub enum Arch {
     Blstm,
     /// As `Blstm`, the two directions concatenated (Wieting and Gimpel, 2018, Table 10).
     BlstmConcat,
+    /// Forward and backward LSTMs, each hidden dimension's maximum over the
+    /// sentence, the two directions concatenated ("BLSTM (Max,
+    /// concatenation)", Wieting and Gimpel, 2018, Table 14).
+    BlstmMax,
     /// Gated recurrent averaging network (Wieting et al., 2017, eq. 1).
     Gran,
     /// tanh RNN, the last hidden state (Wieting et al., 2016).
@@ -61,11 +65,12 @@ pub enum Arch {
 }
 
 impl Arch {
-    pub const ALL: [Arch; 11] = [
+    pub const ALL: [Arch; 12] = [
         Arch::Lstm,
         Arch::LstmNoO,
         Arch::Blstm,
         Arch::BlstmConcat,
+        Arch::BlstmMax,
         Arch::Gran,
         Arch::Rnn,
         Arch::Irnn,
@@ -81,6 +86,7 @@ impl Arch {
             Arch::LstmNoO => "lstm-no-o",
             Arch::Blstm => "blstm",
             Arch::BlstmConcat => "blstm-concat",
+            Arch::BlstmMax => "blstm-max",
             Arch::Gran => "gran",
             Arch::Rnn => "rnn",
             Arch::Irnn => "irnn",
@@ -361,7 +367,7 @@ impl Shape {
     /// The sentence embedding's size.
     pub fn out_dim(&self) -> usize {
         match self.arch {
-            Arch::BlstmConcat | Arch::LstmGaussian => 2 * self.hidden,
+            Arch::BlstmConcat | Arch::BlstmMax | Arch::LstmGaussian => 2 * self.hidden,
             Arch::Gaussian => 2 * self.word_dim,
             Arch::Gran | Arch::Avg => self.word_dim,
             Arch::Trigram => self.trigram_dim,
@@ -390,7 +396,7 @@ impl Shape {
         let glorot = |i: usize, o: usize| Init::Uniform((6.0 / (i + o) as f64).sqrt());
         match self.arch {
             Arch::Lstm | Arch::LstmNoO => lstm("fwd"),
-            Arch::Blstm | Arch::BlstmConcat => [lstm("fwd"), lstm("bwd")].concat(),
+            Arch::Blstm | Arch::BlstmConcat | Arch::BlstmMax => [lstm("fwd"), lstm("bwd")].concat(),
             Arch::Gran => {
                 let a = 1.0 / (d as f64).sqrt();
                 let mut v = lstm("fwd");
@@ -681,6 +687,16 @@ impl Net {
                     Tensor::cat(vec![fw, bw], 1)
                 }
             }
+            Arch::BlstmMax => {
+                // Hidden states lie in (-1, 1): 4 below a padded step's
+                // zero keeps it from ever being the maximum.
+                let pad = (mask.clone().unsqueeze_dim::<3>(2) - 1.0) * 4.0;
+                let h = self.shape.hidden;
+                let pool = |hs: Tensor<3>| (hs + pad.clone()).max_dim(1).reshape([n, h]);
+                let fw = pool(self.lstm_states(0, &x, &mask, false));
+                let bw = pool(self.lstm_states(3, &x, &mask, true));
+                Tensor::cat(vec![fw, bw], 1)
+            }
             Arch::Gran => self.lstm(0, &x, &mask, false, true).1 / lens,
             Arch::Rnn | Arch::Irnn => {
                 let h = self.rnn(&x, &mask);
@@ -780,10 +796,45 @@ impl Net {
         (Tensor::cat(vec![mu, lv.exp()], 1), klsum)
     }
 
-    /// The LSTM through the fused kernel ([`crate::lstm_scan::scan`]): the
-    /// LSTM whose parameters start at `comp[at]` over `x` [n, len, d] with `mask` [n, len]: (sum
-    /// of its hidden states, and for GRAN the sum of the gated inputs). `None`
-    /// where the kernel is not available (`lstm_scan::available`).
+    /// The fused kernel's hidden states ([`crate::lstm_scan::scan`]) of
+    /// the LSTM whose parameters start at `comp[at]` over `x` [n, len, d]
+    /// with `mask` [n, len]: [n, len, h], zero at padding. `None` where the
+    /// kernel is not available (`lstm_scan::available`).
+    fn fused_states(
+        &self,
+        at: usize,
+        x: &Tensor<3>,
+        mask: &Tensor<2>,
+        reverse: bool,
+        out_gate: bool,
+    ) -> Option<Tensor<3>> {
+        let p = |i: usize| self.comp[i].val();
+        if !crate::lstm_scan::available(&p(at)) {
+            return None;
+        }
+        let len = x.dims()[1];
+        // Right-padded: each sentence's length is its mask's sum.
+        let m = mask.to_data().convert::<f32>();
+        let lens = m
+            .as_slice::<f32>()
+            .expect("f32 mask")
+            .chunks(len)
+            .map(|row| row.iter().filter(|&&v| v > 0.0).count())
+            .collect();
+        Some(crate::lstm_scan::scan(
+            x.clone(),
+            p(at),
+            p(at + 2),
+            p(at + 1),
+            lens,
+            reverse,
+            out_gate,
+        ))
+    }
+
+    /// The LSTM through the fused kernel: (sum of its hidden states, and
+    /// for GRAN the sum of the gated inputs); `None` where the kernel is
+    /// not available.
     fn fused_lstm(
         &self,
         at: usize,
@@ -793,28 +844,9 @@ impl Net {
         out_gate: bool,
     ) -> Option<(Tensor<2>, Tensor<2>)> {
         let p = |i: usize| self.comp[i].val();
-        if !crate::lstm_scan::available(&p(at)) {
-            return None;
-        }
+        let hs = self.fused_states(at, x, mask, reverse, out_gate)?;
         let [n, len, d] = x.dims();
         let h = self.shape.hidden;
-        // Right-padded: each sentence's length is its mask's sum.
-        let m = mask.to_data().convert::<f32>();
-        let lens = m
-            .as_slice::<f32>()
-            .expect("f32 mask")
-            .chunks(len)
-            .map(|row| row.iter().filter(|&&v| v > 0.0).count())
-            .collect();
-        let hs = crate::lstm_scan::scan(
-            x.clone(),
-            p(at),
-            p(at + 2),
-            p(at + 1),
-            lens,
-            reverse,
-            out_gate,
-        );
         let sum = hs.clone().sum_dim(1).reshape([n, h]);
         let gsum = if self.shape.arch == Arch::Gran {
             // a_t = x_t * sigmoid(x_t W_x + h_t W_h + b), over the real tokens.
@@ -846,6 +878,32 @@ impl Net {
         if let Some(out) = self.fused_lstm(at, x, mask, reverse, out_gate) {
             return out;
         }
+        let (sum, gsum, _) = self.lstm_steps(at, x, mask, reverse, out_gate, false);
+        (sum, gsum)
+    }
+
+    /// The LSTM's hidden states [n, len, h], zero at padding (for max
+    /// pooling), through the fused kernel where it runs.
+    fn lstm_states(&self, at: usize, x: &Tensor<3>, mask: &Tensor<2>, reverse: bool) -> Tensor<3> {
+        if let Some(hs) = self.fused_states(at, x, mask, reverse, true) {
+            return hs;
+        }
+        let (_, _, steps) = self.lstm_steps(at, x, mask, reverse, true, true);
+        Tensor::stack(steps, 1)
+    }
+
+    /// The LSTM in ordinary burn ops: (sum of the masked hidden states, the
+    /// GRAN gated sum, and with `collect` each time step's masked state in
+    /// time order).
+    fn lstm_steps(
+        &self,
+        at: usize,
+        x: &Tensor<3>,
+        mask: &Tensor<2>,
+        reverse: bool,
+        out_gate: bool,
+        collect: bool,
+    ) -> (Tensor<2>, Tensor<2>, Vec<Tensor<2>>) {
         let [n, len, d] = x.dims();
         let h_dim = self.shape.hidden;
         let (w_hh, b) = (self.p(at + 1), self.p(at + 2));
@@ -859,6 +917,7 @@ impl Net {
         let z0 = Tensor::<2>::zeros([n, h_dim], (&x.device(), x.dtype()));
         let (mut h, mut c, mut sum) = (z0.clone(), z0.clone(), z0);
         let mut gsum = Tensor::<2>::zeros([n, d], (&x.device(), x.dtype()));
+        let mut steps: Vec<Option<Tensor<2>>> = vec![None; if collect { len } else { 0 }];
         for k in 0..len {
             let t = if reverse { len - 1 - k } else { k };
             let m = mask.clone().narrow(1, t, 1);
@@ -879,7 +938,11 @@ impl Net {
             let keep = m.clone().neg() + 1.0;
             c = c_new * m.clone() + c * keep.clone();
             h = h_new.clone() * m.clone() + h * keep;
-            sum = sum + h_new * m.clone();
+            let masked = h_new * m.clone();
+            if collect {
+                steps[t] = Some(masked.clone());
+            }
+            sum = sum + masked;
             if let Some(xg) = &gran {
                 let xt = x.clone().narrow(1, t, 1).reshape([n, d]);
                 let gate = sigmoid(
@@ -888,7 +951,11 @@ impl Net {
                 gsum = gsum + xt * gate * m;
             }
         }
-        (sum, gsum)
+        let steps = steps
+            .into_iter()
+            .map(|s| s.expect("every step ran"))
+            .collect();
+        (sum, gsum, steps)
     }
 
     /// The RNN's hidden state after each sentence's last token.

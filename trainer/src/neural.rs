@@ -28,7 +28,7 @@ pub fn default_margin(spec: &Spec) -> f32 {
 /// encoders); a combination takes the largest default of its parts.
 pub fn default_scramble(spec: &Spec) -> f64 {
     let of = |a: Arch| match a {
-        Arch::Lstm | Arch::LstmNoO | Arch::Blstm | Arch::BlstmConcat => 0.3,
+        Arch::Lstm | Arch::LstmNoO | Arch::Blstm | Arch::BlstmConcat | Arch::BlstmMax => 0.3,
         // Chen and Gimpel (2020), appendix A.1, scramble for LSTMGaussian
         // and WLO.
         Arch::Gaussian | Arch::LstmGaussian => 0.4,
