@@ -512,11 +512,14 @@ fn train_and_test(
     (predict(&net, &te, dim, task.classes, scored), te.gold, l2)
 }
 
-/// Runs `task` on embeddings from `embed` (many sentences at once; None
-/// for one with no token the encoder knows).
+/// Embeds many sentences at once: None for one with no token the encoder
+/// knows.
+pub type EmbedMany<'a> = dyn Fn(&[&str]) -> Vec<Option<Vec<f32>>> + 'a;
+
+/// Runs `task` on embeddings from `embed`.
 pub fn evaluate(
     task: &Task,
-    embed: &dyn Fn(&[&str]) -> Vec<Option<Vec<f32>>>,
+    embed: &EmbedMany<'_>,
     o: &TransferOptions,
 ) -> Result<TaskResult, TrainError> {
     // Every distinct sentence once, at unit length; zeros for one without
@@ -680,8 +683,15 @@ mod tests {
         let s = split(&t, &refs, &|_| vec![1.0, 0.0]);
         assert_eq!(s.x.len(), 5 * 4 * 2);
         for (row, gold) in s.y.chunks(5).zip(&s.gold) {
-            let e: f32 = row.iter().enumerate().map(|(i, p)| p * (i + 1) as f32).sum();
-            assert!((e - gold).abs() < 1e-6 && (row.iter().sum::<f32>() - 1.0).abs() < 1e-6, "{row:?}");
+            let e: f32 = row
+                .iter()
+                .enumerate()
+                .map(|(i, p)| p * (i + 1) as f32)
+                .sum();
+            assert!(
+                (e - gold).abs() < 1e-6 && (row.iter().sum::<f32>() - 1.0).abs() < 1e-6,
+                "{row:?}"
+            );
         }
     }
 
