@@ -521,8 +521,10 @@ fn every_neural_encoder_learns_saves_and_loads() {
             sampling: if arch == Arch::Dan {
                 Sampling::Mix
             } else {
-                Sampling::Max
+                paraforge_trainer::neural::default_sampling(&spec)
             },
+            lambda_c: paraforge_trainer::neural::default_lambdas(&spec).0,
+            lambda_w: paraforge_trainer::neural::default_lambdas(&spec).1,
             ..NeuralOptions::default()
         };
         let rep = train_nn(&mut m, &source, &o, &cpu(), Some(&dev), &mut |_| {}).unwrap();
@@ -530,13 +532,7 @@ fn every_neural_encoder_learns_saves_and_loads() {
         let devs: Vec<f64> = rep.epochs.iter().map(|e| e.dev.unwrap()).collect();
         let after = dev(&m);
         eprintln!("{spec}: loss {losses:.3?}, dev {before:.1} -> {devs:.1?}");
-        if arch == Arch::Rnn {
-            // Measured, not hidden: the tanh RNN's last state collapses here
-            // (every sentence ends alike; the loss goes to 2 x margin, all
-            // embeddings one direction) at every rate tried, 5e-4 to 2e-2,
-            // and on 5,000 pairs of the real model (docs/encoders.md).
-            assert!(losses.iter().all(|l| l.is_finite()), "{arch}: {losses:?}");
-        } else if arch == Arch::LstmGaussian {
+        if arch == Arch::LstmGaussian {
             // Measured, not hidden: its margin loss falls, but on a few
             // hundred pairs the cosine of [mean, variance] ends below the
             // untrained network's (docs/encoders.md), as it did at every

@@ -34,15 +34,15 @@ pub struct TrainArgs {
     scramble: Option<f64>,
     /// Negatives of a neural encoder: max (the most similar sentence of
     /// another pair; the default) or mix (max half the time, else a random
-    /// one).
+    /// one; the default for rnn, as Wieting et al. (2016) trained it).
     #[arg(long)]
     negatives: Option<paraforge_trainer::neural::Sampling>,
     /// L2 weight on a neural encoder's compositional parameters (the iRNN's
-    /// pull towards its start; default 0).
+    /// pull towards its start; default 0, 5e-5 for rnn).
     #[arg(long)]
     lambda_c: Option<f64>,
     /// L2 weight on a neural encoder's word table's distance from its
-    /// start (default 0), or on paragram-words' (default 1e-3).
+    /// start (default 0, 5e-7 for rnn), or on paragram-words' (default 1e-3).
     #[arg(long)]
     lambda_w: Option<f64>,
     /// paragram-words from a lexicon: its pairs seen at least this often
@@ -90,8 +90,8 @@ pub struct TrainArgs {
     /// Chen and Gimpel (2020), and for paragram-words, as Wieting et al. (2015)).
     #[arg(long)]
     margin: Option<f32>,
-    /// Adam's learning rate (a finite number above 0; default 0.001), or
-    /// paragram-words' AdaGrad rate (default 0.5). A run whose weights stop
+    /// Adam's learning rate (a finite number above 0; default 0.001, 0.0005
+    /// for rnn), or paragram-words' AdaGrad rate (default 0.5). A run whose weights stop
     /// being finite numbers ends in an error naming the epoch.
     #[arg(long)]
     lr: Option<f32>,
@@ -241,7 +241,7 @@ impl TrainArgs {
             megabatch: self.megabatch,
             batch_size: self.batch_size,
             margin: self.margin,
-            lr: self.lr.unwrap_or(0.001),
+            lr: self.lr,
             epochs: self.epochs.unwrap_or(5),
             seed: self.seed,
             trigram_dim: self.trigram_dim,

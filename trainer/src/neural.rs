@@ -23,6 +23,43 @@ pub fn default_margin(spec: &Spec) -> f32 {
     }
 }
 
+/// The settings Wieting et al. (2016) trained their tanh RNN with (its
+/// `ppdb-rnn` configuration): MIX negatives, lambda_c 1e-4 and lambda_w
+/// 1e-6 on their half-squared norms (5e-5 and 5e-7 on this project's
+/// squared norms), Adam at 0.0005. With MAX negatives the last state
+/// collapses (the loss sits at twice the margin, every sentence ending
+/// alike), whatever the rate and the weights (docs/encoders.md).
+fn has_rnn(spec: &Spec) -> bool {
+    spec.arch == Arch::Rnn || spec.parts.contains(&Arch::Rnn)
+}
+
+/// Negatives unless told otherwise: MAX, or MIX for an RNN (see [`has_rnn`]).
+pub fn default_sampling(spec: &Spec) -> Sampling {
+    if has_rnn(spec) {
+        Sampling::Mix
+    } else {
+        Sampling::Max
+    }
+}
+
+/// (lambda_c, lambda_w) unless told otherwise: 0, or the RNN's.
+pub fn default_lambdas(spec: &Spec) -> (f64, f64) {
+    if has_rnn(spec) {
+        (5e-5, 5e-7)
+    } else {
+        (0.0, 0.0)
+    }
+}
+
+/// Adam's rate unless told otherwise: 0.001, or the RNN's 0.0005.
+pub fn default_lr(spec: &Spec) -> f32 {
+    if has_rnn(spec) {
+        0.0005
+    } else {
+        0.001
+    }
+}
+
 /// Words are scrambled while training with this probability unless told
 /// otherwise (Wieting and Gimpel, 2018, used 0.3 for their recurrent
 /// encoders); a combination takes the largest default of its parts.

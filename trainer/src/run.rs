@@ -22,6 +22,9 @@ pub const DEFAULT_DEV: &str = "data/sts/stsbenchmark/sts-dev.csv";
 
 /// The margin delta of the averages (Wieting and Gimpel, 2018).
 pub const DEFAULT_MARGIN: f32 = 0.4;
+
+/// Adam's learning rate (Wieting and Gimpel, 2018).
+pub const DEFAULT_LR: f32 = 0.001;
 /// Mini-batches per mega-batch: Wieting and Gimpel (2018), Table 6, train
 /// with 20 and 40; 1 (no mega-batching) is their weakest setting.
 pub const DEFAULT_MEGABATCH: usize = 20;
@@ -83,7 +86,7 @@ pub struct TrainSpec {
     /// Probability that a training sentence's words are shuffled (default:
     /// [`crate::neural::default_scramble`]).
     pub scramble: Option<f64>,
-    /// A neural encoder's negatives (default max).
+    /// A neural encoder's negatives (default max; mix for rnn).
     pub negatives: Option<Sampling>,
     /// L2 weights of a neural encoder (default 0) and the Gaussians' KL
     /// weight (default [`crate::nn_train::DEFAULT_LAMBDA_KL`]).
@@ -107,7 +110,8 @@ pub struct TrainSpec {
     /// The margin delta (default: [`DEFAULT_MARGIN`], or the neural
     /// encoder's [`crate::neural::default_margin`]).
     pub margin: Option<f32>,
-    pub lr: f32,
+    /// Adam's rate (default [`DEFAULT_LR`]; 0.0005 for rnn).
+    pub lr: Option<f32>,
     /// Passes over the data; 0 writes the initial model.
     pub epochs: usize,
     pub seed: u64,
@@ -214,10 +218,10 @@ impl TrainSpec {
         }
         // NaN or a negative rate would train to NaN weights (or away from
         // the data) for a whole epoch before anything said so.
-        if !(self.lr.is_finite() && self.lr > 0.0) {
+        let lr = self.lr();
+        if !(lr.is_finite() && lr > 0.0) {
             return Err(TrainError::Invalid(format!(
-                "--lr {}: the learning rate must be a finite number above 0",
-                self.lr
+                "--lr {lr}: the learning rate must be a finite number above 0"
             )));
         }
         for (name, v) in [
@@ -371,12 +375,20 @@ impl TrainSpec {
         })
     }
 
+    /// Adam's rate: `--lr`, else the encoder's default.
+    fn lr(&self) -> f32 {
+        self.lr.unwrap_or(match &self.model {
+            Encoder::Neural(spec) => crate::neural::default_lr(spec),
+            Encoder::Average(_) => DEFAULT_LR,
+        })
+    }
+
     fn options(&self) -> TrainOptions {
         TrainOptions {
             megabatch: self.megabatch,
             batch_size: self.batch_size,
             margin: self.margin(),
-            lr: self.lr,
+            lr: self.lr(),
             epochs: self.epochs,
             seed: self.seed,
             shuffle_buffer: self.shuffle_buffer,
@@ -410,7 +422,7 @@ impl TrainSpec {
             "data": self.data.display().to_string(),
             "init_vectors": self.init_vectors.as_ref().map(|p| p.display().to_string()),
             "megabatch": self.megabatch, "batch_size": self.batch_size, "margin": self.margin(),
-            "lr": self.lr, "epochs": self.epochs, "seed": self.seed,
+            "lr": self.lr(), "epochs": self.epochs, "seed": self.seed,
             "report": report,
         });
         if let (Some(n), serde_json::Value::Object(extra)) = (n.as_object_mut(), extra) {
@@ -574,9 +586,9 @@ fn train_neural(
     let o = NeuralOptions {
         base: s.options(),
         scramble: s.scramble.unwrap_or(crate::neural::default_scramble(spec)),
-        sampling: s.negatives.unwrap_or_default(),
-        lambda_c: s.lambda_c.unwrap_or(0.0),
-        lambda_w: s.lambda_w.unwrap_or(0.0),
+        sampling: s.negatives.unwrap_or(crate::neural::default_sampling(spec)),
+        lambda_c: s.lambda_c.unwrap_or(crate::neural::default_lambdas(spec).0),
+        lambda_w: s.lambda_w.unwrap_or(crate::neural::default_lambdas(spec).1),
         lambda_kl: s.lambda_kl.unwrap_or(crate::nn_train::DEFAULT_LAMBDA_KL),
         ..NeuralOptions::default()
     };
