@@ -404,6 +404,39 @@ async fn the_pipeline_writes_to_s3_through_object_store() {
         err.contains("holds a finished dataset") && err.contains("--overwrite"),
         "{err}"
     );
+
+    // `paraforge lexicon` from S3 to S3, through the same staging: a
+    // lexicon's manifest, its file checked, `_SUCCESS` last.
+    let out = paraforge_tests::paraforge_ok(&[
+        "lexicon",
+        "--data",
+        "s3://paraforge-test/jobs/interop",
+        "--out",
+        "s3://paraforge-test/jobs/interop-lexicon",
+        "--min-count",
+        "1",
+    ]);
+    assert!(out.contains("of 600 pairs counted"), "{out}");
+    let lex = Storage::open("s3://paraforge-test/jobs/interop-lexicon").unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&lex.get("_manifest.json").await.unwrap()).unwrap();
+    assert_eq!(manifest["kind"], "lexicon");
+    let f = &manifest["files"][0];
+    let bytes = lex.get(f["path"].as_str().unwrap()).await.unwrap();
+    use sha2::Digest;
+    assert_eq!(hex::encode(sha2::Sha256::digest(&bytes)), f["sha256"]);
+    assert!(f["rows"].as_u64().unwrap() > 100, "{f}");
+    let listed: Vec<String> = lex
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert!(
+        listed.contains(&"_SUCCESS".to_string()) && listed.contains(&"README.md".to_string()),
+        "{listed:?}"
+    );
 }
 
 /// Whether the test Python can import `module`.
