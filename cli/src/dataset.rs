@@ -335,7 +335,7 @@ pub struct LexiconArgs {
     #[arg(long, default_value_t = 1.0)]
     smoothing: f64,
     /// Memory the pair counts may take before they spill to disk (TMPDIR).
-    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(16..))]
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(16..=1 << 24))]
     memory_mb: u64,
     /// Replace a finished lexicon at --out.
     #[arg(long)]
@@ -344,6 +344,17 @@ pub struct LexiconArgs {
 
 pub fn lexicon(a: LexiconArgs) -> Result<()> {
     use paraforge_dataset::lexicon::{self, LexiconOptions, Progress};
+    // Checked before a remote input is downloaded or an output claimed.
+    LexiconOptions {
+        min_para_score: a.min_para_score,
+        max_tokens: a.max_tokens,
+        min_count: a.min_count,
+        min_word_sentences: a.min_word_sentences,
+        smoothing: a.smoothing,
+        memory: a.memory_mb << 20,
+        ..LexiconOptions::new(PathBuf::new(), PathBuf::new())
+    }
+    .check()?;
     let staged = Staging::new(&a.data, &a.out, a.overwrite, "lexicon")?;
     let o = LexiconOptions {
         min_para_score: a.min_para_score,

@@ -128,7 +128,8 @@ impl LexiconOptions {
         }
     }
 
-    fn check(&self) -> Result<(), LexiconError> {
+    /// The options' bounds, before anything is read or claimed.
+    pub fn check(&self) -> Result<(), LexiconError> {
         let bad = |s: String| Err(LexiconError::Option(s));
         if !self.min_para_score.is_finite() {
             return bad(format!(
@@ -433,7 +434,10 @@ fn pmis(u: usize, v: usize, c: &[u32; 3], t: &Totals, k: f64) -> [f64; 3] {
     let side = |s: usize| {
         // A word absent from one side's sentences has no marginal there:
         // the pseudo-count stands in for it as for the co-occurrence.
-        let one = |id: usize| ln((m[id][s] as f64).max(k));
+        let one = |id: usize| match m[id][s] {
+            0 => ln(k),
+            n => ln(n as f64),
+        };
         ln(c[1 + s] as f64 + k) + ln(t.within[s].max(1) as f64) - one(u) - one(v)
     };
     let ordinary = 0.5 * (side(0) + side(1));
@@ -452,6 +456,9 @@ struct PairCounts {
     max_entries: usize,
     dir: Option<tempfile::TempDir>,
     runs: Vec<PathBuf>,
+    /// Runs written so far, merged ones included.
+    spilled: u64,
+    fan_in: usize,
 }
 
 const RECORD: usize = 8 + 12;
@@ -468,6 +475,8 @@ impl PairCounts {
             max_entries: (memory / PAIR_BYTES).max(1) as usize,
             dir: None,
             runs: Vec::new(),
+            spilled: 0,
+            fan_in: FAN_IN,
         }
     }
 
@@ -479,7 +488,7 @@ impl PairCounts {
     }
 
     fn spills(&self) -> u64 {
-        self.runs.len() as u64
+        self.spilled
     }
 
     fn bump(&mut self, key: u64, which: usize) -> std::io::Result<()> {
@@ -525,16 +534,34 @@ impl PairCounts {
                     .tempdir()?,
             );
         }
-        let path = self.dir().join(format!("run-{:05}", self.runs.len()));
+        let path = self.dir().join(format!("run-{:05}", self.spilled));
         let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(&path)?);
         for (k, c) in self.sorted() {
-            w.write_all(&k.to_le_bytes())?;
-            for x in c {
-                w.write_all(&x.to_le_bytes())?;
-            }
+            write_record(&mut w, k, c)?;
         }
         w.into_inner().map_err(|e| e.into_error())?;
         self.runs.push(path);
+        self.spilled += 1;
+        if self.runs.len() >= self.fan_in {
+            // One run in place of many: the final merge opens at most
+            // `fan_in` files whatever the corpus.
+            let merged = self.dir().join(format!("merged-{:05}", self.spilled));
+            let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(&merged)?);
+            let mut err = None;
+            merge_runs(&self.runs, |k, c| {
+                if err.is_none() {
+                    err = write_record(&mut w, k, c).err();
+                }
+            })?;
+            if let Some(e) = err {
+                return Err(e);
+            }
+            w.into_inner().map_err(|e| e.into_error())?;
+            for r in self.runs.drain(..) {
+                std::fs::remove_file(r)?;
+            }
+            self.runs.push(merged);
+        }
         Ok(())
     }
 
@@ -550,44 +577,62 @@ impl PairCounts {
             self.spill()?;
         }
         self.map = FxHashMap::default();
-        let mut readers = Vec::with_capacity(self.runs.len());
-        for p in &self.runs {
-            readers.push(BufReader::with_capacity(1 << 16, std::fs::File::open(p)?));
-        }
-        let mut heap = BinaryHeap::new();
-        let mut heads: Vec<[u32; 3]> = vec![[0; 3]; readers.len()];
-        for (i, r) in readers.iter_mut().enumerate() {
-            if let Some((k, c)) = next_record(r)? {
-                heads[i] = c;
-                heap.push(std::cmp::Reverse((k, i)));
-            }
-        }
-        let mut cur: Option<(u64, [u32; 3])> = None;
-        while let Some(std::cmp::Reverse((k, i))) = heap.pop() {
-            let c = heads[i];
-            match &mut cur {
-                Some((ck, cc)) if *ck == k => {
-                    for j in 0..3 {
-                        cc[j] = cc[j].saturating_add(c[j]);
-                    }
-                }
-                _ => {
-                    if let Some((ck, cc)) = cur.take() {
-                        f(ck, cc);
-                    }
-                    cur = Some((k, c));
-                }
-            }
-            if let Some((k, c)) = next_record(&mut readers[i])? {
-                heads[i] = c;
-                heap.push(std::cmp::Reverse((k, i)));
-            }
-        }
-        if let Some((ck, cc)) = cur {
-            f(ck, cc);
-        }
-        Ok(())
+        merge_runs(&self.runs, f)
     }
+}
+
+/// Runs merged at once at most: past it the runs are merged into one
+/// first, so that open files and read buffers stay bounded.
+const FAN_IN: usize = 64;
+
+/// The k-way merge of sorted run files: `f` once per key, ascending, with
+/// the counts of every run that holds it summed.
+fn merge_runs(runs: &[PathBuf], mut f: impl FnMut(u64, [u32; 3])) -> std::io::Result<()> {
+    let mut readers = Vec::with_capacity(runs.len());
+    for p in runs {
+        readers.push(BufReader::with_capacity(1 << 16, std::fs::File::open(p)?));
+    }
+    let mut heap = BinaryHeap::new();
+    let mut heads: Vec<[u32; 3]> = vec![[0; 3]; readers.len()];
+    for (i, r) in readers.iter_mut().enumerate() {
+        if let Some((k, c)) = next_record(r)? {
+            heads[i] = c;
+            heap.push(std::cmp::Reverse((k, i)));
+        }
+    }
+    let mut cur: Option<(u64, [u32; 3])> = None;
+    while let Some(std::cmp::Reverse((k, i))) = heap.pop() {
+        let c = heads[i];
+        match &mut cur {
+            Some((ck, cc)) if *ck == k => {
+                for j in 0..3 {
+                    cc[j] = cc[j].saturating_add(c[j]);
+                }
+            }
+            _ => {
+                if let Some((ck, cc)) = cur.take() {
+                    f(ck, cc);
+                }
+                cur = Some((k, c));
+            }
+        }
+        if let Some((k, c)) = next_record(&mut readers[i])? {
+            heads[i] = c;
+            heap.push(std::cmp::Reverse((k, i)));
+        }
+    }
+    if let Some((ck, cc)) = cur {
+        f(ck, cc);
+    }
+    Ok(())
+}
+
+fn write_record(w: &mut impl Write, k: u64, c: [u32; 3]) -> std::io::Result<()> {
+    w.write_all(&k.to_le_bytes())?;
+    for x in c {
+        w.write_all(&x.to_le_bytes())?;
+    }
+    Ok(())
 }
 
 fn next_record(r: &mut impl Read) -> std::io::Result<Option<(u64, [u32; 3])>> {
@@ -779,7 +824,9 @@ pub fn training_pairs(
             let count = schema::column::<Int64Array>(&batch, lcol::COUNT, &path)?;
             let adj = schema::column::<Float64Array>(&batch, lcol::PMI_ADJUSTED, &path)?;
             for i in 0..batch.num_rows() {
-                if count.value(i) >= min_count as i64 && adj.value(i) >= min_pmi {
+                if count.value(i) >= i64::try_from(min_count).unwrap_or(i64::MAX)
+                    && adj.value(i) >= min_pmi
+                {
                     out.push((w1.value(i).to_string(), w2.value(i).to_string()));
                 }
             }
@@ -831,13 +878,14 @@ mod tests {
                 s
             })
             .collect();
+        let totals = || Totals {
+            cross: 0,
+            within: [0; 2],
+            marginals: Vec::new(),
+        };
         let count = |memory: u64| {
             let mut c = PairCounts::new(memory);
-            let mut t = Totals {
-                cross: 0,
-                within: [0; 2],
-                marginals: Vec::new(),
-            };
+            let mut t = totals();
             for s in &pairs {
                 c.add_pair(s, &mut t).unwrap();
             }
@@ -851,6 +899,15 @@ mod tests {
         assert!(small.spills() > 10, "{}", small.spills());
         assert_eq!((cross, within), (cross2, within2));
         assert_eq!(drained(small), want);
+        // Past the fan-in the runs are merged into one as they come.
+        let (mut c, mut t) = (PairCounts::new(PAIR_BYTES * 50), totals());
+        c.fan_in = 4;
+        for s in &pairs {
+            c.add_pair(s, &mut t).unwrap();
+            assert!(c.runs.len() < 4);
+        }
+        assert!(c.spills() > 10);
+        assert_eq!(drained(c), want);
     }
 
     #[test]

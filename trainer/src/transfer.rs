@@ -264,6 +264,21 @@ pub fn load(dir: &Path) -> Result<(Vec<Task>, Vec<&'static str>), TrainError> {
                 metric: Metric::Accuracy,
             },
         };
+        // Each file the task reads must hold examples: an empty one would
+        // leave nothing to train, choose or score on.
+        let parts: Vec<usize> = match name {
+            "SST2" | "SICK-E" | "SICK-R" => {
+                vec![task.train.len(), task.dev.len(), task.test.len()]
+            }
+            "TREC" | "MRPC" => vec![task.train.len(), task.test.len()],
+            _ => vec![task.train.len()],
+        };
+        if let Some((path, _)) = paths.iter().zip(&parts).find(|(_, n)| **n < 2) {
+            return Err(TrainError::Invalid(format!(
+                "{name}: {} holds fewer than two examples",
+                path.display()
+            )));
+        }
         for (part, ex) in [
             ("train", &task.train),
             ("dev", &task.dev),
@@ -421,7 +436,7 @@ fn fit(
             &dev.gold,
             scored,
         );
-        if best.as_ref().is_none_or(|(b, _)| s > *b) {
+        if best.as_ref().is_none_or(|(b, _)| s > *b || b.is_nan()) {
             best = Some((s, plain));
             since = 0;
         } else {
@@ -504,7 +519,7 @@ fn train_and_test(
     let mut best: Option<(f64, f64, Linear)> = None;
     for &l2 in &o.l2 {
         let (net, s) = fit(&tr, &dv, dim, task.classes, scored, l2, o);
-        if best.as_ref().is_none_or(|(b, _, _)| s > *b) {
+        if best.as_ref().is_none_or(|(b, _, _)| s > *b || b.is_nan()) {
             best = Some((s, l2, net));
         }
     }
@@ -571,11 +586,19 @@ pub fn evaluate(
         _ if task.name == "MRPC" => 2 * dim,
         _ => 4 * dim,
     };
+    if task.test.is_empty() && task.train.len() < 2 * o.folds {
+        return Err(TrainError::Invalid(format!(
+            "{}: {} examples, too few for {}-fold cross-validation",
+            task.name,
+            task.train.len(),
+            o.folds
+        )));
+    }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(o.seed);
     let holdout = |ex: &[Example], rng: &mut rand_chacha::ChaCha8Rng| {
         let mut idx: Vec<usize> = (0..ex.len()).collect();
         idx.shuffle(rng);
-        let cut = ex.len() / 10;
+        let cut = (ex.len() / 10).max(1);
         (idx[cut..].to_vec(), idx[..cut].to_vec())
     };
     let (mut pred, mut gold, mut l2s) = (Vec::new(), Vec::new(), Vec::new());
@@ -621,6 +644,12 @@ pub fn evaluate(
         l2s.push(l2);
     }
     let s = score(&pred, &gold, scored);
+    if !s.is_finite() {
+        return Err(TrainError::Invalid(format!(
+            "{}: the classifier's score is {s} (every prediction the same?)",
+            task.name
+        )));
+    }
     let f1 = (task.metric == Metric::AccuracyF1).then(|| {
         let tp = pred
             .iter()
@@ -707,5 +736,13 @@ mod tests {
         assert_eq!(tasks.len(), 1);
         assert!(matches!(&tasks[0].train[0], Example::One(s, 1) if s == "café"));
         assert!(absent.contains(&"MR"));
+        // A split without examples is refused by its file, not a panic.
+        std::fs::write(dir.path().join("TREC.train.all"), "").unwrap();
+        std::fs::write(dir.path().join("TREC.test.all"), "0 what ?\n1 who ?\n").unwrap();
+        let e = load(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("TREC.train.all holds fewer than two examples"),
+            "{e}"
+        );
     }
 }
