@@ -641,34 +641,14 @@ type LexRows = BTreeMap<(String, String), ([i64; 3], [f64; 3])>;
 
 fn read_lexicon(dir: &Path) -> LexRows {
     use arrow_array::{Float64Array, Int64Array};
+    use paraforge_core::schema::column;
     let mut out = BTreeMap::new();
     let f = dir.join(paraforge_dataset::lexicon::FILE);
     for b in PairReader::open(&f, &[]).unwrap() {
         let b = b.unwrap();
-        let s = |n: &str| {
-            b.column_by_name(n)
-                .unwrap()
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .unwrap()
-                .clone()
-        };
-        let i = |n: &str| {
-            b.column_by_name(n)
-                .unwrap()
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap()
-                .clone()
-        };
-        let x = |n: &str| {
-            b.column_by_name(n)
-                .unwrap()
-                .as_any()
-                .downcast_ref::<Float64Array>()
-                .unwrap()
-                .clone()
-        };
+        let s = |n: &str| column::<StringArray>(&b, n, &f).unwrap().clone();
+        let i = |n: &str| column::<Int64Array>(&b, n, &f).unwrap().clone();
+        let x = |n: &str| column::<Float64Array>(&b, n, &f).unwrap().clone();
         let (w1, w2) = (s("word1"), s("word2"));
         let (c, r, t) = (
             i("count"),
@@ -886,7 +866,7 @@ fn lexicon_counts_and_pmis_match_their_definition() {
     let res = &r[1]["results"][0];
     assert_eq!(res["covered"], covered, "{res}");
     assert!(covered > 0);
-    let want = 100.0 * pearson(&ranks(&sims), &ranks(&gold));
+    let want = 100.0 * paraforge_tests::spearman(&sims, &gold);
     assert!(
         (res["spearman"].as_f64().unwrap() - want).abs() < 1e-6,
         "{res} vs {want}"
@@ -972,24 +952,4 @@ fn lexicon_counts_and_pmis_match_their_definition() {
         &words,
     ]);
     assert!(e.contains("not a paraforge lexicon"), "{e}");
-}
-
-/// Ranks with ties averaged.
-fn ranks(x: &[f64]) -> Vec<f64> {
-    x.iter()
-        .map(|a| {
-            let below = x.iter().filter(|b| *b < a).count() as f64;
-            let same = x.iter().filter(|b| *b == a).count() as f64;
-            below + (same + 1.0) / 2.0
-        })
-        .collect()
-}
-
-fn pearson(x: &[f64], y: &[f64]) -> f64 {
-    let n = x.len() as f64;
-    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
-    let cov: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
-    let sx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum::<f64>().sqrt();
-    let sy: f64 = y.iter().map(|b| (b - my).powi(2)).sum::<f64>().sqrt();
-    cov / (sx * sy)
 }

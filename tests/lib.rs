@@ -292,3 +292,24 @@ pub fn metric(page: &str, series: &str) -> Option<f64> {
             .ok()
     })
 }
+
+/// Spearman's rho, written here apart from the trainer's: ranks with ties
+/// averaged, then Pearson's r of the ranks.
+pub fn spearman(x: &[f64], y: &[f64]) -> f64 {
+    fn ranks(x: &[f64]) -> Vec<f64> {
+        x.iter()
+            .map(|a| {
+                let below = x.iter().filter(|b| *b < a).count() as f64;
+                let same = x.iter().filter(|b| *b == a).count() as f64;
+                below + (same + 1.0) / 2.0
+            })
+            .collect()
+    }
+    let (x, y) = (ranks(x), ranks(y));
+    let n = x.len() as f64;
+    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+    let cov: f64 = x.iter().zip(&y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let sx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum::<f64>().sqrt();
+    let sy: f64 = y.iter().map(|b| (b - my).powi(2)).sum::<f64>().sqrt();
+    cov / (sx * sy)
+}

@@ -1473,25 +1473,6 @@ fn eval_words_scores_unseen_pairs_zero_and_counts_them() {
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let results = r[0]["results"].as_array().unwrap();
     let (v, _) = Vectors::load(&glove).unwrap();
-    // Ranks with ties averaged, then Pearson: written here apart from the
-    // trainer's.
-    fn ranks(x: &[f64]) -> Vec<f64> {
-        x.iter()
-            .map(|a| {
-                let below = x.iter().filter(|b| *b < a).count() as f64;
-                let same = x.iter().filter(|b| *b == a).count() as f64;
-                below + (same + 1.0) / 2.0
-            })
-            .collect()
-    }
-    fn pearson(x: &[f64], y: &[f64]) -> f64 {
-        let n = x.len() as f64;
-        let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
-        let cov: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
-        let sx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum::<f64>().sqrt();
-        let sy: f64 = y.iter().map(|b| (b - my).powi(2)).sum::<f64>().sqrt();
-        cov / (sx * sy)
-    }
     for (res, file, n) in [
         (&results[0], "simlex999.txt", 999),
         (&results[1], "wordsim353.tsv", 353),
@@ -1514,7 +1495,7 @@ fn eval_words_scores_unseen_pairs_zero_and_counts_them() {
         assert_eq!(res["pairs"], n, "{res}");
         assert_eq!(res["covered"], covered, "{res}");
         assert!(covered < n, "some pairs are unseen by 25k GloVe words");
-        let want = 100.0 * pearson(&ranks(&sims), &ranks(&gold));
+        let want = 100.0 * paraforge_tests::spearman(&sims, &gold);
         let got = res["spearman"].as_f64().unwrap();
         assert!((got - want).abs() < 1e-3, "{file}: {got} vs {want}");
     }

@@ -344,19 +344,7 @@ pub struct LexiconArgs {
 
 pub fn lexicon(a: LexiconArgs) -> Result<()> {
     use paraforge_dataset::lexicon::{self, LexiconOptions, Progress};
-    // Checked before a remote input is downloaded or an output claimed.
-    LexiconOptions {
-        min_para_score: a.min_para_score,
-        max_tokens: a.max_tokens,
-        min_count: a.min_count,
-        min_word_sentences: a.min_word_sentences,
-        smoothing: a.smoothing,
-        memory: a.memory_mb << 20,
-        ..LexiconOptions::new(PathBuf::new(), PathBuf::new())
-    }
-    .check()?;
-    let staged = Staging::new(&a.data, &a.out, a.overwrite, "lexicon")?;
-    let o = LexiconOptions {
+    let mut o = LexiconOptions {
         min_para_score: a.min_para_score,
         max_tokens: a.max_tokens,
         min_count: a.min_count,
@@ -364,8 +352,12 @@ pub fn lexicon(a: LexiconArgs) -> Result<()> {
         smoothing: a.smoothing,
         memory: a.memory_mb << 20,
         overwrite: a.overwrite,
-        ..LexiconOptions::new(staged.input.clone(), staged.out.clone())
+        ..LexiconOptions::new(PathBuf::new(), PathBuf::new())
     };
+    // Checked before a remote input is downloaded or an output claimed.
+    o.check()?;
+    let staged = Staging::new(&a.data, &a.out, a.overwrite, "lexicon")?;
+    (o.input, o.output) = (staged.input.clone(), staged.out.clone());
     let style = |pass: &str| {
         indicatif::ProgressStyle::with_template(&format!(
             "{pass} {{bar:30}} {{human_pos}}/{{human_len}} pairs ({{per_sec}}, eta {{eta}})"

@@ -103,14 +103,7 @@ pub fn embed(a: EmbedArgs) -> Result<()> {
     }
     let out = crate::out::Out::claim("--out", &a.out, &inputs, a.overwrite)?;
     crate::threads(a.threads)?;
-    let what = match (&a.model, &a.vectors) {
-        (Some(m), _) => format!("--model {}", m.display()),
-        (_, Some(v)) => format!("--vectors {}", v.display()),
-        _ => unreachable!("clap requires one"),
-    };
-    let encoder = paraforge_scorer::load_encoder(a.model.as_deref(), a.vectors.as_deref())
-        .with_context(|| what.clone())?
-        .expect("a model or vectors is given");
+    let (what, encoder) = encoder_of(a.model.as_deref(), a.vectors.as_deref())?;
     let (source, total) = match (&a.input, &a.data) {
         (Some(p), _) => (Source::text(p)?, count_lines(p)?),
         (_, Some(d)) => {
@@ -177,6 +170,23 @@ pub fn embed(a: EmbedArgs) -> Result<()> {
         }
     );
     Ok(())
+}
+
+/// The encoder `--model` or `--vectors` names (clap requires one), and how
+/// messages name it.
+fn encoder_of(
+    model: Option<&Path>,
+    vectors: Option<&Path>,
+) -> Result<(String, Box<dyn SentenceEncoder>)> {
+    let what = match (model, vectors) {
+        (Some(m), _) => format!("--model {}", m.display()),
+        (_, Some(v)) => format!("--vectors {}", v.display()),
+        _ => unreachable!("clap requires one"),
+    };
+    let encoder = paraforge_scorer::load_encoder(model, vectors)
+        .with_context(|| what.clone())?
+        .expect("a model or vectors is given");
+    Ok((what, encoder))
 }
 
 /// The embeddings of `items` (`dim` values each) and whether each had one
@@ -435,14 +445,7 @@ pub struct EvalTransferArgs {
 pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
     use paraforge_trainer::transfer::{self, TransferOptions};
     crate::threads(a.threads)?;
-    let what = match (&a.model, &a.vectors) {
-        (Some(m), _) => format!("--model {}", m.display()),
-        (_, Some(v)) => format!("--vectors {}", v.display()),
-        _ => unreachable!("clap requires one"),
-    };
-    let encoder = paraforge_scorer::load_encoder(a.model.as_deref(), a.vectors.as_deref())
-        .with_context(|| what.clone())?
-        .expect("a model or vectors is given");
+    let (what, encoder) = encoder_of(a.model.as_deref(), a.vectors.as_deref())?;
     let (tasks, absent) =
         transfer::load(&a.tasks).with_context(|| format!("--tasks {}", a.tasks.display()))?;
     if tasks.is_empty() {

@@ -757,13 +757,18 @@ pub enum Score {
     Adjusted,
 }
 
-/// The scores of the rows of the lexicon at `dir` whose two words are both
-/// in `wanted`, keyed by (word1, word2) with word1 < word2: [cross,
-/// adjusted]. Refuses anything but a finished lexicon.
-pub fn read_scores(
-    dir: &Path,
-    wanted: &HashSet<String>,
-) -> Result<HashMap<(String, String), [f64; 2]>, LexiconError> {
+/// One row of a lexicon, as [`for_each_row`] reads it.
+struct Row<'a> {
+    word1: &'a str,
+    word2: &'a str,
+    count: i64,
+    pmi_cross: f64,
+    pmi_adjusted: f64,
+}
+
+/// Calls `f` with every row of the finished lexicon at `dir`; anything
+/// else (a corpus, an unfinished output) is refused.
+fn for_each_row(dir: &Path, mut f: impl FnMut(Row<'_>)) -> Result<(), LexiconError> {
     let dataset = paraforge_core::dataset::open(dir)?;
     if dataset.kind != Some(ManifestKind::Lexicon) {
         return Err(LexiconError::NotLexicon {
@@ -771,31 +776,45 @@ pub fn read_scores(
             reason: "its manifest was not written by `paraforge lexicon`".into(),
         });
     }
-    let mut out = HashMap::new();
+    use lcol::*;
     for path in dataset.paths() {
-        let need = [
-            lcol::WORD1,
-            lcol::WORD2,
-            lcol::PMI_CROSS,
-            lcol::PMI_ADJUSTED,
-        ];
-        for batch in PairReader::open(&path, &need)? {
+        for batch in PairReader::open(&path, &[WORD1, WORD2, COUNT, PMI_CROSS, PMI_ADJUSTED])? {
             let batch = batch?;
-            let w1 = schema::column::<StringArray>(&batch, lcol::WORD1, &path)?;
-            let w2 = schema::column::<StringArray>(&batch, lcol::WORD2, &path)?;
-            let cross = schema::column::<Float64Array>(&batch, lcol::PMI_CROSS, &path)?;
-            let adj = schema::column::<Float64Array>(&batch, lcol::PMI_ADJUSTED, &path)?;
+            let w1 = schema::column::<StringArray>(&batch, WORD1, &path)?;
+            let w2 = schema::column::<StringArray>(&batch, WORD2, &path)?;
+            let count = schema::column::<Int64Array>(&batch, COUNT, &path)?;
+            let cross = schema::column::<Float64Array>(&batch, PMI_CROSS, &path)?;
+            let adj = schema::column::<Float64Array>(&batch, PMI_ADJUSTED, &path)?;
             for i in 0..batch.num_rows() {
-                let (a, b) = (w1.value(i), w2.value(i));
-                if wanted.contains(a) && wanted.contains(b) {
-                    out.insert(
-                        (a.to_string(), b.to_string()),
-                        [cross.value(i), adj.value(i)],
-                    );
-                }
+                f(Row {
+                    word1: w1.value(i),
+                    word2: w2.value(i),
+                    count: count.value(i),
+                    pmi_cross: cross.value(i),
+                    pmi_adjusted: adj.value(i),
+                });
             }
         }
     }
+    Ok(())
+}
+
+/// The scores of the rows of the lexicon at `dir` whose two words are both
+/// in `wanted`, keyed by (word1, word2) with word1 < word2: [cross,
+/// adjusted].
+pub fn read_scores(
+    dir: &Path,
+    wanted: &HashSet<String>,
+) -> Result<HashMap<(String, String), [f64; 2]>, LexiconError> {
+    let mut out = HashMap::new();
+    for_each_row(dir, |r| {
+        if wanted.contains(r.word1) && wanted.contains(r.word2) {
+            out.insert(
+                (r.word1.to_string(), r.word2.to_string()),
+                [r.pmi_cross, r.pmi_adjusted],
+            );
+        }
+    })?;
     Ok(out)
 }
 
@@ -807,31 +826,13 @@ pub fn training_pairs(
     min_count: u64,
     min_pmi: f64,
 ) -> Result<Vec<(String, String)>, LexiconError> {
-    let dataset = paraforge_core::dataset::open(dir)?;
-    if dataset.kind != Some(ManifestKind::Lexicon) {
-        return Err(LexiconError::NotLexicon {
-            path: dir.to_path_buf(),
-            reason: "its manifest was not written by `paraforge lexicon`".into(),
-        });
-    }
+    let min_count = i64::try_from(min_count).unwrap_or(i64::MAX);
     let mut out = Vec::new();
-    for path in dataset.paths() {
-        let need = [lcol::WORD1, lcol::WORD2, lcol::COUNT, lcol::PMI_ADJUSTED];
-        for batch in PairReader::open(&path, &need)? {
-            let batch = batch?;
-            let w1 = schema::column::<StringArray>(&batch, lcol::WORD1, &path)?;
-            let w2 = schema::column::<StringArray>(&batch, lcol::WORD2, &path)?;
-            let count = schema::column::<Int64Array>(&batch, lcol::COUNT, &path)?;
-            let adj = schema::column::<Float64Array>(&batch, lcol::PMI_ADJUSTED, &path)?;
-            for i in 0..batch.num_rows() {
-                if count.value(i) >= i64::try_from(min_count).unwrap_or(i64::MAX)
-                    && adj.value(i) >= min_pmi
-                {
-                    out.push((w1.value(i).to_string(), w2.value(i).to_string()));
-                }
-            }
+    for_each_row(dir, |r| {
+        if r.count >= min_count && r.pmi_adjusted >= min_pmi {
+            out.push((r.word1.to_string(), r.word2.to_string()));
         }
-    }
+    })?;
     Ok(out)
 }
 
