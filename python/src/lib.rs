@@ -1,0 +1,344 @@
+//! `paraforge._native`: the Rust side of the Python package. The public API
+//! (numpy arrays, pyarrow datasets, docstrings) is `python/paraforge/`;
+//! this module hands it flat buffers and plain lists, and does every piece
+//! of work with the GIL released, on the same code paths as the CLI
+//! (`embed`, the workers' scoring, `translate`, the readers' manifest
+//! check), so that Python and the CLI give the same numbers.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+
+use paraforge_core::bleu::Smoothing;
+use paraforge_core::{ArpaModel, PairScores, Scorer, SentenceEncoder};
+use paraforge_nmt::{Device, GenerateOptions, LoadOptions};
+
+pyo3::create_exception!(
+    _native,
+    ParaforgeError,
+    PyException,
+    "A model, corpus or input that paraforge refuses; the message names what and where."
+);
+
+/// An error with its causes, as the CLI prints them (`a: b: c`).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        source = s.source();
+    }
+    msg
+}
+
+fn error(e: impl std::error::Error) -> PyErr {
+    ParaforgeError::new_err(chain(&e))
+}
+
+/// [`error`] naming `path` unless the message already does.
+fn prefixed(path: &Path, e: impl std::error::Error) -> PyErr {
+    let msg = chain(&e);
+    let p = path.display().to_string();
+    ParaforgeError::new_err(if msg.contains(&p) {
+        msg
+    } else {
+        format!("{p}: {msg}")
+    })
+}
+
+/// The strings of a Python sequence, refusing (by index) anything that is
+/// not a `str` or cannot be UTF-8: a `str` holding lone surrogates (what
+/// `surrogateescape` makes of undecodable bytes) has no UTF-8 form, and a
+/// `bytes` object is not text until the caller says how it is encoded.
+fn texts(what: &str, seq: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if seq.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: a list of sentences, not one string"
+        )));
+    }
+    let mut out = Vec::new();
+    for (i, item) in seq.try_iter()?.enumerate() {
+        let item = item?;
+        let s = item.cast::<PyString>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{what}[{i}]: a str, not {}",
+                item.get_type().name().map_or("?".into(), |n| n.to_string())
+            ))
+        })?;
+        let s = s.to_cow().map_err(|_| {
+            PyValueError::new_err(format!(
+                "{what}[{i}]: not valid Unicode text (lone surrogates: decode the bytes \
+                 with the right encoding first)"
+            ))
+        })?;
+        out.push(s.into_owned());
+    }
+    Ok(out)
+}
+
+/// Any sentence encoder `paraforge train` writes, the transformer scorer, or
+/// word vectors.
+#[pyclass(frozen)]
+struct Encoder {
+    inner: Box<dyn SentenceEncoder>,
+    path: PathBuf,
+}
+
+#[pymethods]
+impl Encoder {
+    /// `model` is a trained model (`.pfe` or a neural encoder's directory)
+    /// or a transformer scorer's directory; `vectors` a GloVe-format file.
+    #[staticmethod]
+    #[pyo3(signature = (model=None, vectors=None))]
+    fn load(py: Python<'_>, model: Option<PathBuf>, vectors: Option<PathBuf>) -> PyResult<Self> {
+        let path = match (&model, &vectors) {
+            (Some(p), None) | (None, Some(p)) => p.clone(),
+            _ => {
+                return Err(PyValueError::new_err(
+                    "give a model or word vectors, not both and not neither",
+                ))
+            }
+        };
+        let inner = py
+            .detach(|| paraforge_scorer::load_encoder(model.as_deref(), vectors.as_deref()))
+            .map_err(|e| prefixed(&path, e))?
+            .expect("a model or vectors is given");
+        Ok(Encoder { inner, path })
+    }
+
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    /// Little-endian f32 rows, `dim` values per sentence; NaN rows for a
+    /// sentence with no token the encoder knows (as `paraforge embed`).
+    fn encode<'py>(
+        &self,
+        py: Python<'py>,
+        sentences: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let texts = texts("sentences", sentences)?;
+        let flat = py.detach(|| embed(&*self.inner, &texts));
+        let bytes: Vec<u8> = flat.iter().flat_map(|x| x.to_le_bytes()).collect();
+        Ok(PyBytes::new(py, &bytes))
+    }
+}
+
+fn embed(encoder: &dyn SentenceEncoder, texts: &[String]) -> Vec<f32> {
+    use rayon::prelude::*;
+    let tokens: Vec<paraforge_core::Tokens> = texts
+        .par_iter()
+        .map(|t| paraforge_core::tokenize(t))
+        .collect();
+    let d = encoder.dim();
+    let mut flat = vec![0f32; texts.len() * d];
+    let cov = encoder.embed_batch(&tokens, &mut flat);
+    for (row, c) in flat.chunks_mut(d.max(1)).zip(&cov) {
+        if c.known == 0 {
+            row.fill(f32::NAN);
+        }
+    }
+    flat
+}
+
+/// The corpus's score columns for (reference, translation) pairs, computed
+/// as a worker computes them: `{column: list}` with None where the corpus
+/// has null.
+#[pyfunction]
+#[pyo3(signature = (references, translations, model=None, vectors=None, lm=None, bleu="sacrebleu"))]
+fn score_pairs<'py>(
+    py: Python<'py>,
+    references: &Bound<'py, PyAny>,
+    translations: &Bound<'py, PyAny>,
+    model: Option<PathBuf>,
+    vectors: Option<PathBuf>,
+    lm: Option<PathBuf>,
+    bleu: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    let refs = texts("references", references)?;
+    let hyps = texts("translations", translations)?;
+    if refs.len() != hyps.len() {
+        return Err(PyValueError::new_err(format!(
+            "{} references but {} translations: give one translation per reference",
+            refs.len(),
+            hyps.len()
+        )));
+    }
+    let smoothing = match bleu {
+        "sacrebleu" => Smoothing::Sacrebleu,
+        "nakov" => Smoothing::Nakov,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "bleu={other:?}: use \"sacrebleu\" or \"nakov\""
+            )))
+        }
+    };
+    let (model_path, vectors_path) = (model.clone(), vectors.clone());
+    let encoder = py
+        .detach(|| paraforge_scorer::load_encoder(model.as_deref(), vectors.as_deref()))
+        .map_err(|e| {
+            let p = model_path.or(vectors_path).unwrap_or_default();
+            prefixed(&p, e)
+        })?;
+    let lm = match &lm {
+        Some(p) => Some(
+            py.detach(|| ArpaModel::load(p))
+                .map_err(|e| prefixed(p, e))?,
+        ),
+        None => None,
+    };
+    let failed_before = encoder.as_ref().map_or(0, |e| e.failures());
+    let scores: Vec<PairScores> = py.detach(|| {
+        use rayon::prelude::*;
+        refs.par_iter()
+            .zip(hyps.par_iter())
+            .map_init(
+                || {
+                    Scorer::new(encoder.as_deref())
+                        .with_lm(lm.as_ref())
+                        .with_bleu(smoothing)
+                },
+                |s, (r, t)| s.score(r, t),
+            )
+            .collect()
+    });
+    // A score left null by a failed model run must not pass for one.
+    if let Some(e) = &encoder {
+        let failed = e.failures() - failed_before;
+        if failed > 0 {
+            return Err(ParaforgeError::new_err(format!(
+                "{}: the encoder failed on {failed} sentence(s); see the log",
+                e.describe()
+            )));
+        }
+    }
+    use paraforge_core::schema::col;
+    let out = PyDict::new(py);
+    let column = |f: &dyn Fn(&PairScores) -> Py<PyAny>| -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, scores.iter().map(f))
+    };
+    let opt = |x: Option<f32>| -> Py<PyAny> {
+        x.map_or_else(
+            || py.None(),
+            |v| v.into_pyobject(py).unwrap().into_any().unbind(),
+        )
+    };
+    let num = |x: f32| -> Py<PyAny> { x.into_pyobject(py).unwrap().into_any().unbind() };
+    let int = |x: u32| -> Py<PyAny> { x.into_pyobject(py).unwrap().into_any().unbind() };
+    out.set_item(col::PARA_SCORE, column(&|s| opt(s.para_score))?)?;
+    out.set_item(col::UNIGRAM_OVERLAP, column(&|s| num(s.unigram_overlap))?)?;
+    out.set_item(col::BIGRAM_OVERLAP, column(&|s| num(s.bigram_overlap))?)?;
+    out.set_item(col::TRIGRAM_OVERLAP, column(&|s| num(s.trigram_overlap))?)?;
+    out.set_item(col::SENTENCE_BLEU, column(&|s| num(s.sentence_bleu))?)?;
+    out.set_item(
+        col::TRANSLATION_PERPLEXITY,
+        column(&|s| opt(s.translation_perplexity))?,
+    )?;
+    out.set_item(col::REFERENCE_LEN, column(&|s| int(s.reference_len))?)?;
+    out.set_item(col::TRANSLATION_LEN, column(&|s| int(s.translation_len))?)?;
+    Ok(out)
+}
+
+/// The beam-search engine of `paraforge translate`.
+#[pyclass(frozen)]
+struct Translator {
+    inner: Mutex<paraforge_nmt::Translator>,
+    options: GenerateOptions,
+}
+
+#[pymethods]
+impl Translator {
+    #[new]
+    #[pyo3(signature = (model_dir, device="cpu", beam=12, batch_size=16, threads=0, quantized=false, max_new_tokens=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        model_dir: PathBuf,
+        device: &str,
+        beam: usize,
+        batch_size: usize,
+        threads: usize,
+        quantized: bool,
+        max_new_tokens: Option<usize>,
+    ) -> PyResult<Self> {
+        let device: Device = device.parse().map_err(PyValueError::new_err)?;
+        if beam == 0 || batch_size == 0 {
+            return Err(PyValueError::new_err(
+                "beam and batch_size must be at least 1",
+            ));
+        }
+        let load = LoadOptions {
+            device,
+            threads,
+            quantized,
+            ..Default::default()
+        };
+        let inner = py
+            .detach(|| paraforge_nmt::Translator::load(&model_dir, &load))
+            .map_err(|e| prefixed(&model_dir, e))?;
+        Ok(Translator {
+            inner: Mutex::new(inner),
+            options: GenerateOptions {
+                num_beams: beam,
+                max_new_tokens,
+                nbest: 1,
+                batch_size,
+                ..Default::default()
+            },
+        })
+    }
+
+    /// (translation, score) per sentence, in input order; "" and NaN for
+    /// an empty sentence.
+    fn translate(
+        &self,
+        py: Python<'_>,
+        sentences: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<(String, f32)>> {
+        let texts = texts("sentences", sentences)?;
+        let out = py.detach(|| {
+            let mut t = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            t.translate(&texts, &self.options)
+        });
+        let out = out.map_err(error)?;
+        Ok(out.into_iter().map(|t| (t.text, t.score)).collect())
+    }
+}
+
+/// The files of a finished output after the readers' check (manifest,
+/// `_SUCCESS`, every file's SHA-256 and row count), in manifest order.
+#[pyfunction]
+fn verified_files(py: Python<'_>, path: PathBuf) -> PyResult<(Vec<PathBuf>, u64)> {
+    let ds = py
+        .detach(|| paraforge_core::dataset::open(&path))
+        .map_err(error)?;
+    Ok((ds.paths(), ds.rows()))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("ParaforgeError", m.py().get_type::<ParaforgeError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<Encoder>()?;
+    m.add_class::<Translator>()?;
+    m.add_function(wrap_pyfunction!(score_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(verified_files, m)?)?;
+    Ok(())
+}
