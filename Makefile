@@ -6,6 +6,7 @@
 #   make image    the CPU container image (make image-cuda: the CUDA one)
 #   make bench-nmt-natural  the trained demo model on held-out text, against CTranslate2
 #   make bench-gpu  paraforge against CTranslate2 in fp16 on a GPU (says so and stops without one)
+#   make wheel    the Python package (python/), an abi3 wheel in dist/
 #
 # The ONNX Runtime shared library comes from the onnxruntime wheel on PyPI
 # (ort is built with load-dynamic); `make ort` fetches it into .cache/ort.
@@ -22,7 +23,7 @@ VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build ort image image-cuda base-image testenv test demo scorer minilm lint fmt venv fixtures bench-nmt bench-nmt-natural bench-gpu bench-score bench-bins bench-train bench-load bench-scale bench-pipeline soak clean-ort
+.PHONY: all build wheel test-python ort image image-cuda base-image testenv test demo scorer minilm lint fmt venv fixtures bench-nmt bench-nmt-natural bench-gpu bench-score bench-bins bench-train bench-load bench-scale bench-pipeline soak clean-ort
 
 all: build
 
@@ -103,8 +104,35 @@ test: $(ORT_LIB) testenv
 	deploy/k8s/validate.sh
 	$(CARGO) build --bin paraforge
 	PARAFORGE_TEST_PYTHON=$(TESTENV)/bin/python $(CARGO) test --workspace --all-targets < /dev/null
+	$(MAKE) test-python
 	$(CARGO) clippy --workspace --all-targets -- -D warnings < /dev/null
 	$(CARGO) fmt --all -- --check
+
+# The Python package (python/: pyo3 + maturin, one abi3 wheel for CPython
+# 3.9+). maturin lives in a venv of its own; the wheel needs no Rust to install.
+WHEELENV := $(CURDIR)/.cache/wheelenv
+MATURIN  := $(WHEELENV)/bin/maturin
+$(MATURIN):
+	$(PYTHON) -m venv $(WHEELENV)
+	$(WHEELENV)/bin/pip install --quiet "maturin>=1.9,<2"
+
+wheel: $(MATURIN)
+	$(MATURIN) build --release -m python/Cargo.toml -o dist
+
+# make test's check of the package: a wheel of the test build's profile
+# (most of it already compiled), installed in a fresh venv with pytest,
+# pyarrow and the onnxruntime wheel `make ort` fetched, run against the CLI
+# with ORT_DYLIB_PATH unset (the package finds ONNX Runtime itself).
+PYTEST_ENV := $(CURDIR)/.cache/pytest-env
+test-python: $(ORT_LIB) $(MATURIN)
+	rm -f target/wheels/paraforge-*.whl
+	$(MATURIN) build --profile dev -m python/Cargo.toml -o target/wheels
+	rm -rf $(PYTEST_ENV)
+	$(PYTHON) -m venv $(PYTEST_ENV)
+	$(PYTEST_ENV)/bin/pip install --quiet target/wheels/paraforge-*.whl pytest pyarrow
+	$(PYTEST_ENV)/bin/pip install --quiet --no-deps $(ORT_DIR)/wheel/$(ORT_WHEEL)-$(ORT_VERSION)-*.whl
+	env -u ORT_DYLIB_PATH PARAFORGE_BIN=$(CURDIR)/target/debug/paraforge \
+		$(PYTEST_ENV)/bin/pytest -p no:cacheprovider -q python/tests
 
 lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

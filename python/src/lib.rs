@@ -135,8 +135,10 @@ impl Encoder {
         sentences: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let texts = texts("sentences", sentences)?;
-        let flat = py.detach(|| embed(&*self.inner, &texts));
-        let bytes: Vec<u8> = flat.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let bytes: Vec<u8> = py.detach(|| {
+            let flat = embed(&*self.inner, &texts);
+            flat.iter().flat_map(|x| x.to_le_bytes()).collect()
+        });
         Ok(PyBytes::new(py, &bytes))
     }
 }

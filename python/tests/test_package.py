@@ -1,0 +1,175 @@
+"""The Python package against the CLI on the same models and data: the same
+cosines, columns, translations and manifest checks, and clear exceptions
+for bad input."""
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+
+import paraforge
+from conftest import BATCH, BEAM, MAX_NEW, MODEL, REPO, SCORER, repo, run_cli
+
+
+def test_cosines_are_eval_sts_cosines(tmp_path, paraforge_bin):
+    # 60 STS Benchmark pairs: eval-sts's Pearson of the model's cosines
+    # with the gold scores, and the same from the package's embeddings.
+    sts = tmp_path / "sts" / "stsbenchmark"
+    sts.mkdir(parents=True)
+    with open(repo("data/sts/stsbenchmark/sts-test.csv"), encoding="utf-8") as f:
+        rows = [next(f) for _ in range(60)]
+    (sts / "sts-test.csv").write_text("".join(rows), encoding="utf-8")
+    out = tmp_path / "eval.json"
+    run_cli(paraforge_bin, "eval-sts", "--model", repo(SCORER), "--sts", str(tmp_path / "sts"),
+            "--json", str(out))
+    want = json.loads(out.read_text())[0]["sets"][0]
+    assert want["pairs"] == 60, want
+
+    enc = paraforge.Encoder.load(repo(SCORER))
+    cols = [r.rstrip("\n").split("\t") for r in rows]
+    a, b = enc.encode([c[5] for c in cols]), enc.encode([c[6] for c in cols])
+    assert a.shape == (60, enc.dim) and a.dtype == np.float32
+    cos = np.array([paraforge.cosine(x, y) for x, y in zip(a, b)])
+    gold = np.array([float(c[4]) for c in cols])
+    assert 100 * np.corrcoef(cos, gold)[0, 1] == pytest.approx(want["pearson"], abs=1e-4)
+
+
+def test_score_pairs_gives_the_corpus_columns(corpus):
+    t = paraforge.open_corpus(corpus).to_table()
+    assert t.num_rows == 40
+    got = paraforge.score_pairs(
+        t["reference"].to_pylist(), t["translation"].to_pylist(), model=repo(SCORER)
+    )
+    for name, values in got.items():
+        if name == "translation_perplexity":  # no [scoring] lm in the job
+            assert np.isnan(values).all()
+            continue
+        want = t[name].to_numpy(zero_copy_only=False)
+        np.testing.assert_array_equal(values, np.asarray(want, dtype=values.dtype), err_msg=name)
+    # para_score is the encoder's cosine.
+    enc = paraforge.Encoder.load(repo(SCORER))
+    r, h = enc.encode(t["reference"].to_pylist()), enc.encode(t["translation"].to_pylist())
+    cos = [paraforge.cosine(x, y) for x, y in zip(r, h)]
+    np.testing.assert_allclose(cos, got["para_score"], atol=1e-6)
+
+
+def test_translator_matches_the_corpus_and_the_cli(corpus, tmp_path, paraforge_bin):
+    t = paraforge.open_corpus(corpus).to_table()
+    t = t.sort_by("id")
+    sources = t["source"].to_pylist()
+    tr = paraforge.Translator(repo(MODEL), beam=BEAM, batch_size=BATCH, threads=1,
+                              max_new_tokens=MAX_NEW)
+    got = tr.translate(sources)
+    assert got == t["translation"].to_pylist()
+    inp = tmp_path / "src.txt"
+    inp.write_text("\n".join(sources) + "\n", encoding="utf-8")
+    cli = run_cli(paraforge_bin, "translate", "--model", repo(MODEL), "--beam", str(BEAM),
+                  "--batch-size", str(BATCH), "--threads", "1", "--max-new-tokens", str(MAX_NEW),
+                  str(inp))
+    assert cli.splitlines() == got
+    scored = tr.translate_with_scores(sources[:3])
+    np.testing.assert_allclose([s for _, s in scored], t["translation_score"].to_pylist()[:3],
+                               rtol=1e-6)
+    assert tr.translate(["", "   "]) == ["", ""]
+
+
+def test_open_corpus_reads_only_a_verified_output(corpus, unfinished, tmp_path):
+    ds = paraforge.open_corpus(corpus)
+    manifest = json.loads((corpus / "_manifest.json").read_text())
+    assert ds.count_rows() == sum(f["rows"] for f in manifest["files"])
+    assert sorted(Path(f).name for f in ds.files) == sorted(
+        Path(f["path"]).name for f in manifest["files"])
+    with pytest.raises(paraforge.ParaforgeError, match="_SUCCESS"):
+        paraforge.open_corpus(unfinished)
+    # A listed file changed after the job: its SHA-256 no longer matches.
+    changed = tmp_path / "changed"
+    import shutil
+    shutil.copytree(corpus, changed)
+    part = next(changed.rglob("*.parquet"))
+    part.write_bytes(part.read_bytes()[:-1] + b"!")
+    with pytest.raises(paraforge.ParaforgeError, match=re.escape(part.name)):
+        paraforge.open_corpus(changed)
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        paraforge.open_corpus(tmp_path / "nowhere")
+
+
+def test_bad_input_raises_and_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no-such-model"):
+        paraforge.Encoder.load(tmp_path / "no-such-model")
+    with pytest.raises(FileNotFoundError, match="no-such-model"):
+        paraforge.Translator(tmp_path / "no-such-model")
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    with pytest.raises(paraforge.ParaforgeError, match="empty-model"):
+        paraforge.Translator(empty)
+    garbage = tmp_path / "model.pfe"
+    garbage.write_bytes(b"not a model")
+    with pytest.raises(paraforge.ParaforgeError, match="model.pfe"):
+        paraforge.Encoder.load(garbage)
+    enc = paraforge.Encoder.load(repo(SCORER))
+    # Undecodable bytes as surrogateescape leaves them: no UTF-8 form.
+    bad = b"caf\xe9 au lait".decode("utf-8", "surrogateescape")
+    with pytest.raises(ValueError, match=r"sentences\[2\]"):
+        enc.encode(["fine", "also fine", bad])
+    with pytest.raises(ValueError, match=r"sentences\[1001\]"):
+        enc.encode(["x"] * 1001 + [bad], batch_size=500)
+    with pytest.raises(TypeError, match=r"sentences\[1\]: a str, not int"):
+        enc.encode(["fine", 3])
+    with pytest.raises(TypeError, match="bytes"):
+        enc.encode(b"raw bytes")
+    with pytest.raises(ValueError, match="2 references but 1 translations"):
+        paraforge.score_pairs(["a", "b"], ["a"])
+    with pytest.raises(ValueError, match="nist"):
+        paraforge.score_pairs(["a"], ["a"], bleu="nist")
+    with pytest.raises(ValueError, match="unknown device"):
+        paraforge.Translator(repo(MODEL), device="tpu")
+
+
+def test_encode_is_sentence_transformers_shaped_and_releases_the_gil():
+    enc = paraforge.Encoder.load(repo(SCORER))
+    one = enc.encode("A man is playing a guitar.")
+    assert one.shape == (enc.dim,) == (enc.get_sentence_embedding_dimension(),)
+    unit = enc.encode(["A man is playing a guitar."], normalize_embeddings=True,
+                      show_progress_bar=False)
+    assert np.linalg.norm(unit[0]) == pytest.approx(1.0, abs=1e-6)
+    # A sentence with no trigram the model knows has no embedding (NaN), as
+    # para_score is null for it in a corpus.
+    assert np.isnan(enc.encode(["", "A man."])[0]).all()
+    # While one thread encodes, this one keeps running Python: the call
+    # releases the GIL while it works (held, this loop would stall for the
+    # whole call).
+    big = ["A man is playing a guitar while the sun sets over the harbour."] * 60000
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(v=enc.encode(big, batch_size=60000)))
+    worker.start()
+    last, gaps, began = time.perf_counter(), [], time.perf_counter()
+    while worker.is_alive():
+        now = time.perf_counter()
+        gaps.append(now - last)
+        last = now
+    took = time.perf_counter() - began
+    worker.join()
+    assert result["v"].shape == (60000, enc.dim)
+    assert took > 0.2, f"the call took {took:.3f} s: too short to tell"
+    assert max(gaps) < 0.5 * took, f"Python stalled {max(gaps):.3f} s of a {took:.3f} s call"
+
+
+def test_the_readmes_python_example_runs_as_written():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### From Python", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    # The example prints an embedding matrix's shape, a cosine and a translation.
+    assert lines[0] == "(2, 128)", out.stdout
+    assert 0.0 < float(lines[1]) <= 1.0, out.stdout
+    assert lines[2].strip(), out.stdout
