@@ -18,26 +18,54 @@ import paraforge
 from conftest import BATCH, BEAM, MAX_NEW, MODEL, REPO, SCORER, repo, run_cli
 
 
-def test_cosines_are_eval_sts_cosines(tmp_path, paraforge_bin):
-    # 60 STS Benchmark pairs: eval-sts's Pearson of the model's cosines
-    # with the gold scores, and the same from the package's embeddings.
-    sts = tmp_path / "sts" / "stsbenchmark"
-    sts.mkdir(parents=True)
-    with open(repo("data/sts/stsbenchmark/sts-test.csv"), encoding="utf-8") as f:
-        rows = [next(f) for _ in range(60)]
-    (sts / "sts-test.csv").write_text("".join(rows), encoding="utf-8")
-    out = tmp_path / "eval.json"
-    run_cli(paraforge_bin, "eval-sts", "--model", repo(SCORER), "--sts", str(tmp_path / "sts"),
-            "--json", str(out))
-    want = json.loads(out.read_text())[0]["sets"][0]
-    assert want["pairs"] == 60, want
+@pytest.fixture(scope="session")
+def neural(corpus, paraforge_bin, tmp_path_factory):
+    """A neural encoder as `paraforge train` writes one (a directory)."""
+    out = tmp_path_factory.mktemp("neural") / "model"
+    # BLSTM with max pooling from GloVe: an untrained LSTM's cosines all lie
+    # within 0.001 of 1, too close for a correlation to tell two apart.
+    run_cli(paraforge_bin, "train", "--model", "blstm-max", "--min-word-count", "1",
+            "--word-dim", "50", "--init-vectors", repo("data/vectors/glove.6B.50d.top25k.txt.gz"),
+            "--epochs", "1", "--no-dev", "--data", str(corpus), "--out", str(out))
+    return str(out)
 
-    enc = paraforge.Encoder.load(repo(SCORER))
+
+# Every kind of encoder: a .pfe (TRIGRAM), a neural encoder's directory, the
+# transformer scorer (ONNX) and word vectors.
+ENCODERS = ["trigram", "neural", "transformer", "vectors"]
+
+
+@pytest.mark.parametrize("kind", ENCODERS)
+def test_cosines_are_eval_sts_cosines(kind, tmp_path, paraforge_bin, request):
+    if kind == "neural":
+        arg, path = "--model", request.getfixturevalue("neural")
+    elif kind == "vectors":
+        arg, path = "--vectors", repo("data/vectors/glove.6B.50d.top25k.txt.gz")
+    else:
+        arg = "--model"
+        path = repo(SCORER if kind == "trigram" else "tests/data/tiny-sentence-encoder")
+    enc = (paraforge.Encoder.load(vectors=path) if kind == "vectors"
+           else paraforge.Encoder.load(path))
+    # STS Benchmark pairs whose two sentences both have an embedding (a
+    # model trained on 40 pairs knows few words); eval-sts's Pearson of
+    # the model's cosines with the gold scores, and the package's.
+    with open(repo("data/sts/stsbenchmark/sts-test.csv"), encoding="utf-8") as f:
+        rows = [next(f) for _ in range(200)]
     cols = [r.rstrip("\n").split("\t") for r in rows]
     a, b = enc.encode([c[5] for c in cols]), enc.encode([c[6] for c in cols])
-    assert a.shape == (60, enc.dim) and a.dtype == np.float32
-    cos = np.array([paraforge.cosine(x, y) for x, y in zip(a, b)])
-    gold = np.array([float(c[4]) for c in cols])
+    assert a.shape == (200, enc.dim) and a.dtype == np.float32
+    keep = [i for i in range(200) if np.isfinite(a[i]).all() and np.isfinite(b[i]).all()]
+    assert len(keep) >= 20, f"{kind}: {len(keep)} pairs with embeddings"
+    sts = tmp_path / "sts" / "stsbenchmark"
+    sts.mkdir(parents=True)
+    (sts / "sts-test.csv").write_text("".join(rows[i] for i in keep), encoding="utf-8")
+    out = tmp_path / "eval.json"
+    run_cli(paraforge_bin, "eval-sts", arg, path, "--sts", str(tmp_path / "sts"), "--json",
+            str(out))
+    want = json.loads(out.read_text())[0]["sets"][0]
+    assert want["pairs"] == len(keep), want
+    cos = np.array([paraforge.cosine(a[i], b[i]) for i in keep])
+    gold = np.array([float(cols[i][4]) for i in keep])
     assert 100 * np.corrcoef(cos, gold)[0, 1] == pytest.approx(want["pearson"], abs=1e-4)
 
 
