@@ -284,6 +284,25 @@ pub fn sentence_bleu_with(translation: &str, reference: &str, smoothing: Smoothi
     }
 }
 
+/// `sacrebleu.corpus_bleu(translations, [references]).score`: the
+/// segments' statistics summed, then one score (13a tokens, `exp`
+/// smoothing; its effective order equals the full order whenever the
+/// corpus has a 4-gram, as any real one does).
+pub fn corpus_bleu<S: AsRef<str>>(translations: &[S], references: &[S]) -> f64 {
+    let mut sum = BleuStats::default();
+    for (t, r) in translations.iter().zip(references) {
+        let (h, r) = (normalize_13a(t.as_ref()), normalize_13a(r.as_ref()));
+        let st = stats(&split(&h), &split(&r));
+        sum.hyp_len += st.hyp_len;
+        sum.ref_len += st.ref_len;
+        for n in 0..MAX_ORDER {
+            sum.correct[n] += st.correct[n];
+            sum.total[n] += st.total[n];
+        }
+    }
+    score_from_stats(&sum)
+}
+
 /// BLEU+1 with a smoothed brevity penalty (Nakov, Guzman and Vogel, 2012;
 /// as Moses computes `smoothedSentenceBleu` with `smoothBP`): every order's
 /// precision, unigrams included, is (matches + 1) / (n-grams + 1), their
@@ -313,6 +332,24 @@ mod tests {
 
     fn toks(s: &str) -> Vec<String> {
         tokenize_13a(s)
+    }
+
+    /// sacrebleu 2.x `corpus_bleu(h, [r]).score` on these three segments.
+    #[test]
+    fn corpus_bleu_is_sacrebleus() {
+        let h = [
+            "The cat sat on the mat.",
+            "A man is playing a guitar on stage.",
+            "Two dogs run.",
+        ];
+        let r = [
+            "The cat is sitting on the mat.",
+            "A man plays the guitar on a stage.",
+            "Two dogs are running in the park.",
+        ];
+        let got = corpus_bleu(&h, &r);
+        assert!((got - 20.593798609529266).abs() < 1e-9, "{got}");
+        assert!((corpus_bleu(&r, &r) - 100.0).abs() < 1e-9);
     }
 
     #[test]
