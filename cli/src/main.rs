@@ -3,6 +3,7 @@
 mod classify;
 mod dataset;
 mod embed;
+mod export;
 mod lm;
 mod out;
 mod pipeline;
@@ -72,6 +73,11 @@ enum Command {
     EvalSts(embed::EvalArgs),
     /// Write a trained WORD model's embeddings as GloVe-format vectors for para_score.
     ExportVectors(embed::ExportArgs),
+    /// Write a trained encoder in another library's format: a
+    /// sentence-transformers model directory (WORD models and word vectors)
+    /// or GloVe text (a model's word table).
+    #[command(long_about = export::LONG_ABOUT)]
+    Export(export::ExportArgs),
     /// Spearman correlations of word vectors (or a model's word table) on
     /// SimLex-999 and WordSim-353.
     EvalWords(embed::EvalWordsArgs),
@@ -103,6 +109,7 @@ fn main() {
         Command::Train(a) => embed::train(*a),
         Command::EvalSts(a) => embed::eval_sts(a),
         Command::ExportVectors(a) => embed::export_vectors(a),
+        Command::Export(a) => export::export(a),
         Command::EvalWords(a) => embed::eval_words(a),
         Command::EvalTransfer(a) => vectors::eval_transfer(a),
         Command::Embed(a) => vectors::embed(a),

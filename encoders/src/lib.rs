@@ -2,7 +2,8 @@
 //! the networks of the neural encoders and their forward passes
 //! ([`neural`], with the fused LSTM op of [`lstm_scan`]), their directory
 //! on disk (`model.safetensors` + `config.json`, [`nn_model`]) and the
-//! reference/translation classifier's ([`classifier`]). The averaging
+//! reference/translation classifier's ([`classifier`]); a WORD model or
+//! word vectors as a sentence-transformers directory ([`st_export`]). The averaging
 //! encoders (`.pfe`) and word vectors are core's (`paraforge_core::encoder`).
 //!
 //! Inference never depends on training: the scorer, `rescore` and
@@ -15,6 +16,7 @@ pub mod linalg;
 pub mod lstm_scan;
 pub mod neural;
 pub mod nn_model;
+pub mod st_export;
 
 pub use neural::{Arch, Net, Shape, Spec};
 pub use nn_model::NeuralModel;
