@@ -100,6 +100,22 @@ $(TESTENV_STAMP):
 	-$(TESTENV)/bin/pip install --quiet $(TESTENV_OPTIONAL) || \
 		echo "testenv: could not install $(TESTENV_OPTIONAL); perplexity is compared with the test's own computation"
 
+# sentence-transformers with PyTorch from PyPI, for tests/st_export.rs, which
+# loads `paraforge export --format sentence-transformers` directories with the
+# library and compares its vectors with paraforge's. `make test` does not need
+# it: without it that test is skipped, saying why (as in CI). PyPI's Linux
+# torch wheel brings its CUDA libraries along (5.8 GB installed, 2026-11-27);
+# the test runs on the CPU. ST_PKGS pins the versions the test last passed with.
+STENV := $(CURDIR)/.cache/stenv
+ST_PKGS := sentence-transformers==6.2.0 torch==2.15.0
+STENV_STAMP := $(STENV)/.done-$(shell echo '$(ST_PKGS)' | cksum | cut -d' ' -f1)
+.PHONY: stenv
+stenv: $(STENV_STAMP)
+$(STENV_STAMP):
+	$(PYTHON) -m venv $(STENV)
+	$(STENV)/bin/pip install --quiet $(ST_PKGS)
+	@touch $@
+
 test: $(ORT_LIB) testenv
 	deploy/k8s/validate.sh
 	$(CARGO) build --bin paraforge
