@@ -125,6 +125,41 @@ async fn three_workers_write_each_valid_pair_exactly_once() {
             .ends_with("glove.6B.50d.top25k.txt.gz"));
         assert!(get(meta::PARA_SCORER_KIND).is_some());
     }
+    // The manifest names that scorer as the footers do, and the corpus card
+    // (beside the manifest, under a name Hive-style readers skip) says
+    // what the manifest records.
+    let [scorer] = &manifest.para_scorers[..] else {
+        panic!("{:?}", manifest.para_scorers)
+    };
+    assert_eq!(
+        (scorer.sha256.as_str(), scorer.files),
+        (want_sha.as_str(), manifest.files.len() as u64)
+    );
+    assert!(
+        !out.join("README.md").exists(),
+        "pyarrow would read it as data"
+    );
+    let (card, body) = paraforge_tests::read_card(&out.join("_README.md"));
+    assert_eq!(card["language"], serde_json::json!(["en", "cs"]));
+    assert_eq!(card["size_categories"], serde_json::json!(["1K<n<10K"]));
+    assert_eq!(card["license"], "other");
+    assert_eq!(
+        card["configs"][0]["data_files"][0]["path"],
+        "shard=*/*.parquet"
+    );
+    let model = manifest.model.as_ref().unwrap();
+    for want in [
+        cfg.input.paths[0].clone(),
+        format!("`{}`, model digest `{}`", model.dir, model.sha256),
+        format!("fingerprint `{want_sha}`"),
+        format!(
+            "| pairs (config `default`, split `train`) | {} |",
+            manifest.pairs
+        ),
+        format!("| input lines rejected (`_rejects/`) | {rejects} ("),
+    ] {
+        assert!(body.contains(&want), "{want} not in\n{body}");
+    }
     // The rejects files name the dirty lines.
     let rej: usize = manifest.rejects_files.iter().map(|f| f.rows as usize).sum();
     assert_eq!(rej, rejects);

@@ -108,8 +108,12 @@ async fn pyarrow_and_duckdb_read_the_output_as_one_table() {
     let m = run_job(&cfg).await;
     assert_eq!(m.pairs, 600);
     let script = r#"
-import sys, pyarrow.dataset as ds, duckdb
+import sys, pyarrow.dataset as ds, duckdb, yaml
 root = sys.argv[1]
+# The job's card sits beside the shards as _README.md, which these readers skip.
+card = yaml.safe_load(open(root + "/_README.md").read().split("---\n")[1])
+assert card["configs"][0]["data_files"][0]["path"] == "shard=*/*.parquet", card
+assert card["size_categories"] == ["n<1K"] and card["license"] == "other", card
 t = ds.dataset(root, format="parquet", partitioning="hive").to_table()
 assert t.num_rows == 600, t.num_rows
 assert len(set(t.column("id").to_pylist())) == 600
@@ -151,10 +155,20 @@ print("ok", t.num_rows, n, round(mean, 4))
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(bins.join("_manifest.json")).unwrap()).unwrap();
     let script = r#"
-import sys, json, datasets
+import os, shutil, sys, json, datasets
 root, bins = sys.argv[1], sys.argv[2]
 d = datasets.load_dataset(root)["train"]
 assert d.num_rows == 600 and len(set(d["id"])) == 600, d
+# The job's card, uploaded as the repository's README.md beside the shards
+# (here: copied), names the pairs through its configs.
+hub = root + "-hub"
+os.makedirs(hub)
+shutil.copy(os.path.join(root, "_README.md"), os.path.join(hub, "README.md"))
+for name in os.listdir(root):
+    if name.startswith("shard="):
+        shutil.copytree(os.path.join(root, name), os.path.join(hub, name))
+h = datasets.load_dataset(hub)["train"]
+assert h.num_rows == 600, h
 m = json.load(open(bins + "/_manifest.json"))
 for label, n in m["ranges"].items():
     if n == 0:

@@ -313,3 +313,36 @@ pub fn spearman(x: &[f64], y: &[f64]) -> f64 {
     let sy: f64 = y.iter().map(|b| (b - my).powi(2)).sum::<f64>().sqrt();
     cov / (sx * sy)
 }
+
+/// A card paraforge wrote (a model's or a dataset's): its Hub metadata by
+/// key, read as it writes it (`key: <JSON>` lines), and its text; a card
+/// without front matter fails the test.
+pub fn read_card(
+    path: &Path,
+) -> (
+    std::collections::BTreeMap<String, serde_json::Value>,
+    String,
+) {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("no card at {}: {e}", path.display()));
+    let (meta, body) = paraforge_core::layout::card::read_front_matter(&text)
+        .unwrap_or_else(|| panic!("{}: no front matter\n{text}", path.display()));
+    (meta.into_iter().collect(), body.to_string())
+}
+
+/// The `model-index` value of `metric` (`pearson`, `spearman`) on the
+/// dataset named `dataset`, from a model card's metadata.
+pub fn card_metric(
+    meta: &std::collections::BTreeMap<String, serde_json::Value>,
+    dataset: &str,
+    metric: &str,
+) -> Option<f64> {
+    meta.get("model-index")?[0]["results"]
+        .as_array()?
+        .iter()
+        .find(|r| r["dataset"]["name"] == dataset)?["metrics"]
+        .as_array()?
+        .iter()
+        .find(|m| m["type"] == metric)?["value"]
+        .as_f64()
+}

@@ -1,14 +1,15 @@
 //! Running a job's coordinator: open (or resume) the state, serve gRPC and
 //! HTTP, wait until every shard is committed or failed, then finalize the
 //! output: delete files of attempts that were not committed, write
-//! `_manifest.json` and, last, `_SUCCESS`.
+//! `_manifest.json`, its card (`_README.md`) and, last, `_SUCCESS`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use paraforge_core::layout::{FileKind, OutputLayout, MANIFEST_FILE, SUCCESS_FILE};
+use paraforge_core::layout::card::{JobFacts, Languages, ManifestInput, ManifestScorer};
+use paraforge_core::layout::{FileKind, OutputLayout, JOB_CARD_FILE, MANIFEST_FILE, SUCCESS_FILE};
 use paraforge_job::bitext::RejectReason;
 use paraforge_job::config::JobConfig;
 use paraforge_job::storage::{local_path, Storage, StorageError};
@@ -189,13 +190,14 @@ fn committed_files(state: &JobState) -> Vec<(u64, crate::state::OutputFile)> {
 /// in the output as committed (deleted or damaged by hand, or by an older
 /// paraforge's second job), so that a resumed job writes them again instead
 /// of listing files that do not hold what was committed. An output that was
-/// finished loses its `_SUCCESS` and manifest first: it is not complete.
+/// finished loses its `_SUCCESS`, manifest and card first: it is not
+/// complete.
 async fn reconcile(state: &mut JobState, storage: &Storage) -> Result<(), RunError> {
     let bad = damaged(storage, committed_files(state)).await?;
     if bad.is_empty() {
         return Ok(());
     }
-    for f in [SUCCESS_FILE, MANIFEST_FILE] {
+    for f in [SUCCESS_FILE, MANIFEST_FILE, JOB_CARD_FILE] {
         if storage.exists(f).await? {
             storage.delete(f).await?;
         }
@@ -610,6 +612,14 @@ async fn serve(
     shared.filters = cfg.filters.clone();
     shared.beam_candidates = cfg.beam_candidates() as u64;
     shared.model_dir = cfg.model.as_ref().map(|m| m.dir.clone());
+    shared.input = paraforge_core::layout::card::ManifestInput {
+        format: serde_json::to_value(cfg.input.format)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        paths: cfg.input.paths.clone(),
+        reference_paths: cfg.input.reference_paths.clone(),
+    };
     shared.skips_blank_lines = cfg.input.format == paraforge_job::config::FormatName::Czeng20;
     let shared = Arc::new(shared);
     let grpc = match listen {
@@ -689,6 +699,16 @@ pub struct Manifest {
     /// The model that translated the corpus; null when none did (the
     /// input held its translations, `input.format = "pairs"`).
     pub model: Option<ManifestModel>,
+    /// `[input]`'s format and files.
+    pub input: ManifestInput,
+    /// `[filters]` as set (every rule left out is off).
+    pub filters: serde_json::Value,
+    /// The para_score model(s) the pairs files' footers name, with how
+    /// many files name each: one, unless nodes loaded different files.
+    pub para_scorers: Vec<ManifestScorer>,
+    /// The languages of the two sides, where the config or the model says.
+    #[serde(skip_serializing_if = "Languages::is_empty")]
+    pub languages: Languages,
     pub rejects: u64,
     /// Rejects by reason code: malformed lines and `[filters]` rules
     /// (`RejectReason::is_filter_code`); they sum to `rejects`.
@@ -699,14 +719,87 @@ pub struct Manifest {
     pub config: String,
 }
 
-/// A job manifest's translation model.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ManifestModel {
-    /// `model.dir` as the config names it.
-    pub dir: String,
-    /// `paraforge_core::model_digest` of its files, as every file's footer
-    /// has it.
-    pub sha256: String,
+pub use paraforge_core::layout::ManifestModel;
+
+/// The para_score models that the footers of `files` name
+/// (`paraforge.para_scorer*`), each with the files that name it, most
+/// first; read from each footer alone (two ranged reads a file).
+async fn footer_scorers(
+    storage: &Storage,
+    files: &[ManifestFile],
+) -> Result<Vec<ManifestScorer>, RunError> {
+    use futures::StreamExt;
+    let reads = files.iter().map(|f| async move {
+        if f.bytes < 12 {
+            return Ok::<_, RunError>(None);
+        }
+        let tail = storage.get_range(&f.path, f.bytes - 8, f.bytes).await?;
+        let len = u64::from(u32::from_le_bytes(
+            tail[..4].try_into().expect("8 bytes were read"),
+        ));
+        if len + 8 > f.bytes {
+            return Ok(None);
+        }
+        let footer = storage
+            .get_range(&f.path, f.bytes - 8 - len, f.bytes)
+            .await?;
+        Ok(crate::verify::footer_scorer(&footer))
+    });
+    let mut found: std::collections::BTreeMap<(String, String, String), u64> = Default::default();
+    let mut results = futures::stream::iter(reads).buffer_unordered(8);
+    while let Some(r) = results.next().await {
+        if let Some(k) = r? {
+            *found.entry(k).or_default() += 1;
+        }
+    }
+    let mut v: Vec<ManifestScorer> = found
+        .into_iter()
+        .map(|((file, kind, sha256), files)| ManifestScorer {
+            file,
+            kind,
+            sha256,
+            files,
+        })
+        .collect();
+    v.sort_by_key(|s| std::cmp::Reverse(s.files));
+    Ok(v)
+}
+
+/// The languages of a job's sides: `[filters]`' `source_lang` and
+/// `reference_lang` where set, else the model's `tokenizer_config.json`
+/// (`source_lang`, `target_lang`, as Marian exports have them) where the
+/// coordinator can read it.
+fn job_languages(shared: &Shared) -> Languages {
+    let f = &shared.filters;
+    if f.source_lang.is_some() || f.reference_lang.is_some() {
+        return Languages {
+            source: f.source_lang.clone(),
+            reference: f.reference_lang.clone(),
+            from: "[filters] source_lang and reference_lang".into(),
+        };
+    }
+    let Some(dir) = &shared.model_dir else {
+        return Languages::default();
+    };
+    let cfg = std::fs::read(std::path::Path::new(dir).join("tokenizer_config.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    let lang = |k: &str| {
+        cfg.as_ref()
+            .and_then(|c| c[k].as_str())
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+    };
+    let l = Languages {
+        source: lang("source_lang"),
+        reference: lang("target_lang"),
+        from: "the translation model's tokenizer_config.json".into(),
+    };
+    if l.is_empty() {
+        Languages::default()
+    } else {
+        l
+    }
 }
 
 /// Ends a finished job. Deletes the files of attempts that were not
@@ -859,6 +952,7 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
             problems,
         }));
     }
+    let para_scorers = footer_scorers(storage, &files).await?;
     let manifest = Manifest {
         kind: paraforge_core::layout::ManifestKind::Job,
         job,
@@ -871,6 +965,10 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
             dir,
             sha256: model_sha256.unwrap_or_default(),
         }),
+        input: shared.input.clone(),
+        filters: serde_json::to_value(&shared.filters).unwrap_or_else(|_| serde_json::json!({})),
+        para_scorers,
+        languages: job_languages(shared),
         rejects: counts.rejects,
         rejects_by_reason: counts.rejects_by_reason.clone(),
         files,
@@ -879,7 +977,12 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
         config: shared.config_toml.clone(),
     };
     let json = serde_json::to_vec_pretty(&manifest).unwrap_or_default();
+    // The card from the manifest's own bytes: it says what they record.
+    let card = JobFacts::parse(&json)
+        .map(|f| paraforge_core::layout::card::job_card(&f))
+        .unwrap_or_default();
     storage.put(MANIFEST_FILE, json.into()).await?;
+    storage.put(JOB_CARD_FILE, card.into()).await?;
     storage
         .put_if_absent(SUCCESS_FILE, bytes::Bytes::new())
         .await?;
@@ -895,6 +998,90 @@ mod tests {
             "[job]\nname = \"t\"\noutput = \"{output}\"\n[input]\npaths = [\"in.tsv\"]\nformat = \"czeng16\"\n[model]\ndir = \"m\"\n"
         );
         JobConfig::parse(&text, std::path::Path::new("t.toml")).unwrap()
+    }
+
+    /// The card is made from the manifest's JSON: everything it shows
+    /// comes back from what the manifest writes, and the scorer from a
+    /// footer read alone.
+    #[test]
+    fn the_card_reads_what_the_manifest_records() {
+        use paraforge_core::schema::{meta, schema, PairFileWriter};
+        let dir = tempfile::tempdir().unwrap();
+        let part = dir.path().join("part.parquet");
+        let stamp = [
+            (meta::PARA_SCORER, "scorer/model.pfe".to_string()),
+            (meta::PARA_SCORER_KIND, "TRIGRAM".to_string()),
+            (meta::PARA_SCORER_SHA256, "bb9c".to_string()),
+        ];
+        let mut w = PairFileWriter::create(&part, schema(), &stamp).unwrap();
+        w.write(&paraforge_core::RowsBuilder::default().finish())
+            .unwrap();
+        w.close().unwrap();
+        let bytes = std::fs::read(&part).unwrap();
+        let n = bytes.len();
+        let len = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().unwrap()) as usize;
+        let footer = bytes::Bytes::copy_from_slice(&bytes[n - 8 - len..]);
+        let found = crate::verify::footer_scorer(&footer).unwrap();
+        assert_eq!(
+            found,
+            ("scorer/model.pfe".into(), "TRIGRAM".into(), "bb9c".into())
+        );
+        assert_eq!(crate::verify::footer_scorer(&footer.slice(1..)), None);
+
+        let filters = paraforge_job::filters::Filters {
+            min_tokens: Some(2),
+            source_lang: Some("ces".into()),
+            ..Default::default()
+        };
+        let m = Manifest {
+            kind: paraforge_core::layout::ManifestKind::Job,
+            job: "j".into(),
+            paraforge_version: "0.1.0".into(),
+            shards_total: 2,
+            shards_committed: 2,
+            pairs: 8,
+            beam_candidates: 2,
+            model: Some(ManifestModel {
+                dir: "m".into(),
+                sha256: "ab".into(),
+            }),
+            input: ManifestInput {
+                format: "czeng16".into(),
+                paths: vec!["in.tsv".into()],
+                reference_paths: Vec::new(),
+            },
+            filters: serde_json::to_value(&filters).unwrap(),
+            para_scorers: vec![ManifestScorer {
+                file: found.0,
+                kind: found.1,
+                sha256: found.2,
+                files: 2,
+            }],
+            languages: Languages {
+                source: Some("ces".into()),
+                reference: None,
+                from: "[filters]".into(),
+            },
+            rejects: 1,
+            rejects_by_reason: [("columns".to_string(), 1)].into(),
+            files: Vec::new(),
+            rejects_files: Vec::new(),
+            removed_uncommitted: Vec::new(),
+            config: String::new(),
+        };
+        let f = JobFacts::parse(&serde_json::to_vec(&m).unwrap()).unwrap();
+        assert_eq!(
+            (f.job.as_str(), f.pairs, f.beam_candidates, f.rejects),
+            ("j", 8, 2, 1)
+        );
+        assert_eq!(f.model, m.model);
+        assert_eq!(f.input.as_ref(), Some(&m.input));
+        assert_eq!(f.para_scorers.as_ref(), Some(&m.para_scorers));
+        assert_eq!(f.languages, m.languages);
+        let rules = f.filters.unwrap();
+        assert_eq!(rules["min_tokens"], 2);
+        assert_eq!(rules.len(), 2, "only the rules set: {rules:?}");
+        assert_eq!(f.rejects_by_reason, m.rejects_by_reason);
     }
 
     #[test]

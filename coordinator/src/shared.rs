@@ -39,6 +39,8 @@ pub struct Shared {
     pub beam_candidates: u64,
     /// `model.dir`; none when the input holds its translations.
     pub model_dir: Option<String>,
+    /// `[input]`'s format and files, for the manifest and the card.
+    pub input: paraforge_core::layout::card::ManifestInput,
     /// The input format skips some lines without a record (CzEng 2.0's
     /// blank document separators): pairs + rejects may then fall short of
     /// the lines read. Otherwise every line read is a pair or a reject.
@@ -73,6 +75,7 @@ impl Shared {
             filters: Default::default(),
             beam_candidates: 1,
             model_dir: None,
+            input: Default::default(),
             skips_blank_lines: false,
             heartbeat: (lease / 4).max(Duration::from_millis(100)),
             started: std::time::Instant::now(),

@@ -188,6 +188,27 @@ fn parquet_rows(path: &str, bytes: &bytes::Bytes) -> Result<(u64, Option<String>
     Ok((total as u64, model))
 }
 
+/// The para_score model a pairs file's footer names (file, kind,
+/// fingerprint), from the footer's bytes (the metadata, its length and the
+/// magic); `None` without one or when the bytes are not a footer.
+pub fn footer_scorer(footer: &bytes::Bytes) -> Option<(String, String, String)> {
+    use paraforge_core::schema::meta;
+    let md = parquet::file::metadata::ParquetMetaDataReader::new()
+        .parse_and_finish(footer)
+        .ok()?;
+    let kv = md.file_metadata().key_value_metadata()?;
+    let get = |key: &str| {
+        kv.iter()
+            .find(|k| k.key == key)
+            .and_then(|k| k.value.clone())
+    };
+    Some((
+        get(meta::PARA_SCORER)?,
+        get(meta::PARA_SCORER_KIND).unwrap_or_default(),
+        get(meta::PARA_SCORER_SHA256).unwrap_or_default(),
+    ))
+}
+
 /// Lines of a JSON-lines file (a last line without its newline counts).
 fn line_count(b: &[u8]) -> u64 {
     let n = b.iter().filter(|&&c| c == b'\n').count() as u64;

@@ -170,6 +170,16 @@ fn open_file(path: &Path) -> Result<Dataset, DataError> {
     })
 }
 
+/// The directory whose manifest covers `path`: a dataset directory itself,
+/// else the nearest one above a partition or file (what [`open`] reads
+/// through), else `None`.
+pub fn manifest_root(path: &Path) -> Option<PathBuf> {
+    if path.is_dir() && (path.join(MANIFEST_FILE).is_file() || path.join(CLAIM_FILE).is_file()) {
+        return Some(path.to_path_buf());
+    }
+    enclosing_manifest(path).map(|(root, _)| root)
+}
+
 /// The nearest directory above `path` (at most [`MAX_DEPTH`] levels) that
 /// holds a manifest, and `path` relative to it with `/` separators.
 fn enclosing_manifest(path: &Path) -> Option<(PathBuf, String)> {

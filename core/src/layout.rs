@@ -1,6 +1,7 @@
 //! Where everything paraforge writes lives, and what each file is: the one
 //! owner of output paths, partition names, file kinds and the marker,
-//! claim, manifest and card files. Writers and readers both ask here.
+//! claim, manifest and card files (the cards' text: [`card`]). Writers and
+//! readers both ask here.
 
 use serde::{Deserialize, Serialize};
 
@@ -126,36 +127,21 @@ fn listed_files<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<ListedFile
         .collect())
 }
 
-/// The dataset card of the bins' directory (Hugging Face's `README.md`):
-/// its `configs:` name each bin, so that `datasets.load_dataset(dir, NAME)`
-/// loads one. (A job's output has none: pyarrow and Spark would try to
-/// read it as a data file. It needs none either, as long as the bins are
-/// not inside it.)
+/// The dataset card of a bins or lexicon directory (Hugging Face's
+/// `README.md`): its `configs:` name each bin, so that
+/// `datasets.load_dataset(dir, NAME)` loads one. Its text is
+/// [`card`]'s.
 pub const CARD_FILE: &str = "README.md";
 
-/// The card's text: `configs` are (name, glob relative to the directory),
-/// the first the default; `about` is Markdown after the metadata.
-pub fn dataset_card(configs: &[(String, String)], about: &str) -> String {
-    let mut s = String::from("---\nconfigs:\n");
-    for (i, (name, glob)) in configs.iter().enumerate() {
-        s += &format!("- config_name: {}\n", yaml_str(name));
-        if i == 0 {
-            s += "  default: true\n";
-        }
-        s += &format!(
-            "  data_files:\n  - split: train\n    path: {}\n",
-            yaml_str(glob)
-        );
-    }
-    s += "---\n\n";
-    s += about;
-    s
-}
+/// The dataset card of a job's output: `README.md`'s text under a name
+/// that Hive-style readers skip, since pyarrow and Spark read every other
+/// file of the directory as data (a `README.md` there fails
+/// `pyarrow.dataset.dataset(output)`). Written with the manifest, before
+/// `_SUCCESS`.
+pub const JOB_CARD_FILE: &str = "_README.md";
 
-/// A double-quoted YAML scalar.
-fn yaml_str(v: &str) -> String {
-    serde_json::to_string(v).unwrap_or_default()
-}
+pub mod card;
+pub use card::{dataset_card, CardMeta, ManifestModel};
 
 /// What a committed file of a job holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -264,6 +250,7 @@ impl OutputLayout {
             || path.starts_with("_tmp/")
             || path == MANIFEST_FILE
             || path == SUCCESS_FILE
+            || path == JOB_CARD_FILE
     }
 
     /// A para_score range's bin (Wieting and Gimpel, 2018, Table 3).

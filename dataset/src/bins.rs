@@ -810,22 +810,38 @@ fn write_partitions(
     Ok(configs)
 }
 
-/// The dataset card (every bin a config); the deciles the manifest lists.
+/// The dataset card (every bin a config, with its rows; where the pairs
+/// came from, as the input's manifests say); the deciles the manifest lists.
 fn write_card(
     o: &BinOptions,
     configs: &[(String, String)],
     m: &mut BinManifest,
 ) -> Result<(), BinError> {
-    let out = &o.output;
-    let card = out.join(layout::CARD_FILE);
-    let about = format!(
-        "# Bins of {}\n\nparaforge's bins (`paraforge bin`): the para_score ranges \
-         (`range-LABEL`), ten folds per ranked score (`decile-SCORE-FOLD`, fold 0 the lowest \
-         tenth) and the training sample (`train`). `_manifest.json` has the counts and \
-         boundaries.\n",
-        m.input
-    );
-    std::fs::write(&card, layout::dataset_card(configs, &about)).map_err(|e| BinError::Io {
+    let card = o.output.join(layout::CARD_FILE);
+    let configs: Vec<(String, String, u64)> = configs
+        .iter()
+        .map(|(name, glob)| {
+            let dir = glob.trim_end_matches("*.parquet");
+            let rows = m
+                .files
+                .iter()
+                .filter(|f| f.path.starts_with(dir))
+                .map(|f| f.rows)
+                .sum();
+            (name.clone(), glob.clone(), rows)
+        })
+        .collect();
+    let provenance = layout::card::trace(&o.input);
+    let text = layout::card::bins_card(&layout::card::BinsCard {
+        input: &m.input,
+        input_rows: m.input_rows,
+        kept_rows: m.kept_rows,
+        dropped_duplicates: m.dropped_duplicates,
+        dropped_length: m.dropped_length,
+        configs: &configs,
+        provenance: &provenance,
+    });
+    std::fs::write(&card, text).map_err(|e| BinError::Io {
         path: card.clone(),
         source: e,
     })?;

@@ -400,7 +400,8 @@ pub fn run(
         }],
     };
     let card = staged.dir().join(layout::CARD_FILE);
-    std::fs::write(&card, card_text(&m)).map_err(|e| LexiconError::Io {
+    let languages = layout::card::trace(&o.input).languages();
+    std::fs::write(&card, card_text(&m, languages)).map_err(|e| LexiconError::Io {
         path: card.clone(),
         source: e,
     })?;
@@ -707,8 +708,9 @@ impl Batch {
     }
 }
 
-/// The lexicon's dataset card: what it is, from what, and how to query it.
-fn card_text(m: &LexiconManifest) -> String {
+/// The lexicon's dataset card: what it is, from what, and how to query it;
+/// `languages` those of the pairs it counted, where known.
+fn card_text(m: &LexiconManifest, languages: Vec<String>) -> String {
     let o = &m.options;
     let about = format!(
         "# Paraphrase lexicon\n\n\
@@ -747,7 +749,15 @@ fn card_text(m: &LexiconManifest) -> String {
         k = o.smoothing,
         file = FILE,
     );
-    layout::dataset_card(&[("lexicon".into(), FILE.into())], &about)
+    let meta = layout::CardMeta {
+        pretty_name: format!("Paraphrase lexicon of {}", m.input),
+        task_categories: Vec::new(),
+        // The words are the references' and translations'.
+        languages: languages.into_iter().take(1).collect(),
+        tags: vec!["paraphrase".into(), "lexicon".into(), "paraforge".into()],
+        rows: m.written,
+    };
+    layout::dataset_card(&meta, &[("lexicon".into(), FILE.into())], &about)
 }
 
 /// Which PMI a lookup scores with.
