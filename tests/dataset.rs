@@ -130,6 +130,20 @@ fn ranges_deciles_and_training_sample_match_their_definitions() {
     assert_eq!(total, N);
     eprintln!("ranges: {:?}", m.ranges);
 
+    // The card: every bin a config with its rows, the Hub's size, and the
+    // job manifest the pairs came from.
+    let (meta, body) = paraforge_tests::read_card(&out.path().join("README.md"));
+    assert_eq!(meta["configs"].as_array().unwrap().len(), m.files.len());
+    assert_eq!(meta["size_categories"], serde_json::json!(["1K<n<10K"]));
+    assert_eq!(meta["license"], "other");
+    for (label, n) in m.ranges.iter().filter(|(_, n)| **n > 0) {
+        let row = format!("| `range-{label}` | {n} |");
+        assert!(body.contains(&row), "{row} not in\n{body}");
+    }
+    assert!(body.contains("| `train` | 100 |"), "{body}");
+    let source = format!("the pairs of a job at `{}`", dir.path().display());
+    assert!(body.contains(&source), "{source} not in\n{body}");
+
     // Deciles: the same folds as ranking everything in memory.
     for name in ["para_score", "trigram_overlap", "translation_score"] {
         let want = brute_force_folds(rows, name);
@@ -891,6 +905,16 @@ fn lexicon_counts_and_pmis_match_their_definition() {
         &s(&pg),
     ]);
     assert!(said.contains("word pairs trained"), "{said}");
+    // Its card beside it: word vectors, from the lexicon, no STS figures.
+    let (meta, body) = paraforge_tests::read_card(&work.path().join("pg.txt.README.md"));
+    assert_eq!(meta["library_name"], "paraforge");
+    assert!(meta["tags"]
+        .as_array()
+        .unwrap()
+        .contains(&"paragram".into()));
+    assert_eq!(meta["datasets"][0], s(&out).as_str());
+    assert!(!meta.contains_key("model-index"), "{meta:?}");
+    assert!(body.contains("lexicon min count | 2 |"), "{body}");
     let (before, _) = paraforge_core::Vectors::load(&glove).unwrap();
     let (after, _) = paraforge_core::Vectors::load(&pg).unwrap();
     assert_eq!((after.len(), after.dim()), (before.len(), before.dim()));

@@ -616,7 +616,8 @@ fn outputs_never_replace_existing_files_or_inputs_unless_told() {
     assert_eq!(std::fs::read(&parquet).unwrap(), data_bytes);
     assert_eq!(std::fs::read_to_string(&tsv).unwrap(), "a\tb\n");
     assert!(marian.join("config.json").is_file());
-    // Told to, it replaces the file, leaving nothing beside it.
+    // Told to, it replaces the file, leaving nothing beside it but its
+    // checkpoint and its card.
     let o = train(&tsv, &["--overwrite"]);
     assert!(o.status.success(), "{}", stderr(&o));
     paraforge_core::Model::load(&tsv).unwrap();
@@ -628,11 +629,13 @@ fn outputs_never_replace_existing_files_or_inputs_unless_told() {
                 "other.parquet",
                 "pairs.tsv",
                 "pairs.tsv.ckpt",
+                "pairs.tsv.README.md",
                 "opus-mt"
             ]
         ),
         Vec::<String>::new()
     );
+    assert!(dir.path().join("pairs.tsv.README.md").is_file());
     // The data itself, or the directory that holds it: never.
     for out in [data_file.clone(), d.clone()] {
         let o = train(&out, &["--overwrite"]);

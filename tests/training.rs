@@ -428,7 +428,15 @@ fn zero_epochs_write_the_untrained_baseline() {
     );
     let glove_path = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
     let out = dir.path().join("init.pfe");
-    paraforge_ok(&[
+    // STS on one small set: the STS Benchmark dev file as its test set.
+    let sts = dir.path().join("sts/stsbenchmark");
+    std::fs::create_dir_all(&sts).unwrap();
+    std::fs::copy(
+        repo_root().join("data/sts/stsbenchmark/sts-dev.csv"),
+        sts.join("sts-test.csv"),
+    )
+    .unwrap();
+    let said = paraforge_ok(&[
         "train".as_ref(),
         "--model".as_ref(),
         "word,trigram".as_ref(),
@@ -438,9 +446,40 @@ fn zero_epochs_write_the_untrained_baseline() {
         d.join("a.parquet").as_os_str(),
         "--init-vectors".as_ref(),
         glove_path.as_os_str(),
+        "--sts".as_ref(),
+        sts.parent().unwrap().as_os_str(),
         "--out".as_ref(),
         out.as_os_str(),
     ]);
+    // Its card beside it, with what the run measured as the Hub's
+    // model-index: the figures train printed.
+    let (meta, body) = paraforge_tests::read_card(&dir.path().join("init.pfe.README.md"));
+    assert_eq!(meta["library_name"], "paraforge");
+    assert_eq!(meta["license"], "other");
+    for tag in ["sentence-similarity", "word-averaging", "char-trigram"] {
+        assert!(
+            meta["tags"].as_array().unwrap().contains(&tag.into()),
+            "{tag}: {meta:?}"
+        );
+    }
+    assert_eq!(meta["datasets"][0], d.join("a.parquet").to_str().unwrap());
+    let printed = |what: &str| -> f64 {
+        let line = said
+            .lines()
+            .find(|l| l.trim_start().starts_with("STSB "))
+            .unwrap();
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let i = w.iter().position(|x| *x == what).unwrap();
+        w[i + 1].parse().unwrap()
+    };
+    for metric in ["pearson", "spearman"] {
+        let v = paraforge_tests::card_metric(&meta, "STSB", metric).unwrap();
+        assert!(
+            (v - printed(metric)).abs() <= 0.051,
+            "{metric}: card {v}, printed {said}"
+        );
+    }
+    assert!(body.contains("--epochs 0"), "the command: {body}");
     let m = Model::load(&out).unwrap();
     let v = glove();
     // The word rows are GloVe's as given: nothing was trained.
@@ -575,9 +614,10 @@ fn every_neural_encoder_learns_saves_and_loads() {
     let models = tempfile::tempdir().unwrap();
     let out = models.path().join("cli.model");
     let glove_path = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
-    // One epoch of `paraforge train` on the pairs in `dir`, no dev set.
-    let train_cli = |spec: &str, out: &Path| {
-        paraforge_ok(&[
+    // One epoch of `paraforge train` on the pairs in `dir`; no dev set
+    // unless `extra` names one.
+    let train_cli = |spec: &str, out: &Path, extra: &[&str]| {
+        let mut args = vec![
             "train",
             "--data",
             dir.path().to_str().unwrap(),
@@ -589,13 +629,25 @@ fn every_neural_encoder_learns_saves_and_loads() {
             "1",
             "--epochs",
             "1",
-            "--no-dev",
             "--out",
             out.to_str().unwrap(),
-        ])
+        ];
+        if !extra.contains(&"--dev") {
+            args.push("--no-dev");
+        }
+        args.extend_from_slice(extra);
+        paraforge_ok(&args)
     };
-    let stdout = train_cli("gran", &out);
+    let stdout = train_cli("gran", &out, &[]);
     assert!(stdout.contains("model gran (dim 50)"), "{stdout}");
+    // The card inside the directory: nothing measured, so no model-index.
+    let (meta, _) = paraforge_tests::read_card(&out.join("README.md"));
+    assert!(
+        meta["tags"].as_array().unwrap().contains(&"gran".into()),
+        "{meta:?}"
+    );
+    assert_eq!(meta["pipeline_tag"], "sentence-similarity");
+    assert!(!meta.contains_key("model-index"), "{meta:?}");
     let vec_path = models.path().join("gran.txt");
     paraforge_ok(&[
         "export-vectors",
@@ -609,7 +661,9 @@ fn every_neural_encoder_learns_saves_and_loads() {
 
     // A Gaussian encoder and a combination train from the CLI and eval-sts
     // scores them (the Gaussian by cosine of [mean, variance], Chen and Gimpel,
-    // 2020, section 6.5) as it scores them in process.
+    // 2020, section 6.5) as it scores them in process. Trained with --sts
+    // (and the combination with a dev set), their cards hold the same
+    // figures.
     let sts_dir = dir.path().join("sts/stsbenchmark");
     std::fs::create_dir_all(&sts_dir).unwrap();
     std::fs::copy(
@@ -617,10 +671,16 @@ fn every_neural_encoder_learns_saves_and_loads() {
         sts_dir.join("sts-test.csv"),
     )
     .unwrap();
+    let sts_root = dir.path().join("sts");
+    let dev_file = repo_root().join("data/sts/stsbenchmark/sts-dev.csv");
     let (mut args, mut wants) = (vec!["eval-sts".to_string()], Vec::new());
     for (spec, dim) in [("gaussian", 100), ("word,trigram,lstm", 150)] {
         let o = models.path().join(format!("cli-{spec}.model"));
-        let stdout = train_cli(spec, &o);
+        let mut extra = vec!["--sts", sts_root.to_str().unwrap()];
+        if spec != "gaussian" {
+            extra.extend(["--dev", dev_file.to_str().unwrap()]);
+        }
+        let stdout = train_cli(spec, &o, &extra);
         assert!(
             stdout.contains(&format!("model {spec} (dim {dim})")),
             "{stdout}"
@@ -628,6 +688,21 @@ fn every_neural_encoder_learns_saves_and_loads() {
         let m = NeuralModel::load(&o, &cpu()).unwrap();
         let t = paraforge_trainer::sts::embed_sets(&dev_sets, &|t| m.embed_many(t));
         let want = paraforge_trainer::sts::dev_score(&dev_sets, &|s| t[s].clone());
+        let (meta, _) = paraforge_tests::read_card(&o.join("README.md"));
+        let card = paraforge_tests::card_metric(&meta, "STSB", "pearson").unwrap();
+        assert!(
+            (card - want).abs() < 0.0051,
+            "{spec}: card {card}, in process {want}"
+        );
+        if spec != "gaussian" {
+            // The dev score that kept epoch 1, as train printed it.
+            let dev = paraforge_tests::card_metric(&meta, dev_file.to_str().unwrap(), "pearson");
+            let printed = stdout
+                .lines()
+                .find_map(|l| l.strip_prefix("epoch 1: ")?.split(", dev ").nth(1))
+                .unwrap_or_else(|| panic!("no dev score in {stdout}"));
+            assert_eq!(format!("{:.2}", dev.unwrap()), printed, "{meta:?}");
+        }
         args.extend(["--model".into(), o.display().to_string()]);
         wants.push(format!("{want:.1}"));
     }
@@ -1608,4 +1683,58 @@ fn eval_transfer_trains_classifiers_on_frozen_embeddings() {
         !o.status.success() && e.contains("custrev.all line 2"),
         "{e}"
     );
+}
+
+/// The bundled models' cards are the Hub's `README.md`, and their
+/// `model-index` holds the figures measured and recorded beside them, no
+/// other: eval.json's BLEU and chrF for the translation models, the
+/// scorer's STS run (docs/bench/scorer/scorer-sts.json, two decimals).
+#[test]
+fn bundled_model_cards_carry_the_recorded_figures() {
+    use paraforge_tests::{card_metric, model, read_card};
+    let json = |p: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    };
+    for name in ["demo-cs-en", "demo-en-cs", "scorer-trigram"] {
+        assert!(!model(name).join("MODEL_CARD.md").exists(), "{name}");
+    }
+    for name in ["demo-cs-en", "demo-en-cs"] {
+        let (meta, _) = read_card(&model(name).join("README.md"));
+        assert_eq!(meta["library_name"], "paraforge", "{name}");
+        let eval = json(&model(name).join("eval.json"));
+        let results = eval["results"].as_array().unwrap();
+        assert_eq!(
+            meta["model-index"][0]["results"].as_array().unwrap().len(),
+            results.len()
+        );
+        for r in results {
+            let set = r["set"].as_str().unwrap();
+            for metric in ["bleu", "chrf"] {
+                assert_eq!(
+                    card_metric(&meta, set, metric),
+                    r[metric].as_f64(),
+                    "{name} {set} {metric}"
+                );
+            }
+        }
+    }
+    let (meta, _) = read_card(&model("scorer-trigram").join("README.md"));
+    let runs = json(&repo_root().join("docs/bench/scorer/scorer-sts.json"));
+    let run = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["model"].as_str().unwrap().starts_with("model.pfe"))
+        .unwrap();
+    for g in run["groups"].as_array().unwrap() {
+        let group = g["group"].as_str().unwrap();
+        for metric in ["pearson", "spearman"] {
+            let want = (g[metric].as_f64().unwrap() * 100.0).round() / 100.0;
+            assert_eq!(
+                card_metric(&meta, group, metric),
+                Some(want),
+                "{group} {metric}"
+            );
+        }
+    }
 }

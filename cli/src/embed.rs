@@ -255,6 +255,7 @@ impl TrainArgs {
             dev: (!self.no_dev).then_some(self.dev),
             checkpoint: self.checkpoint,
             resume: self.resume,
+            command: Some(paraforge_trainer::card::command_line(std::env::args())),
         })
     }
 
@@ -323,12 +324,12 @@ fn train_paragram(a: TrainArgs) -> Result<()> {
         "--lexicon-min-count and --lexicon-min-pmi choose a lexicon's pairs; --data {} is a file (PPDB)",
         a.data.display()
     );
+    let (min_count, min_pmi) = (
+        a.lexicon_min_count.unwrap_or(5),
+        a.lexicon_min_pmi.unwrap_or(0.5),
+    );
     let pairs = if from_lexicon {
-        paraforge_dataset::lexicon::training_pairs(
-            &a.data,
-            a.lexicon_min_count.unwrap_or(5),
-            a.lexicon_min_pmi.unwrap_or(0.5),
-        )?
+        paraforge_dataset::lexicon::training_pairs(&a.data, min_count, min_pmi)?
     } else {
         let (pairs, phrases) = paragram::read_ppdb(&a.data)?;
         eprintln!(
@@ -369,7 +370,20 @@ fn train_paragram(a: TrainArgs) -> Result<()> {
         .and_then(|()| std::io::Write::flush(&mut w))
         .with_context(|| format!("--out {}", a.out.display()))?;
     drop(w);
-    out.commit()?;
+    let card = paraforge_trainer::card::ParagramCard {
+        out: &a.out,
+        data: &a.data,
+        init_vectors: init_path,
+        command: Some(paraforge_trainer::card::command_line(std::env::args())),
+        options: &o,
+        lexicon: from_lexicon.then_some((min_count, min_pmi)),
+        report: &report,
+        vectors: (vectors.len(), vectors.dim()),
+    };
+    let card_path = paraforge_trainer::card::card_path(&path);
+    std::fs::write(&card_path, card.card().text())
+        .with_context(|| format!("writing {}", card_path.display()))?;
+    out.commit_with(&[paraforge_trainer::card::CARD_SUFFIX])?;
     println!(
         "{} of {} word pairs trained ({} with a word the vectors lack, {} repeated), {} words moved; loss {:.4} -> {:.4}",
         report.pairs,
@@ -381,10 +395,11 @@ fn train_paragram(a: TrainArgs) -> Result<()> {
         report.loss.last().copied().unwrap_or(0.0),
     );
     println!(
-        "{} vectors ({} dimensions) written to {}",
+        "{} vectors ({} dimensions) written to {}; model card: {}",
         vectors.len(),
         vectors.dim(),
-        a.out.display()
+        a.out.display(),
+        paraforge_trainer::card::card_path(&a.out).display()
     );
     Ok(())
 }
@@ -402,7 +417,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
         inputs.iter().map(|(n, p)| (*n, p.as_path())).collect();
     let out = crate::out::Out::claim("--out", &spec.out, &inputs, overwrite)?;
     crate::threads(threads)?;
-    let (target, sts_dir) = (spec.out.clone(), spec.sts.clone());
+    let target = spec.out.clone();
     let mut bar: Option<(ProgressBar, u64)> = None;
     let outcome = paraforge_trainer::run(spec, &out.path(), &mut |e| match e {
         Event::Note(n) => eprintln!("{n}"),
@@ -421,7 +436,8 @@ pub fn train(a: TrainArgs) -> Result<()> {
             }
         }
     })?;
-    out.commit()?;
+    // A one-file model's card is made beside it and goes beside it.
+    out.commit_with(&[paraforge_trainer::card::CARD_SUFFIX])?;
     print_epochs(&outcome.report);
     let r = &outcome.report;
     println!(
@@ -435,11 +451,13 @@ pub fn train(a: TrainArgs) -> Result<()> {
         r.skipped_unembeddable,
         outcome.units
     );
-    if let Some(dir) = &sts_dir {
-        for (g, p, s) in sts::by_group(&outcome.evaluate_sts(dir)?) {
-            println!("  {g:<8} pearson {p:5.1}  spearman {s:5.1}");
-        }
+    for (g, p, s) in sts::by_group(&outcome.sts) {
+        println!("  {g:<8} pearson {p:5.1}  spearman {s:5.1}");
     }
+    println!(
+        "model card: {}",
+        paraforge_trainer::card::card_path(&target).display()
+    );
     Ok(())
 }
 

@@ -101,6 +101,13 @@ impl Out {
     /// one rename; anything else is first moved into the staging directory,
     /// removed with it.
     pub fn commit(self) -> Result<()> {
+        self.commit_with(&[])
+    }
+
+    /// [`Out::commit`], then each companion made beside the artifact
+    /// (`NAME<suffix>` in the staging directory: a one-file model's card)
+    /// goes beside the target as `TARGET<suffix>`, replacing an earlier one.
+    pub fn commit_with(self, suffixes: &[&str]) -> Result<()> {
         let made = self.path();
         let old = self.target.symlink_metadata().ok();
         let both_files = old.as_ref().is_some_and(|m| !m.is_dir()) && made.is_file();
@@ -111,7 +118,20 @@ impl Out {
                 .with_context(|| format!("moving {} aside", self.target.display()))?;
         }
         std::fs::rename(&made, &self.target)
-            .with_context(|| format!("renaming {} to {}", made.display(), self.target.display()))
+            .with_context(|| format!("renaming {} to {}", made.display(), self.target.display()))?;
+        let with = |p: &Path, suffix: &str| {
+            let mut n = p.as_os_str().to_os_string();
+            n.push(suffix);
+            PathBuf::from(n)
+        };
+        for suffix in suffixes {
+            let (from, to) = (with(&made, suffix), with(&self.target, suffix));
+            if from.is_file() {
+                std::fs::rename(&from, &to)
+                    .with_context(|| format!("renaming {} to {}", from.display(), to.display()))?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -130,6 +130,26 @@ impl ScorerStamp {
 mod tests {
     use super::*;
 
+    /// A neural encoder's fingerprint is its weights' and config's: the
+    /// model card `paraforge train` writes into its directory changes no
+    /// footer's scorer stamp.
+    #[test]
+    fn a_card_in_a_model_directory_is_no_part_of_its_fingerprint() {
+        use paraforge_encoders::nn_model::{CONFIG, WEIGHTS};
+        let dir = std::env::temp_dir().join(format!("pf-card-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(WEIGHTS), "weights").unwrap();
+        std::fs::write(dir.join(CONFIG), "{}").unwrap();
+        let before = fingerprint(&dir).unwrap();
+        std::fs::write(dir.join("README.md"), "---\nlibrary_name: paraforge\n---\n").unwrap();
+        let with_card = fingerprint(&dir).unwrap();
+        std::fs::write(dir.join(CONFIG), "{ }").unwrap();
+        let config_changed = fingerprint(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(before, with_card);
+        assert_ne!(before, config_changed);
+    }
+
     /// One file's fingerprint is its plain SHA-256 (as manifests recorded
     /// before); a transformer's covers its tokenizer and config too, so a
     /// tokenizer swapped under the same graph is a different scorer.

@@ -12,6 +12,7 @@
 //! `train-classifier`): the command line only parses its options into a
 //! [`TrainSpec`] and shows what the run reports.
 
+pub mod card;
 pub mod checkpoint;
 pub mod classifier;
 pub mod data;

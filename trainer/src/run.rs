@@ -3,7 +3,8 @@
 //! policy lives here, not in the command line: the vocabularies, which
 //! encoder trains (an average or a neural one, whose word table starts as
 //! a WORD model's), the defaults the papers give (margin, scramble rate),
-//! the checkpoint beside the output, and which dev set picks the epoch.
+//! the checkpoint beside the output, which dev set picks the epoch, and
+//! the model card written with the model.
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +16,7 @@ use crate::nn_train::NeuralOptions;
 use crate::sts::{self, SetResult, StsSet};
 use crate::train::{Progress, TrainOptions, TrainReport};
 use crate::{Kind, Model, TrainError};
+use serde_json::Value;
 
 /// The dev set scored after every epoch unless another is named: read
 /// from the working directory, as the repository lays it out.
@@ -129,7 +131,8 @@ pub struct TrainSpec {
     pub out: PathBuf,
     /// How an average's file stores its tables (default f32).
     pub precision: Option<Precision>,
-    /// STS sets to evaluate on after training ([`TrainOutcome::evaluate_sts`]).
+    /// STS sets to evaluate the written model on ([`TrainOutcome::sts`],
+    /// and the model card).
     pub sts: Option<PathBuf>,
     /// The dev set that picks the epoch, None to keep the last epoch; the
     /// default [`DEFAULT_DEV`] may be absent (then the last epoch is kept).
@@ -137,6 +140,8 @@ pub struct TrainSpec {
     /// Checkpoint directory (default: OUT.ckpt).
     pub checkpoint: Option<PathBuf>,
     pub resume: bool,
+    /// The command line that asked for this run, for the model card.
+    pub command: Option<String>,
 }
 
 /// What a run tells its caller as it goes.
@@ -168,28 +173,9 @@ pub struct TrainOutcome {
     /// What a pair skipped as unembeddable had none of.
     pub units: &'static str,
     pub model: Trained,
-    out: PathBuf,
-}
-
-impl TrainOutcome {
-    /// The written model on the STS sets under `dir`.
-    pub fn evaluate_sts(&self, dir: &Path) -> Result<Vec<SetResult>, TrainError> {
-        let sets = sts::load(dir)?;
-        let r = match &self.model {
-            Trained::Average(m) => sts::evaluate(&sets, &|s| m.embed(s)),
-            Trained::Neural(m) => {
-                let table = sts::embed_sets(&sets, &|t| m.embed_many(t));
-                sts::evaluate(&sets, &|s| table[s].clone())
-            }
-        };
-        r.map_err(|e| {
-            e.context(format!(
-                "evaluating {} on --sts {}",
-                self.out.display(),
-                dir.display()
-            ))
-        })
-    }
+    /// The written model on the `--sts` sets (empty without them), as
+    /// `eval-sts` scores it: loaded from its file.
+    pub sts: Vec<SetResult>,
 }
 
 impl TrainSpec {
@@ -454,6 +440,13 @@ pub fn run(
 ) -> Result<TrainOutcome, TrainError> {
     let s = &spec;
     let source = PairSource::open(&s.data)?;
+    // Read now: a bad --sts is better found before training than after.
+    let sts_sets = match &s.sts {
+        Some(dir) => {
+            Some(sts::load(dir).map_err(|e| e.context(format!("--sts {}", dir.display())))?)
+        }
+        None => None,
+    };
     if s.epochs > 0 {
         // Before the vocabularies, whose messages would be about them.
         crate::check_pairs(source.rows(), s.max_pairs)
@@ -528,11 +521,157 @@ pub fn run(
         _ => crate::model::init(kind, init.as_ref(), trigrams, tdim, s.seed)?,
     };
     drop(init);
-    let outcome = match &s.model {
+    let mut outcome = match &s.model {
         Encoder::Average(_) => train_average(s, words, &source, write_to, events)?,
         Encoder::Neural(n) => train_neural(s, n, words, &source, write_to, events)?,
     };
+    outcome.sts = finish(s, &outcome, source.rows(), write_to, sts_sets.as_deref())?;
     Ok(outcome)
+}
+
+/// Loads the written model as `eval-sts` and para_score load it, scores it
+/// on `sts_sets`, and writes its card ([`crate::card`]).
+fn finish(
+    s: &TrainSpec,
+    outcome: &TrainOutcome,
+    rows: u64,
+    write_to: &Path,
+    sts_sets: Option<&[StsSet]>,
+) -> Result<Vec<SetResult>, TrainError> {
+    use crate::card::{self, ModelCard};
+    let neural = matches!(outcome.model, Trained::Neural(_));
+    let encoder: Box<dyn paraforge_core::SentenceEncoder> = if neural {
+        Box::new(paraforge_encoders::nn_model::NeuralEncoder::load(write_to)?)
+    } else {
+        paraforge_core::load_encoder(Some(write_to), None)?.ok_or_else(|| {
+            TrainError::Invalid(format!("{}: no model written", write_to.display()))
+        })?
+    };
+    let results = match sts_sets {
+        Some(sets) => sts::evaluate_encoder(sets, encoder.as_ref()).map_err(|e| {
+            e.context(format!(
+                "evaluating {} on --sts {}",
+                s.out.display(),
+                s.sts.as_deref().unwrap_or(Path::new("")).display()
+            ))
+        })?,
+        None => Vec::new(),
+    };
+    let r = &outcome.report;
+    let parts: Vec<String> = match &s.model {
+        Encoder::Average(Kind::WordTrigram) => vec!["word".into(), "trigram".into()],
+        Encoder::Average(k) => vec![k.name().into()],
+        Encoder::Neural(n) if n.parts.is_empty() => vec![n.arch.name().into()],
+        Encoder::Neural(n) => n.parts.iter().map(|a| a.name().to_string()).collect(),
+    };
+    let mut settings = vec![
+        ("encoder".to_string(), format!("`{}`", s.model.name())),
+        ("model".to_string(), encoder.describe()),
+        ("dimensions".to_string(), outcome.dim.to_string()),
+    ];
+    // What the model file records of its training, and the options that
+    // shaped the vocabulary.
+    let notes = match &outcome.model {
+        Trained::Average(m) => &m.notes,
+        Trained::Neural(m) => &m.notes,
+    };
+    if let Some(n) = notes.as_object() {
+        for (k, v) in n.iter().filter(|(k, _)| *k != "report" && *k != "data") {
+            let v = match v {
+                Value::Null => "none".to_string(),
+                Value::String(x) => format!("`{x}`"),
+                // The rates are f32s: shown as the f32 they are, not the
+                // f64 digits JSON gave them (0.0010000000474974513).
+                Value::Number(x) => match x.as_f64() {
+                    Some(f) if x.is_f64() && f64::from(f as f32) == f => (f as f32).to_string(),
+                    _ => x.to_string(),
+                },
+                other => other.to_string(),
+            };
+            settings.push((k.replace('_', " "), v));
+        }
+    }
+    let given = [
+        ("min word count", s.min_word_count.map(|v| v.to_string())),
+        ("max words", s.max_words.map(|v| v.to_string())),
+        (
+            "min trigram count",
+            s.min_trigram_count.map(|v| v.to_string()),
+        ),
+        ("max trigrams", s.max_trigrams.map(|v| v.to_string())),
+        ("hidden", s.hidden.map(|v| v.to_string())),
+        ("layers", s.layers.map(|v| v.to_string())),
+        (
+            "precision",
+            s.precision
+                .and_then(|p| serde_json::to_value(p).ok())
+                .and_then(|v| v.as_str().map(str::to_string)),
+        ),
+        (
+            "max pairs an epoch",
+            (s.max_pairs > 0).then(|| s.max_pairs.to_string()),
+        ),
+        ("shuffle buffer", Some(s.shuffle_buffer.to_string())),
+        (
+            "dev set",
+            Some(match (&s.dev, r.best_epoch) {
+                (Some(d), Some(_)) => format!("`{}` (picks the epoch)", d.display()),
+                (Some(d), None) => format!("`{}` (absent: the last epoch is kept)", d.display()),
+                (None, _) => "none (`--no-dev`: the last epoch is kept)".into(),
+            }),
+        ),
+    ];
+    settings.extend(
+        given
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k.to_string(), v))),
+    );
+    let dev = r.best_epoch.and(s.dev.as_deref());
+    let out = s.out.display().to_string();
+    let c = ModelCard {
+        name: s
+            .out
+            .file_name()
+            .map_or_else(|| out.clone(), |n| n.to_string_lossy().into_owned()),
+        out: out.clone(),
+        summary: format!(
+            "A paraphrastic sentence encoder ({}) trained by `paraforge train` with the margin \
+             loss and mega-batch negatives of Wieting and Gimpel (2018) on paraphrase pairs: \
+             {}-dimensional sentence embeddings whose cosine says how close two sentences are \
+             in meaning.",
+            s.model.name(),
+            outcome.dim
+        ),
+        tags: card::encoder_tags(&parts),
+        pipeline_tag: Some("sentence-similarity"),
+        command: s.command.clone(),
+        settings,
+        data: s.data.display().to_string(),
+        data_rows: format!(
+            "{rows} rows; over all epochs {} read, {} empty and {} null sides skipped, {} pairs without a known {} skipped",
+            r.read.rows,
+            r.read.skipped_empty,
+            r.read.skipped_null,
+            r.skipped_unembeddable,
+            outcome.units
+        ),
+        provenance: paraforge_core::layout::card::trace(&s.data),
+        figures: {
+            let mut f = card::figures(r, dev, &results);
+            if let (Some(d), Some(Precision::Bf16)) = (f.first_mut(), s.precision) {
+                if d.split == "dev" && d.spearman.is_none() {
+                    d.note += " (on the f32 tables, before they were saved as bf16)";
+                }
+            }
+            f
+        },
+        results_note: card::epochs_table(r),
+        evaluate_with: format!("paraforge eval-sts --model {out}"),
+        usage: card::encoder_usage(&out, neural),
+    };
+    let path = card::card_path(write_to);
+    std::fs::write(&path, c.text()).map_err(|e| TrainError::io(&path, e))?;
+    Ok(results)
 }
 
 fn train_average(
@@ -566,7 +705,7 @@ fn train_average(
         dim: model.dim(),
         units: "word or trigram",
         model: Trained::Average(model),
-        out: s.out.clone(),
+        sts: Vec::new(),
     })
 }
 
@@ -625,6 +764,6 @@ fn train_neural(
         dim: model.dim(),
         units: "word",
         model: Trained::Neural(Box::new(model)),
-        out: s.out.clone(),
+        sts: Vec::new(),
     })
 }
