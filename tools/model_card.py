@@ -1,25 +1,86 @@
-"""Writes MODEL_CARD.md for a demo model from its training.json (written by
-`marian_model.py train`) and its eval.json (written by `eval_model.py`).
+"""Writes README.md, the model card, for a demo model from its training.json
+(written by `marian_model.py train`) and its eval.json (written by
+`eval_model.py`): Hugging Face Hub metadata (the BLEU and chrF figures of
+eval.json as `model-index`), then the text.
 
 usage: model_card.py MODEL_DIR TRAINING_JSON EVAL_JSON LOG_NAME [HISTORY]
 HISTORY: a sentence on how the training ran (resumptions, settings changed).
 """
 
 import json
+import re
 import sys
 from pathlib import Path
+
+NAMES = {"cs": "Czech", "en": "English"}
+
+
+def flow(v, indent=2, depth=0):
+    """A metadata value as JSON (YAML's flow style), as paraforge writes its
+    cards (core/src/layout/card.rs, `front_matter`): one line when short,
+    else one element a line, three levels deep at most."""
+    compact = json.dumps(v, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    if len(compact) <= 100 or depth >= 3 or not isinstance(v, (list, dict)):
+        return compact
+    pad, inner = " " * indent, " " * (indent + 2)
+    if isinstance(v, list):
+        items, (o, c) = [flow(x, indent + 2, depth + 1) for x in v], "[]"
+    else:
+        items = [f"{json.dumps(k)}: {flow(x, indent + 2, depth + 1)}" for k, x in sorted(v.items())]
+        o, c = "{}"
+    return o + "\n" + inner + (",\n" + inner).join(items) + "\n" + pad + c
+
+
+def front_matter(fields):
+    """`key: value` lines between `---` lines; a plain word where YAML reads
+    one as itself."""
+    out = ["---"]
+    for k, v in fields:
+        plain = isinstance(v, str) and re.fullmatch(r"[a-z][a-z0-9_-]*", v) and v not in (
+            "y", "n", "yes", "no", "on", "off", "true", "false", "null")
+        out.append(f"{k}: {v if plain else flow(v)}")
+    return "\n".join(out) + "\n---\n\n"
+
+
+def metadata(name, t, e):
+    """The Hub metadata of a demo model: its languages, training sources,
+    license (the card's "Data" section says why) and eval.json's figures."""
+    src, tgt = t["direction"].split("-")
+    results = [
+        {
+            "task": {"type": "translation", "name": f"{NAMES[src]} to {NAMES[tgt]}"},
+            "dataset": {"name": r["set"], "type": r["set"], "split": "test"},
+            "metrics": [
+                {"type": "bleu", "value": r["bleu"], "name": f"BLEU ({r['bleu_signature']})"},
+                {"type": "chrf", "value": r["chrf"],
+                 "name": f"chrF ({r.get('chrf_signature', 'default')})"},
+            ],
+        }
+        for r in e["results"]
+    ]
+    return front_matter([
+        ("library_name", "paraforge"),
+        ("pipeline_tag", "translation"),
+        ("tags", ["translation", "marian", "onnx", "paraforge"]),
+        ("language", [src, tgt]),
+        ("datasets", ["Multi30K", "Tatoeba Challenge ces-eng test", "WMT news test sets 2008-2022"]),
+        ("license", "other"),
+        ("license_name", "non-commercial-research-and-demonstration"),
+        ("model-index", [{"name": name, "results": results}]),
+    ])
+
 
 model_dir, training, evaluation, log_name = sys.argv[1:5]
 history = sys.argv[5] if len(sys.argv) > 5 else ""
 t = json.loads(Path(training).read_text())
 e = json.loads(Path(evaluation).read_text())
 src, tgt = t["direction"].split("-")
-names = {"cs": "Czech", "en": "English"}
+names = NAMES
 size = sum(f.stat().st_size for f in Path(model_dir).iterdir() if f.is_file())
 rows = "\n".join(f"| {r['set']} | {r['sentences']} | {r['bleu']:.1f} | {r['chrf']:.1f} |" for r in e["results"])
 ex = e["results"][0]["examples"]
 examples = "\n".join(f"| {x['source']} | {x['output']} | {x['reference']} |" for x in ex)
-card = f"""# {Path(model_dir).name}: a small {names[src]} to {names[tgt]} MarianMT model
+card = metadata(Path(model_dir).name, t, e) + f"""# {Path(model_dir).name}: a small {names[src]} to {names[tgt]} MarianMT model
 
 > **A demonstration model.** It is small and trained for {t['minutes']:.0f} minutes
 > on 2 CPU cores from {t['training_pairs']:,} sentence pairs, so that `make demo`
@@ -90,5 +151,5 @@ Examples (Multi30K test 2016):
 |---|---|---|
 {examples}
 """
-Path(model_dir, "MODEL_CARD.md").write_text(card)
+Path(model_dir, "README.md").write_text(card)
 print(card)

@@ -92,7 +92,9 @@ mod tests {
         std::fs::write(m.join("encoder_model.onnx"), "graph").unwrap();
         std::fs::write(m.join("source.spm"), "spm").unwrap();
         let a = model_digest(m).unwrap();
-        // A card, a log, hidden files: same model.
+        // A card (the Hub's README.md, or any other Markdown), a log,
+        // hidden files: same model.
+        std::fs::write(m.join("README.md"), "---\nlibrary_name: paraforge\n---\n").unwrap();
         std::fs::write(m.join("MODEL_CARD.md"), "card").unwrap();
         std::fs::write(m.join("training.log"), "log").unwrap();
         std::fs::write(m.join(".DS_Store"), "x").unwrap();
