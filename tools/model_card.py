@@ -17,10 +17,12 @@ NAMES = {"cs": "Czech", "en": "English"}
 
 def flow(v, indent=2, depth=0):
     """A metadata value as JSON (YAML's flow style), as paraforge writes its
-    cards (core/src/layout/card.rs, `front_matter`): one line when short,
-    else one element a line, three levels deep at most."""
+    cards (core/src/layout/card.rs, `front_matter`): one line when short
+    (100 characters for a key's value, 160 for an element), else one element
+    a line, three levels deep at most."""
     compact = json.dumps(v, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
-    if len(compact) <= 100 or depth >= 3 or not isinstance(v, (list, dict)):
+    line = 100 if depth == 0 else 160
+    if len(compact) <= line or depth >= 3 or not isinstance(v, (list, dict)):
         return compact
     pad, inner = " " * indent, " " * (indent + 2)
     if isinstance(v, list):

@@ -36,14 +36,15 @@ pub fn front_matter(fields: &[(&str, Value)]) -> String {
     s
 }
 
-/// `v` as JSON, each collection too long for one line and less than three
-/// levels deep broken over lines indented `indent` (its closing bracket)
-/// and `indent + 2` (its elements); deeper ones stay on one line, so that
-/// a `model-index` result or a config is one line.
+/// `v` as JSON, each collection too long for one line (100 characters for
+/// a key's value, 160 for an element) and less than three levels deep
+/// broken over lines indented `indent` (its closing bracket) and
+/// `indent + 2` (its elements); deeper ones stay on one line, so that a
+/// config or a `model-index` result is one line.
 fn flow(v: &Value, indent: usize, depth: usize) -> String {
-    const LINE: usize = 100;
+    let line = if depth == 0 { 100 } else { 160 };
     let compact = serde_json::to_string(v).unwrap_or_default();
-    if compact.len() <= LINE || depth >= 3 {
+    if compact.len() <= line || depth >= 3 {
         return compact;
     }
     let (pad, inner) = (" ".repeat(indent), " ".repeat(indent + 2));
@@ -352,14 +353,14 @@ fn scorers(list: Option<&[ManifestScorer]>) -> String {
     match list {
         [] => "- para_score: none (no `[scoring]` model or vectors; the column is null)\n".into(),
         [one] => format!(
-            "- para_score: the cosine of `{}` ({}), fingerprint `{}`\n",
+            "- para_score: the cosine of `{}` (kind: {}), fingerprint `{}`\n",
             one.file, one.kind, one.sha256
         ),
         many => {
             let mut s = "- para_score: the files' footers name more than one model:\n".to_string();
             for m in many {
                 s += &format!(
-                    "  - `{}` ({}), fingerprint `{}`: {} files\n",
+                    "  - `{}` (kind: {}), fingerprint `{}`: {} files\n",
                     m.file, m.kind, m.sha256, m.files
                 );
             }
@@ -401,7 +402,7 @@ pub fn job_card(f: &JobFacts) -> String {
          ## This card\n\n\
          paraforge writes it as `_README.md`, not `README.md`: pyarrow, Spark and other \
          Hive-style readers take every file of the directory whose name does not start with \
-         `_` or `.` for data, and would fail on a `README.md`. Publishing the pairs on the \
+         `_` or `.` for data, and would fail on a `README.md`. To publish the pairs on the \
          Hugging Face Hub, upload it as the repository's `README.md` with the `shard=*` \
          folders: its `configs` then name the pairs.\n\n",
         job = f.job,
@@ -541,7 +542,7 @@ impl Provenance {
                     )
                 }
                 Step::Rescore { dir, scorer } => format!(
-                    "- `paraforge rescore` at `{dir}`: para_score by `{}` ({}), fingerprint `{}`\n",
+                    "- `paraforge rescore` at `{dir}`: para_score by `{}` (kind: {}), fingerprint `{}`\n",
                     scorer.file, scorer.kind, scorer.sha256
                 ),
                 Step::Bins { dir } => format!("- a bin of `paraforge bin` at `{dir}`\n"),
@@ -708,7 +709,7 @@ mod tests {
             "`min_tokens = 3`",
             "`source_lang = \"ces\"`",
             "`models/demo-cs-en`, model digest `abcd`",
-            "`models/scorer-trigram/model.pfe` (TRIGRAM), fingerprint `bb9c`",
+            "`models/scorer-trigram/model.pfe` (kind: TRIGRAM), fingerprint `bb9c`",
             "| 4068 |",
             "| 3 (columns 3) |",
             "## License",
