@@ -26,7 +26,8 @@ row 0 is padding; a WORD model's unknown-word row is the token <unk>.
 Its embeddings equal paraforge's (to float rounding) on text tokenized as \
 paraforge tokenizes it, tokens joined by spaces (\"Don't stop!\" as \
 \"don ' t stop !\"), and, for a WORD model, with every token not in the \
-vocabulary replaced by <unk>. Where they differ:
+vocabulary replaced by <unk> (README.md, \"To sentence-transformers\", has \
+a Python recipe for both). Where they differ:
   * raw text: the WhitespaceTokenizer splits at whitespace only and strips \
 ASCII punctuation from a word's ends, so \"stop!\" is stop (paraforge: stop !) \
 and \"don't\" one unknown word (paraforge: don ' t);
@@ -60,9 +61,9 @@ pub struct ExportArgs {
     #[arg(long, value_enum)]
     format: Format,
     /// A trained model: a WORD `.pfe` (or a directory holding `model.pfe`);
-    /// with `--format glove` also a neural encoder's directory (its word
-    /// table). TRIGRAM, WORD,TRIGRAM, LSTM and the other networks are
-    /// refused for sentence-transformers.
+    /// with `--format glove` any model with a word table (WORD,TRIGRAM, a
+    /// neural encoder's directory). TRIGRAM, WORD,TRIGRAM, LSTM and the
+    /// other networks are refused for sentence-transformers.
     #[arg(long, conflicts_with = "vectors", required_unless_present = "vectors")]
     model: Option<PathBuf>,
     /// GloVe-format word vectors, averaged as `[scoring] vectors` averages
