@@ -173,7 +173,9 @@ def cmd_train(args) -> None:
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     torch.set_num_threads(args.threads)
-    src_col, tgt_col = (1, 2) if args.direction == "cs-en" else (2, 1)
+    # en-en (a paraphraser): the TSV's third column is the input, the fourth
+    # the output, as for cs-en (tools/paraphraser.sh writes reference, translation).
+    src_col, tgt_col = (2, 1) if args.direction == "en-cs" else (1, 2)
 
     train, held = read_bitext([Path(p) for p in args.bitext])
     log(f"bitext: {len(train)} training pairs, {len(held)} held out")
@@ -193,9 +195,9 @@ def cmd_train(args) -> None:
         vocab = write_marian_tokenizer_files(Path(str(spm_prefix) + ".model"), hf_dir)
         for ext in (".model", ".vocab"):
             os.unlink(str(spm_prefix) + ext)
-        if args.direction == "en-cs":
+        if args.direction in ("en-cs", "en-en"):
             cfg = json.loads((hf_dir / "tokenizer_config.json").read_text())
-            cfg.update(source_lang="en", target_lang="cs")
+            cfg.update(source_lang="en", target_lang=args.direction[3:])
             (hf_dir / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
         tok = MarianTokenizer.from_pretrained(hf_dir)
         pad = vocab["<pad>"]
@@ -697,7 +699,7 @@ def main(argv=None) -> None:
     t = sub.add_parser("train")
     t.add_argument("--bitext", nargs="+", required=True, help="CzEng-layout TSV files")
     t.add_argument("--out", required=True)
-    t.add_argument("--direction", choices=["cs-en", "en-cs"], default="cs-en")
+    t.add_argument("--direction", choices=["cs-en", "en-cs", "en-en"], default="cs-en")
     t.add_argument("--minutes", type=float, default=10)
     t.add_argument("--max-steps", type=int, default=0)
     t.add_argument("--batch-tokens", type=int, default=4096)

@@ -6,6 +6,7 @@ mod embed;
 mod export;
 mod lm;
 mod out;
+mod paraphrase;
 mod pipeline;
 mod translate;
 mod vectors;
@@ -73,6 +74,12 @@ enum Command {
     EvalSts(embed::EvalArgs),
     /// Write a trained WORD model's embeddings as GloVe-format vectors for para_score.
     ExportVectors(embed::ExportArgs),
+    /// Paraphrase English sentences with a paraphraser (models/paraphrase-en):
+    /// `translate`'s engine and options on an English-to-English model.
+    Paraphrase(translate::Args),
+    /// A paraphraser on held-out corpus pairs against copying the input:
+    /// BLEU against the reference paraphrase, overlap and para_score with the input.
+    EvalParaphrase(paraphrase::EvalParaphraseArgs),
     /// Write a trained encoder in another library's format: a
     /// sentence-transformers model directory (WORD models and word vectors)
     /// or GloVe text (a model's word table).
@@ -109,6 +116,8 @@ fn main() {
         Command::Train(a) => embed::train(*a),
         Command::EvalSts(a) => embed::eval_sts(a),
         Command::ExportVectors(a) => embed::export_vectors(a),
+        Command::Paraphrase(a) => translate::run(a),
+        Command::EvalParaphrase(a) => paraphrase::eval(a),
         Command::Export(a) => export::export(a),
         Command::EvalWords(a) => embed::eval_words(a),
         Command::EvalTransfer(a) => vectors::eval_transfer(a),
