@@ -133,7 +133,7 @@ $(MATURIN):
 	$(WHEELENV)/bin/pip install --quiet "maturin>=1.9,<2"
 
 wheel: $(MATURIN)
-	$(MATURIN) build --release -m python/Cargo.toml -o dist
+	$(MATURIN) build --release --strip -m python/Cargo.toml -o dist
 
 # make test's check of the package: a wheel of the test build's profile
 # (most of it already compiled), installed in a fresh venv with pytest,
@@ -145,7 +145,7 @@ test-python: $(ORT_LIB) $(MATURIN)
 	$(MATURIN) build --profile dev -m python/Cargo.toml -o target/wheels
 	rm -rf $(PYTEST_ENV)
 	$(PYTHON) -m venv $(PYTEST_ENV)
-	$(PYTEST_ENV)/bin/pip install --quiet target/wheels/paraforge-*.whl pytest pyarrow
+	$(PYTEST_ENV)/bin/pip install --quiet target/wheels/paraforge-*.whl "pytest==9.*" "pyarrow>=17"
 	$(PYTEST_ENV)/bin/pip install --quiet --no-deps $(ORT_DIR)/wheel/$(ORT_WHEEL)-$(ORT_VERSION)-*.whl
 	env -u ORT_DYLIB_PATH PARAFORGE_BIN=$(CURDIR)/target/debug/paraforge \
 		$(PYTEST_ENV)/bin/pytest -p no:cacheprovider -q python/tests

@@ -38,7 +38,7 @@ to a row: replace them by <unk> first;
 their mean; the directions, so every cosine, are equal;
   * a sentence with no known token: paraforge has no embedding (NaN from \
 embed, null para_score), the library returns zeros;
-  * U+001C to U+001F split words in Python and are tokens of their own to \
+  * U+000B and U+001C to U+001F split words in Python and are tokens of their own to \
 paraforge; raw text may also lowercase differently where Python's Unicode \
 tables and Rust's differ;
   * past 1,000,000 tokens the library cuts a sentence (max_seq_length).

@@ -67,9 +67,17 @@ struct Figures {
 }
 
 pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
-    if a.limit == 0 {
-        bail!("--limit must be at least 1");
+    use paraforge_job::config::{MAX_BATCH_SIZE, MAX_BEAM};
+    for (flag, value, max) in [
+        ("--limit", a.limit, usize::MAX),
+        ("--beam", a.beam, MAX_BEAM),
+        ("--batch-size", a.batch_size, MAX_BATCH_SIZE),
+    ] {
+        if value == 0 || value > max {
+            bail!("{flag} {value}: must be between 1 and {max}");
+        }
     }
+    crate::check_threads(a.threads)?;
     let (inputs, refs) = test_pairs(&a)?;
     if inputs.is_empty() {
         bail!(

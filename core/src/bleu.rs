@@ -288,7 +288,16 @@ pub fn sentence_bleu_with(translation: &str, reference: &str, smoothing: Smoothi
 /// segments' statistics summed, then one score (13a tokens, `exp`
 /// smoothing; its effective order equals the full order whenever the
 /// corpus has a 4-gram, as any real one does).
+///
+/// # Panics
+/// When the two lists differ in length (a caller's bug: every translation
+/// has its reference).
 pub fn corpus_bleu<S: AsRef<str>>(translations: &[S], references: &[S]) -> f64 {
+    assert_eq!(
+        translations.len(),
+        references.len(),
+        "corpus_bleu: one reference per translation"
+    );
     let mut sum = BleuStats::default();
     for (t, r) in translations.iter().zip(references) {
         let (h, r) = (normalize_13a(t.as_ref()), normalize_13a(r.as_ref()));

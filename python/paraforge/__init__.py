@@ -89,6 +89,9 @@ class Encoder:
     """
 
     def __init__(self, native: Any) -> None:
+        # Built by Encoder.load; a path here is a mistake worth naming.
+        if isinstance(native, (str, os.PathLike)):
+            raise TypeError("use Encoder.load(path) to load an encoder")
         self._native = native
 
     @classmethod
@@ -97,7 +100,7 @@ class Encoder:
     ) -> "Encoder":
         """Loads a trained model (``path``) or word vectors (``vectors=``)."""
         if (path is None) == (vectors is None):
-            raise ValueError("Encoder.load: give a model path or vectors=, not both")
+            raise ValueError("Encoder.load: give a model path or vectors= (one of the two)")
         if path is not None:
             return cls(_native.Encoder.load(model=_existing(path, "model")))
         return cls(_native.Encoder.load(vectors=_existing(vectors, "vectors")))
@@ -126,9 +129,11 @@ class Encoder:
         """Embeddings as a ``float32`` array of shape ``(len(sentences), dim)``
         (``(dim,)`` for one string). A sentence with no word or trigram the
         model knows gets a row of NaN, as ``paraforge embed`` writes it and as
-        its ``para_score`` is null in a corpus. Averaging encoders return the
-        mean of their rows; cosines are what ``eval-sts`` and ``para_score``
-        compute. ``batch_size`` bounds how many sentences are tokenized and
+        its ``para_score`` is null in a corpus. A trained averaging model
+        returns the mean of its rows, word vectors (``vectors=``) their sum
+        over known words, as ``paraforge embed`` writes them; cosines are what
+        ``eval-sts`` and ``para_score`` compute. A model run that fails
+        raises :class:`ParaforgeError`. ``batch_size`` bounds how many sentences are tokenized and
         embedded at once. Other keyword arguments of sentence-transformers
         (``device``, ``prompt_name``, ...) are accepted and have no effect.
         """
@@ -212,9 +217,11 @@ def score_pairs(
 
 class Translator:
     """The beam-search engine of ``paraforge translate`` on a MarianMT model
-    in Optimum's ONNX layout (``models/demo-cs-en``: pass ``quantized=True``,
-    it ships int8 graphs only). ``device`` is ``"cpu"``, ``"cuda"`` or
-    ``"cuda:N"`` (with ``onnxruntime-gpu`` installed)."""
+    in Optimum's ONNX layout (a directory with only int8 graphs, as
+    ``models/demo-cs-en``, runs those; ``quantized=True`` picks them where
+    both are). ``device`` is ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (with
+    ``onnxruntime-gpu`` installed). ``beam`` and ``batch_size`` are bounded
+    as the CLI bounds them (256 and 1024)."""
 
     def __init__(
         self,

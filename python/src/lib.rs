@@ -17,7 +17,7 @@ use paraforge_core::{ArpaModel, PairScores, Scorer, SentenceEncoder};
 use paraforge_nmt::{Device, GenerateOptions, LoadOptions};
 
 pyo3::create_exception!(
-    _native,
+    paraforge._native,
     ParaforgeError,
     PyException,
     "A model, corpus or input that paraforge refuses; the message names what and where."
@@ -38,11 +38,7 @@ fn chain(e: &dyn std::error::Error) -> String {
     msg
 }
 
-fn error(e: impl std::error::Error) -> PyErr {
-    ParaforgeError::new_err(chain(&e))
-}
-
-/// [`error`] naming `path` unless the message already does.
+/// A [`ParaforgeError`] naming `path` unless the message already does.
 fn prefixed(path: &Path, e: impl std::error::Error) -> PyErr {
     let msg = chain(&e);
     let p = path.display().to_string();
@@ -102,7 +98,7 @@ impl Encoder {
             (Some(p), None) | (None, Some(p)) => p.clone(),
             _ => {
                 return Err(PyValueError::new_err(
-                    "give a model or word vectors, not both and not neither",
+                    "Encoder.load: give a model or vectors= (one of the two)",
                 ))
             }
         };
@@ -135,12 +131,31 @@ impl Encoder {
         sentences: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let texts = texts("sentences", sentences)?;
+        let before = self.inner.failures();
         let bytes: Vec<u8> = py.detach(|| {
             let flat = embed(&*self.inner, &texts);
             flat.iter().flat_map(|x| x.to_le_bytes()).collect()
         });
+        // A row left NaN by a failed model run must not pass for a sentence
+        // without known tokens (`paraforge embed` refuses it too).
+        failed(&*self.inner, before)?;
         Ok(PyBytes::new(py, &bytes))
     }
+}
+
+/// An error when `encoder` failed on sentences since its count was `before`.
+/// The model run's own error went to the log (`RUST_LOG`/`PARAFORGE_LOG`
+/// is not read here: a Python process has no subscriber), so the count and
+/// the model are what the message can name.
+fn failed(encoder: &dyn SentenceEncoder, before: u64) -> PyResult<()> {
+    let n = encoder.failures().saturating_sub(before);
+    if n > 0 {
+        return Err(ParaforgeError::new_err(format!(
+            "{}: the model run failed on {n} sentence(s); no embedding is returned for any",
+            encoder.describe()
+        )));
+    }
+    Ok(())
 }
 
 fn embed(encoder: &dyn SentenceEncoder, texts: &[String]) -> Vec<f32> {
@@ -192,6 +207,11 @@ fn score_pairs<'py>(
             )))
         }
     };
+    if model.is_some() && vectors.is_some() {
+        return Err(PyValueError::new_err(
+            "score_pairs: give model= or vectors= for para_score, not both",
+        ));
+    }
     let (model_path, vectors_path) = (model.clone(), vectors.clone());
     let encoder = py
         .detach(|| paraforge_scorer::load_encoder(model.as_deref(), vectors.as_deref()))
@@ -223,13 +243,7 @@ fn score_pairs<'py>(
     });
     // A score left null by a failed model run must not pass for one.
     if let Some(e) = &encoder {
-        let failed = e.failures() - failed_before;
-        if failed > 0 {
-            return Err(ParaforgeError::new_err(format!(
-                "{}: the encoder failed on {failed} sentence(s); see the log",
-                e.describe()
-            )));
-        }
+        failed(&**e, failed_before)?;
     }
     use paraforge_core::schema::col;
     let out = PyDict::new(py);
@@ -261,6 +275,7 @@ fn score_pairs<'py>(
 /// The beam-search engine of `paraforge translate`.
 #[pyclass(frozen)]
 struct Translator {
+    model_dir: PathBuf,
     inner: Mutex<paraforge_nmt::Translator>,
     options: GenerateOptions,
 }
@@ -281,9 +296,28 @@ impl Translator {
         max_new_tokens: Option<usize>,
     ) -> PyResult<Self> {
         let device: Device = device.parse().map_err(PyValueError::new_err)?;
-        if beam == 0 || batch_size == 0 {
+        // `translate`'s bounds: an unbounded beam, batch or thread count
+        // runs out of memory, which in Python aborts the interpreter.
+        use paraforge_job::config::{max_threads, MAX_BATCH_SIZE, MAX_BEAM};
+        for (name, value, max) in [
+            ("beam", beam, MAX_BEAM),
+            ("batch_size", batch_size, MAX_BATCH_SIZE),
+        ] {
+            if value == 0 || value > max {
+                return Err(PyValueError::new_err(format!(
+                    "{name}={value}: must be between 1 and {max}"
+                )));
+            }
+        }
+        if threads > max_threads() {
+            return Err(PyValueError::new_err(format!(
+                "threads={threads}: more than the limit of {}",
+                max_threads()
+            )));
+        }
+        if max_new_tokens == Some(0) {
             return Err(PyValueError::new_err(
-                "beam and batch_size must be at least 1",
+                "max_new_tokens=0: must be at least 1",
             ));
         }
         let load = LoadOptions {
@@ -296,6 +330,7 @@ impl Translator {
             .detach(|| paraforge_nmt::Translator::load(&model_dir, &load))
             .map_err(|e| prefixed(&model_dir, e))?;
         Ok(Translator {
+            model_dir,
             inner: Mutex::new(inner),
             options: GenerateOptions {
                 num_beams: beam,
@@ -319,7 +354,7 @@ impl Translator {
             let mut t = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             t.translate(&texts, &self.options)
         });
-        let out = out.map_err(error)?;
+        let out = out.map_err(|e| prefixed(&self.model_dir, e))?;
         Ok(out.into_iter().map(|t| (t.text, t.score)).collect())
     }
 }
@@ -330,7 +365,7 @@ impl Translator {
 fn verified_files(py: Python<'_>, path: PathBuf) -> PyResult<(Vec<PathBuf>, u64)> {
     let ds = py
         .detach(|| paraforge_core::dataset::open(&path))
-        .map_err(error)?;
+        .map_err(|e| prefixed(&path, e))?;
     Ok((ds.paths(), ds.rows()))
 }
 

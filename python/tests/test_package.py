@@ -158,6 +158,17 @@ def test_bad_input_raises_and_names_it(tmp_path):
         paraforge.score_pairs(["a"], ["a"], bleu="nist")
     with pytest.raises(ValueError, match="unknown device"):
         paraforge.Translator(repo(MODEL), device="tpu")
+    # The CLI's bounds: a beam of a million would exhaust memory.
+    with pytest.raises(ValueError, match="beam=1000000"):
+        paraforge.Translator(repo(MODEL), beam=1_000_000)
+    with pytest.raises(ValueError, match="batch_size=0"):
+        paraforge.Translator(repo(MODEL), batch_size=0)
+    with pytest.raises(ValueError, match="not both"):
+        paraforge.score_pairs(["a"], ["a"], model=repo(SCORER),
+                              vectors=repo("data/vectors/glove.6B.50d.top25k.txt.gz"))
+    with pytest.raises(TypeError, match="Encoder.load"):
+        paraforge.Encoder(repo(SCORER))
+    assert paraforge.ParaforgeError.__module__ == "paraforge._native"
 
 
 def test_encode_is_sentence_transformers_shaped_and_releases_the_gil():
@@ -173,19 +184,26 @@ def test_encode_is_sentence_transformers_shaped_and_releases_the_gil():
     # While one thread encodes, this one keeps running Python: the call
     # releases the GIL while it works (held, this loop would stall for the
     # whole call).
-    big = ["A man is playing a guitar while the sun sets over the harbour."] * 60000
-    result = {}
-    worker = threading.Thread(target=lambda: result.update(v=enc.encode(big, batch_size=60000)))
-    worker.start()
-    last, gaps, began = time.perf_counter(), [], time.perf_counter()
-    while worker.is_alive():
-        now = time.perf_counter()
-        gaps.append(now - last)
-        last = now
-    took = time.perf_counter() - began
-    worker.join()
-    assert result["v"].shape == (60000, enc.dim)
-    assert took > 0.2, f"the call took {took:.3f} s: too short to tell"
+    # The input grows until one call lasts long enough to tell, whatever
+    # the machine's speed.
+    n = 60000
+    while True:
+        big = ["A man is playing a guitar while the sun sets over the harbour."] * n
+        result = {}
+        worker = threading.Thread(target=lambda: result.update(v=enc.encode(big, batch_size=n)))
+        worker.start()
+        last, gaps, began = time.perf_counter(), [], time.perf_counter()
+        while worker.is_alive():
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+        took = time.perf_counter() - began
+        worker.join()
+        assert result["v"].shape == (n, enc.dim)
+        if took > 0.3 or n >= 2_000_000:
+            break
+        n *= 4
+    assert took > 0.3, f"{n} sentences took {took:.3f} s: too short to tell"
     assert max(gaps) < 0.5 * took, f"Python stalled {max(gaps):.3f} s of a {took:.3f} s call"
 
 
