@@ -108,11 +108,12 @@ async fn pyarrow_and_duckdb_read_the_output_as_one_table() {
     let m = run_job(&cfg).await;
     assert_eq!(m.pairs, 600);
     let script = r#"
-import sys, pyarrow.dataset as ds, duckdb, yaml
+import sys, json, pyarrow.dataset as ds, duckdb, yaml
 root = sys.argv[1]
 # The job's card sits beside the shards as _README.md, which these readers skip.
 card = yaml.safe_load(open(root + "/_README.md").read().split("---\n")[1])
-assert card["configs"][0]["data_files"][0]["path"] == "shard=*/*.parquet", card
+m = json.load(open(root + "/_manifest.json"))
+assert card["configs"][0]["data_files"][0]["path"] == [f["path"] for f in m["files"]], card
 assert card["size_categories"] == ["n<1K"] and card["license"] == "other", card
 t = ds.dataset(root, format="parquet", partitioning="hive").to_table()
 assert t.num_rows == 600, t.num_rows
@@ -342,6 +343,23 @@ async fn the_pipeline_writes_to_s3_through_object_store() {
             && listed.contains(&"_manifest.json".to_string())
             && listed.contains(&"README.md".to_string()),
         "{listed:?}"
+    );
+    // Its card names the output by its URL, not the staging directory
+    // that is gone.
+    let card = Storage::open("s3://paraforge-test/jobs/cli-bins")
+        .unwrap()
+        .get("README.md")
+        .await
+        .unwrap();
+    let card = String::from_utf8_lossy(&card);
+    assert!(
+        card.contains("Bins of s3://paraforge-test/jobs/cli")
+            && card.contains("at `s3://paraforge-test/jobs/cli`"),
+        "{card}"
+    );
+    assert!(
+        !card.contains(&*std::env::temp_dir().to_string_lossy()),
+        "{card}"
     );
 
     // `paraforge rescore` with the default scorer, S3 to S3: a complete new

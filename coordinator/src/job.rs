@@ -275,6 +275,10 @@ async fn read_back(
             o.dedup = b.dedup;
             // The job's own bins: a rerun of the job writes them again.
             o.overwrite = true;
+            if staged.is_some() {
+                // Not the temporary copy, gone when the bins are uploaded.
+                o.input_name = Some(cfg.job.output.clone());
+            }
             let manifest = tokio::task::spawn_blocking(move || paraforge_dataset::bins::run(&o))
                 .await
                 .map_err(join_err)?

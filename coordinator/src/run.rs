@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use paraforge_core::layout::card::{JobFacts, Languages, ManifestInput, ManifestScorer};
+use paraforge_core::layout::card::{
+    hub_language, JobFacts, Languages, ManifestInput, ManifestScorer,
+};
 use paraforge_core::layout::{FileKind, OutputLayout, JOB_CARD_FILE, MANIFEST_FILE, SUCCESS_FILE};
 use paraforge_job::bitext::RejectReason;
 use paraforge_job::config::JobConfig;
@@ -706,6 +708,10 @@ pub struct Manifest {
     /// The para_score model(s) the pairs files' footers name, with how
     /// many files name each: one, unless nodes loaded different files.
     pub para_scorers: Vec<ManifestScorer>,
+    /// Pairs files whose footer could not be read for its scorer: they
+    /// may name another model, or none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub para_scorer_footers_unread: u64,
     /// The languages of the two sides, where the config or the model says.
     #[serde(skip_serializing_if = "Languages::is_empty")]
     pub languages: Languages,
@@ -721,35 +727,46 @@ pub struct Manifest {
 
 pub use paraforge_core::layout::ManifestModel;
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// The para_score models that the footers of `files` name
 /// (`paraforge.para_scorer*`), each with the files that name it, most
-/// first; read from each footer alone (two ranged reads a file).
+/// first, and how many footers could not be read (a file that names no
+/// model is neither); read from each footer alone (two ranged reads a
+/// file).
 async fn footer_scorers(
     storage: &Storage,
     files: &[ManifestFile],
-) -> Result<Vec<ManifestScorer>, RunError> {
+) -> Result<(Vec<ManifestScorer>, u64), RunError> {
     use futures::StreamExt;
     let reads = files.iter().map(|f| async move {
         if f.bytes < 12 {
-            return Ok::<_, RunError>(None);
+            return Ok::<_, RunError>(Err(()));
         }
         let tail = storage.get_range(&f.path, f.bytes - 8, f.bytes).await?;
         let len = u64::from(u32::from_le_bytes(
             tail[..4].try_into().expect("8 bytes were read"),
         ));
         if len + 8 > f.bytes {
-            return Ok(None);
+            return Ok(Err(()));
         }
         let footer = storage
             .get_range(&f.path, f.bytes - 8 - len, f.bytes)
             .await?;
-        Ok(crate::verify::footer_scorer(&footer))
+        Ok(crate::verify::footer_scorer(&footer).map_err(|e| {
+            tracing::warn!(path = %f.path, error = %e, "its footer does not parse; the card counts it as not known");
+        }))
     });
     let mut found: std::collections::BTreeMap<(String, String, String), u64> = Default::default();
+    let mut unread = 0;
     let mut results = futures::stream::iter(reads).buffer_unordered(8);
     while let Some(r) = results.next().await {
-        if let Some(k) = r? {
-            *found.entry(k).or_default() += 1;
+        match r? {
+            Ok(Some(k)) => *found.entry(k).or_default() += 1,
+            Ok(None) => {}
+            Err(()) => unread += 1,
         }
     }
     let mut v: Vec<ManifestScorer> = found
@@ -762,43 +779,61 @@ async fn footer_scorers(
         })
         .collect();
     v.sort_by_key(|s| std::cmp::Reverse(s.files));
-    Ok(v)
+    Ok((v, unread))
 }
 
-/// The languages of a job's sides: `[filters]`' `source_lang` and
-/// `reference_lang` where set, else the model's `tokenizer_config.json`
-/// (`source_lang`, `target_lang`, as Marian exports have them) where the
-/// coordinator can read it.
+/// The languages of a job's sides, each from `[filters]`' `source_lang`
+/// or `reference_lang` where set, else from the model's
+/// `tokenizer_config.json` (`source_lang`, `target_lang`, as Marian exports
+/// have them) where the coordinator can read it.
 fn job_languages(shared: &Shared) -> Languages {
     let f = &shared.filters;
-    if f.source_lang.is_some() || f.reference_lang.is_some() {
-        return Languages {
-            source: f.source_lang.clone(),
-            reference: f.reference_lang.clone(),
-            from: "[filters] source_lang and reference_lang".into(),
-        };
-    }
-    let Some(dir) = &shared.model_dir else {
-        return Languages::default();
+    let tokenizer = match (&f.source_lang, &f.reference_lang, &shared.model_dir) {
+        (None, _, Some(dir)) | (_, None, Some(dir)) => {
+            std::fs::read(std::path::Path::new(dir).join("tokenizer_config.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        }
+        _ => None,
     };
-    let cfg = std::fs::read(std::path::Path::new(dir).join("tokenizer_config.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
-    let lang = |k: &str| {
-        cfg.as_ref()
+    languages_from(f, tokenizer.as_ref())
+}
+
+/// [`job_languages`] from the filters and the tokenizer's config: each
+/// side on its own, as the Hub's `language` wants the codes (ISO 639-1
+/// where there is one; the filters name ISO 639-3).
+fn languages_from(
+    f: &paraforge_job::filters::Filters,
+    tokenizer: Option<&serde_json::Value>,
+) -> Languages {
+    const FILTERS: &str = "[filters]";
+    const TOKENIZER: &str = "the translation model's tokenizer_config.json";
+    let from_tokenizer = |k: &str| {
+        tokenizer
             .and_then(|c| c[k].as_str())
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| (hub_language(l), TOKENIZER))
     };
-    let l = Languages {
-        source: lang("source_lang"),
-        reference: lang("target_lang"),
-        from: "the translation model's tokenizer_config.json".into(),
+    let source = f
+        .source_lang
+        .as_deref()
+        .map(|l| (hub_language(l), FILTERS))
+        .or_else(|| from_tokenizer("source_lang"));
+    let reference = f
+        .reference_lang
+        .as_deref()
+        .map(|l| (hub_language(l), FILTERS))
+        .or_else(|| from_tokenizer("target_lang"));
+    let from = match (&source, &reference) {
+        (Some((_, a)), Some((_, b))) if a == b => a.to_string(),
+        (Some((_, a)), Some((_, b))) => format!("source from {a}, reference from {b}"),
+        (Some((_, a)), None) | (None, Some((_, a))) => a.to_string(),
+        (None, None) => String::new(),
     };
-    if l.is_empty() {
-        Languages::default()
-    } else {
-        l
+    Languages {
+        source: source.map(|(l, _)| l),
+        reference: reference.map(|(l, _)| l),
+        from,
     }
 }
 
@@ -952,7 +987,7 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
             problems,
         }));
     }
-    let para_scorers = footer_scorers(storage, &files).await?;
+    let (para_scorers, para_scorer_footers_unread) = footer_scorers(storage, &files).await?;
     let manifest = Manifest {
         kind: paraforge_core::layout::ManifestKind::Job,
         job,
@@ -968,6 +1003,7 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
         input: shared.input.clone(),
         filters: serde_json::to_value(&shared.filters).unwrap_or_else(|_| serde_json::json!({})),
         para_scorers,
+        para_scorer_footers_unread,
         languages: job_languages(shared),
         rejects: counts.rejects,
         rejects_by_reason: counts.rejects_by_reason.clone(),
@@ -1021,12 +1057,13 @@ mod tests {
         let n = bytes.len();
         let len = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().unwrap()) as usize;
         let footer = bytes::Bytes::copy_from_slice(&bytes[n - 8 - len..]);
-        let found = crate::verify::footer_scorer(&footer).unwrap();
+        let found = crate::verify::footer_scorer(&footer).unwrap().unwrap();
         assert_eq!(
             found,
             ("scorer/model.pfe".into(), "TRIGRAM".into(), "bb9c".into())
         );
-        assert_eq!(crate::verify::footer_scorer(&footer.slice(1..)), None);
+        // A footer that does not parse is not one that names no model.
+        assert!(crate::verify::footer_scorer(&footer.slice(1..)).is_err());
 
         let filters = paraforge_job::filters::Filters {
             min_tokens: Some(2),
@@ -1057,6 +1094,7 @@ mod tests {
                 sha256: found.2,
                 files: 2,
             }],
+            para_scorer_footers_unread: 1,
             languages: Languages {
                 source: Some("ces".into()),
                 reference: None,
@@ -1064,7 +1102,15 @@ mod tests {
             },
             rejects: 1,
             rejects_by_reason: [("columns".to_string(), 1)].into(),
-            files: Vec::new(),
+            files: (0..4)
+                .map(|i| ManifestFile {
+                    path: format!("shard={i}/part.parquet"),
+                    shard: i,
+                    rows: 2,
+                    bytes: 9,
+                    sha256: String::new(),
+                })
+                .collect(),
             rejects_files: Vec::new(),
             removed_uncommitted: Vec::new(),
             config: String::new(),
@@ -1078,10 +1124,53 @@ mod tests {
         assert_eq!(f.input.as_ref(), Some(&m.input));
         assert_eq!(f.para_scorers.as_ref(), Some(&m.para_scorers));
         assert_eq!(f.languages, m.languages);
-        let rules = f.filters.unwrap();
+        let rules = f.filters.clone().unwrap();
         assert_eq!(rules["min_tokens"], 2);
         assert_eq!(rules.len(), 2, "only the rules set: {rules:?}");
         assert_eq!(f.rejects_by_reason, m.rejects_by_reason);
+        // One scorer named by 2 of the 4 files, one footer unread: not
+        // "the cosine of" that scorer.
+        let card = paraforge_core::layout::card::job_card(&f);
+        for want in [
+            "fingerprint `bb9c`: 2 of 4 files",
+            "no model (the column is null): 1 of 4 files",
+            "not known: 1 of 4 files",
+        ] {
+            assert!(card.contains(want), "{want} not in\n{card}");
+        }
+        assert!(!card.contains("the cosine of"), "{card}");
+    }
+
+    /// Each side from `[filters]` where set, else from the tokenizer, in
+    /// the Hub's ISO 639-1.
+    #[test]
+    fn languages_fill_each_side_and_use_the_hubs_codes() {
+        let tok = serde_json::json!({"source_lang": "cs", "target_lang": "eng"});
+        let f = |s: Option<&str>, r: Option<&str>| paraforge_job::filters::Filters {
+            source_lang: s.map(String::from),
+            reference_lang: r.map(String::from),
+            ..Default::default()
+        };
+        let l = languages_from(&f(Some("ces"), None), Some(&tok));
+        assert_eq!(
+            (l.source.as_deref(), l.reference.as_deref()),
+            (Some("cs"), Some("en"))
+        );
+        assert!(
+            l.from.contains("[filters]") && l.from.contains("tokenizer_config"),
+            "{}",
+            l.from
+        );
+        let l = languages_from(&f(None, Some("eng")), None);
+        assert_eq!((l.source, l.reference.as_deref()), (None, Some("en")));
+        // A language without an ISO 639-1 code keeps its ISO 639-3 one.
+        let l = languages_from(&f(Some("hsb"), Some("deu")), Some(&tok));
+        assert_eq!(
+            (l.source.as_deref(), l.reference.as_deref()),
+            (Some("hsb"), Some("de"))
+        );
+        assert_eq!(l.from, "[filters]");
+        assert!(languages_from(&f(None, None), None).is_empty());
     }
 
     #[test]

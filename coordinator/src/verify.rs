@@ -190,23 +190,28 @@ fn parquet_rows(path: &str, bytes: &bytes::Bytes) -> Result<(u64, Option<String>
 
 /// The para_score model a pairs file's footer names (file, kind,
 /// fingerprint), from the footer's bytes (the metadata, its length and the
-/// magic); `None` without one or when the bytes are not a footer.
-pub fn footer_scorer(footer: &bytes::Bytes) -> Option<(String, String, String)> {
+/// magic); `None` without one, an error when the bytes are not a footer
+/// (a file not known to name no model).
+pub fn footer_scorer(footer: &bytes::Bytes) -> Result<Option<(String, String, String)>, String> {
     use paraforge_core::schema::meta;
     let md = parquet::file::metadata::ParquetMetaDataReader::new()
         .parse_and_finish(footer)
-        .ok()?;
-    let kv = md.file_metadata().key_value_metadata()?;
+        .map_err(|e| e.to_string())?;
+    let Some(kv) = md.file_metadata().key_value_metadata() else {
+        return Ok(None);
+    };
     let get = |key: &str| {
         kv.iter()
             .find(|k| k.key == key)
             .and_then(|k| k.value.clone())
     };
-    Some((
-        get(meta::PARA_SCORER)?,
-        get(meta::PARA_SCORER_KIND).unwrap_or_default(),
-        get(meta::PARA_SCORER_SHA256).unwrap_or_default(),
-    ))
+    Ok(get(meta::PARA_SCORER).map(|file| {
+        (
+            file,
+            get(meta::PARA_SCORER_KIND).unwrap_or_default(),
+            get(meta::PARA_SCORER_SHA256).unwrap_or_default(),
+        )
+    }))
 }
 
 /// Lines of a JSON-lines file (a last line without its newline counts).

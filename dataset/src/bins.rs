@@ -72,6 +72,10 @@ pub struct BinOptions {
     /// Replace a finished dataset at `output` (`--overwrite`; a job
     /// rewriting its own bins).
     pub overwrite: bool,
+    /// What the manifest and the card call `input`, when not its path: the
+    /// URL of an object-store output staged to a temporary `input`, which
+    /// is gone once the bins are uploaded.
+    pub input_name: Option<String>,
 }
 
 impl BinOptions {
@@ -89,7 +93,15 @@ impl BinOptions {
             min_tokens: None,
             max_tokens: None,
             overwrite: false,
+            input_name: None,
         }
+    }
+
+    /// `input` as the manifest and the card name it.
+    fn input_name(&self) -> String {
+        self.input_name
+            .clone()
+            .unwrap_or_else(|| self.input.display().to_string())
     }
 }
 
@@ -363,7 +375,7 @@ fn run_passes(o: &BinOptions, files: &[PathBuf]) -> Result<BinManifest, BinError
     }
     let mut m = BinManifest {
         kind: layout::ManifestKind::Bins,
-        input: o.input.display().to_string(),
+        input: o.input_name(),
         ..Default::default()
     };
     let first = filter_and_histogram(o, &files, &scores, &mut m)?;
@@ -697,7 +709,7 @@ fn write_partitions(
     })?;
     let metadata = vec![
         (schema::meta::VERSION, env!("CARGO_PKG_VERSION").to_string()),
-        ("paraforge.bins.input", o.input.display().to_string()),
+        ("paraforge.bins.input", o.input_name()),
     ];
     let mut writers: BTreeMap<String, PairFileWriter> = BTreeMap::new();
     let mut folds: Vec<FoldAssigner> = bounds.iter().map(FoldAssigner::new).collect();
@@ -831,7 +843,10 @@ fn write_card(
             (name.clone(), glob.clone(), rows)
         })
         .collect();
-    let provenance = layout::card::trace(&o.input);
+    let mut provenance = layout::card::trace(&o.input);
+    if let Some(name) = &o.input_name {
+        provenance.rename_dir(&o.input.display().to_string(), name);
+    }
     let text = layout::card::bins_card(&layout::card::BinsCard {
         input: &m.input,
         input_rows: m.input_rows,

@@ -400,7 +400,12 @@ pub fn run(
         }],
     };
     let card = staged.dir().join(layout::CARD_FILE);
-    let languages = layout::card::trace(&o.input).languages();
+    // Word pairs of the references and translations: their language, not
+    // the source's.
+    let languages: Vec<String> = layout::card::trace(&o.input)
+        .reference_language()
+        .into_iter()
+        .collect();
     std::fs::write(&card, card_text(&m, languages)).map_err(|e| LexiconError::Io {
         path: card.clone(),
         source: e,
@@ -757,7 +762,7 @@ fn card_text(m: &LexiconManifest, languages: Vec<String>) -> String {
         tags: vec!["paraphrase".into(), "lexicon".into(), "paraforge".into()],
         rows: m.written,
     };
-    layout::dataset_card(&meta, &[("lexicon".into(), FILE.into())], &about)
+    layout::dataset_card(&meta, &[("lexicon".into(), vec![FILE.into()])], &about)
 }
 
 /// Which PMI a lookup scores with.

@@ -28,7 +28,7 @@ pub fn front_matter(fields: &[(&str, Value)]) -> String {
     for (key, value) in fields {
         let text = match value {
             Value::String(v) if is_plain(v) => v.clone(),
-            _ => flow(value, 2, 0),
+            _ => yaml_safe(&flow(value, 2, 0)),
         };
         s += &format!("{key}: {text}\n");
     }
@@ -36,15 +36,37 @@ pub fn front_matter(fields: &[(&str, Value)]) -> String {
     s
 }
 
+/// JSON text with the characters YAML forbids or reads as line breaks
+/// escaped, which serde_json leaves as they are: DEL and the C1 controls
+/// (PyYAML refuses DEL and folds U+0085, NEL, as a line break) and the
+/// Unicode line and paragraph separators. They only occur inside strings,
+/// where `\uXXXX` means the same character.
+fn yaml_safe(json: &str) -> String {
+    let mut s = String::with_capacity(json.len());
+    for c in json.chars() {
+        match c {
+            '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}' => {
+                s += &format!("\\u{:04x}", c as u32);
+            }
+            _ => s.push(c),
+        }
+    }
+    s
+}
+
 /// `v` as JSON, each collection too long for one line (100 characters for
-/// a key's value, 160 for an element) and less than three levels deep
-/// broken over lines indented `indent` (its closing bracket) and
-/// `indent + 2` (its elements); deeper ones stay on one line, so that a
-/// config or a `model-index` result is one line.
+/// a key's value, 160 for an element) broken over lines indented `indent`
+/// (its closing bracket) and `indent + 2` (its elements); three levels
+/// deep and more only past [`DEEP_LINE`], so that a bin's config or a
+/// `model-index` result is one line and a job's list of files is not.
 fn flow(v: &Value, indent: usize, depth: usize) -> String {
-    let line = if depth == 0 { 100 } else { 160 };
+    let line = match depth {
+        0 => 100,
+        1 | 2 => 160,
+        _ => DEEP_LINE,
+    };
     let compact = serde_json::to_string(v).unwrap_or_default();
-    if compact.len() <= line || depth >= 3 {
+    if compact.len() <= line {
         return compact;
     }
     let (pad, inner) = (" ".repeat(indent), " ".repeat(indent + 2));
@@ -65,6 +87,9 @@ fn flow(v: &Value, indent: usize, depth: usize) -> String {
         items.join(&format!(",\n{inner}"))
     )
 }
+
+/// The longest line of a collection three levels deep or more.
+const DEEP_LINE: usize = 1000;
 
 /// A string YAML reads as itself without quotes: no YAML 1.1 boolean or
 /// null (`no` is also Norwegian's language code), no number.
@@ -148,19 +173,23 @@ bitext (and the models that translated and scored it), whose terms decide what m
 with them. The metadata says `license: other` until whoever publishes the data sets the \
 input's license.\n";
 
-/// A dataset card: the metadata (`configs` are (name, glob relative to the
-/// directory), the first the default), `about` (Markdown), then the
-/// license note every card ends with.
-pub fn dataset_card(meta: &CardMeta, configs: &[(String, String)], about: &str) -> String {
+/// A dataset card: the metadata (`configs` are (name, paths or globs
+/// relative to the directory), the first the default), `about` (Markdown),
+/// then the license note every card ends with.
+pub fn dataset_card(meta: &CardMeta, configs: &[(String, Vec<String>)], about: &str) -> String {
     let configs: Vec<Value> = configs
         .iter()
         .enumerate()
-        .map(|(i, (name, glob))| {
+        .map(|(i, (name, paths))| {
             let mut c = json!({"config_name": name});
             if i == 0 {
                 c["default"] = json!(true);
             }
-            c["data_files"] = json!([{"split": "train", "path": glob}]);
+            let path = match paths.as_slice() {
+                [one] => json!(one),
+                many => json!(many),
+            };
+            c["data_files"] = json!([{"split": "train", "path": path}]);
             c
         })
         .collect();
@@ -236,12 +265,49 @@ impl Languages {
         self.source.is_none() && self.reference.is_none()
     }
 
-    /// Reference first: the language of the pairs.
+    /// Reference first: the language of the pairs; as the Hub's
+    /// `language` has them ([`hub_language`]).
     fn codes(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.reference.iter().chain(&self.source).cloned().collect();
+        let mut v: Vec<String> = self
+            .reference
+            .iter()
+            .chain(&self.source)
+            .map(|c| hub_language(c))
+            .collect();
         v.dedup();
         v
     }
+}
+
+/// ISO 639-3 codes (as `[filters]` and its detector, whatlang, name
+/// languages) and their ISO 639-1 codes: every language whatlang detects
+/// has one.
+#[rustfmt::skip]
+const ISO639_3_TO_1: [(&str, &str); 69] = [
+    ("afr", "af"), ("aka", "ak"), ("amh", "am"), ("ara", "ar"), ("aze", "az"),
+    ("bel", "be"), ("ben", "bn"), ("bul", "bg"), ("cat", "ca"), ("ces", "cs"),
+    ("cmn", "zh"), ("dan", "da"), ("deu", "de"), ("ell", "el"), ("eng", "en"),
+    ("epo", "eo"), ("est", "et"), ("fin", "fi"), ("fra", "fr"), ("guj", "gu"),
+    ("heb", "he"), ("hin", "hi"), ("hrv", "hr"), ("hun", "hu"), ("hye", "hy"),
+    ("ind", "id"), ("ita", "it"), ("jav", "jv"), ("jpn", "ja"), ("kan", "kn"),
+    ("kat", "ka"), ("khm", "km"), ("kor", "ko"), ("lat", "la"), ("lav", "lv"),
+    ("lit", "lt"), ("mal", "ml"), ("mar", "mr"), ("mkd", "mk"), ("mya", "my"),
+    ("nep", "ne"), ("nld", "nl"), ("nob", "nb"), ("ori", "or"), ("pan", "pa"),
+    ("pes", "fa"), ("pol", "pl"), ("por", "pt"), ("ron", "ro"), ("rus", "ru"),
+    ("sin", "si"), ("slk", "sk"), ("slv", "sl"), ("sna", "sn"), ("spa", "es"),
+    ("srp", "sr"), ("swe", "sv"), ("tam", "ta"), ("tel", "te"), ("tgl", "tl"),
+    ("tha", "th"), ("tuk", "tk"), ("tur", "tr"), ("ukr", "uk"), ("urd", "ur"),
+    ("uzb", "uz"), ("vie", "vi"), ("yid", "yi"), ("zul", "zu"),
+];
+
+/// A language code as the Hub's `language` metadata wants it: ISO 639-1
+/// where the language has one, else the code as given (lower case).
+pub fn hub_language(code: &str) -> String {
+    let code = code.trim().to_ascii_lowercase();
+    ISO639_3_TO_1
+        .iter()
+        .find(|(three, _)| *three == code)
+        .map_or(code, |(_, one)| one.to_string())
 }
 
 /// What a job's `_manifest.json` records about the corpus, as cards read
@@ -272,8 +338,20 @@ pub struct JobFacts {
     pub filters: Option<BTreeMap<String, Value>>,
     #[serde(default)]
     pub para_scorers: Option<Vec<ManifestScorer>>,
+    /// Pairs files whose footer could not be read for its scorer.
+    #[serde(default)]
+    pub para_scorer_footers_unread: u64,
     #[serde(default)]
     pub languages: Languages,
+    /// The pairs files, as the manifest lists them.
+    #[serde(default)]
+    pub files: Vec<JobFile>,
+}
+
+/// A pairs file of a job's manifest, as cards read it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct JobFile {
+    pub path: String,
 }
 
 impl JobFacts {
@@ -329,39 +407,62 @@ fn job_source(f: &JobFacts) -> String {
         None => s += "- translation model: none (the input held its translations)\n",
     }
     match &f.filters {
-        None => s += "- filters: not recorded (a manifest from before paraforge recorded them; its `config` has the job's)\n",
+        None => {
+            s += "- filters: not recorded (a manifest from before paraforge recorded them; its \
+                  `config` has the job's)\n"
+        }
         Some(rules) if rules.is_empty() => s += "- filters: none (`[filters]` not set)\n",
         Some(rules) => {
-        let rules: Vec<String> = rules
-            .iter()
-            .map(|(k, v)| format!("`{k} = {v}`"))
-            .collect();
-        s += &format!(
-            "- filters (`[filters]`, before translation): {}\n",
-            rules.join(", ")
-        );
+            let rules: Vec<String> = rules.iter().map(|(k, v)| format!("`{k} = {v}`")).collect();
+            s += &format!(
+                "- filters (`[filters]`, before translation): {}\n",
+                rules.join(", ")
+            );
         }
     }
-    s += &scorers(f.para_scorers.as_deref());
+    s += &scorers(
+        f.para_scorers.as_deref(),
+        f.files.len() as u64,
+        f.para_scorer_footers_unread,
+    );
     s
 }
 
-fn scorers(list: Option<&[ManifestScorer]>) -> String {
+/// What para_score is, from the scorers the `files` pairs files' footers
+/// name and the footers that could not be read: one model only when every
+/// file names it.
+fn scorers(list: Option<&[ManifestScorer]>, files: u64, unread: u64) -> String {
     let Some(list) = list else {
-        return "- para_score: not recorded (a manifest from before paraforge recorded it; the files' footers name it in `paraforge.para_scorer*`)\n".into();
+        return "- para_score: not recorded (a manifest from before paraforge recorded it; the \
+                files' footers name it in `paraforge.para_scorer*`)\n"
+            .into();
     };
+    let named: u64 = list.iter().map(|m| m.files).sum();
+    // A manifest that lists no files still counts those that name a model.
+    let files = files.max(named + unread);
     match list {
-        [] => "- para_score: none (no `[scoring]` model or vectors; the column is null)\n".into(),
-        [one] => format!(
+        [] if unread == 0 => {
+            "- para_score: none (no `[scoring]` model or vectors; the column is null)\n".into()
+        }
+        [one] if one.files == files => format!(
             "- para_score: the cosine of `{}` (kind: {}), fingerprint `{}`\n",
             one.file, one.kind, one.sha256
         ),
-        many => {
-            let mut s = "- para_score: the files' footers name more than one model:\n".to_string();
-            for m in many {
+        some => {
+            let mut s = "- para_score, as each file's footer names its model:\n".to_string();
+            for m in some {
                 s += &format!(
-                    "  - `{}` (kind: {}), fingerprint `{}`: {} files\n",
+                    "  - `{}` (kind: {}), fingerprint `{}`: {} of {files} files\n",
                     m.file, m.kind, m.sha256, m.files
+                );
+            }
+            let none = files.saturating_sub(named + unread);
+            if none > 0 {
+                s += &format!("  - no model (the column is null): {none} of {files} files\n");
+            }
+            if unread > 0 {
+                s += &format!(
+                    "  - not known: {unread} of {files} files, whose footer could not be read\n"
                 );
             }
             s
@@ -370,7 +471,8 @@ fn scorers(list: Option<&[ManifestScorer]>) -> String {
 }
 
 /// The card of a job's output, from its manifest as written: the pairs as
-/// one config (`shard=*/*.parquet`).
+/// one config, the files the manifest lists (a glob would also take a
+/// file the job did not write that sits among them).
 pub fn job_card(f: &JobFacts) -> String {
     let rejects = if f.rejects_by_reason.is_empty() {
         String::new()
@@ -424,11 +526,12 @@ pub fn job_card(f: &JobFacts) -> String {
         ],
         rows: f.pairs,
     };
-    dataset_card(
-        &meta,
-        &[("default".into(), "shard=*/*.parquet".into())],
-        &about,
-    )
+    let mut files: Vec<String> = f.files.iter().map(|x| x.path.clone()).collect();
+    if files.is_empty() {
+        // A manifest without its list: the job's layout.
+        files.push("shard=*/*.parquet".into());
+    }
+    dataset_card(&meta, &[("default".into(), files)], &about)
 }
 
 /// A step between a dataset and the job whose pairs it holds.
@@ -522,6 +625,36 @@ impl Provenance {
             .as_ref()
             .map(|j| j.languages.codes())
             .unwrap_or_default()
+    }
+
+    /// The language of the references and translations: the side a
+    /// paraphrase model trained on the pairs reads.
+    pub fn reference_language(&self) -> Option<String> {
+        self.job
+            .as_ref()
+            .and_then(|j| j.languages.reference.as_deref())
+            .map(hub_language)
+    }
+
+    /// Names the directory `dir` as `name` wherever the trace found it: a
+    /// local copy staged from an object store is named by its URL.
+    pub fn rename_dir(&mut self, from: &str, name: &str) {
+        let rename = |d: &mut String| {
+            if d == from {
+                *d = name.to_string();
+            }
+        };
+        if let Some(d) = &mut self.job_dir {
+            rename(d);
+        }
+        for step in &mut self.steps {
+            match step {
+                Step::Filter { dir }
+                | Step::Rescore { dir, .. }
+                | Step::Bins { dir }
+                | Step::Lexicon { dir } => rename(dir),
+            }
+        }
     }
 
     /// The job's output directory, if the trace reached it.
@@ -619,10 +752,10 @@ pub fn bins_card(b: &BinsCard) -> String {
         dup = b.dropped_duplicates,
         len = b.dropped_length,
     );
-    let configs: Vec<(String, String)> = b
+    let configs: Vec<(String, Vec<String>)> = b
         .configs
         .iter()
-        .map(|(n, g, _)| (n.clone(), g.clone()))
+        .map(|(n, g, _)| (n.clone(), vec![g.clone()]))
         .collect();
     let meta = CardMeta {
         pretty_name: format!("Bins of {}", b.input),
@@ -649,6 +782,12 @@ mod tests {
             ("language", json!(["no"])),
             ("license", json!("other")),
             ("odd", json!("a: b # c")),
+            // YAML forbids DEL and C1 controls and reads NEL and U+2028 as
+            // line breaks; serde_json leaves all of them as they are.
+            (
+                "controls",
+                json!(["a\u{7f}b\u{85}c\u{9f}d\u{2028}e", "\u{80}"]),
+            ),
             (
                 "model-index",
                 json!([{"name": "m", "results": [{"metrics": [{"type": "pearson", "value": 72.13}], "dataset": {"name": "a \"quoted\" name with a long tail to make it pretty-printed"}}]}]),
@@ -657,6 +796,11 @@ mod tests {
         let card = front_matter(&fields) + "\n# Title\n";
         assert!(card.contains("\nlibrary_name: paraforge\n"), "{card}");
         assert!(card.contains("\nodd: \"a: b # c\"\n"), "{card}");
+        assert!(
+            card.contains(r#"controls: ["a\u007fb\u0085c\u009fd\u2028e","\u0080"]"#),
+            "{card}"
+        );
+        assert!(!card.contains(|c: char| ('\u{7f}'..='\u{9f}').contains(&c) || c == '\u{2028}'));
         // Continuation lines of a long value stay under their key.
         let mi = card.split("model-index: ").nth(1).unwrap();
         assert!(mi
@@ -691,8 +835,9 @@ mod tests {
             "model":{"dir":"models/demo-cs-en","sha256":"abcd"},
             "input":{"format":"czeng16","paths":["data/sample/x.tsv"]},
             "filters":{"min_tokens":3,"source_lang":"ces"},
-            "para_scorers":[{"file":"models/scorer-trigram/model.pfe","kind":"TRIGRAM","sha256":"bb9c","files":9}],
-            "languages":{"source":"cs","reference":"en","from":"the model's tokenizer_config.json"}}"#;
+            "para_scorers":[{"file":"models/scorer-trigram/model.pfe","kind":"TRIGRAM","sha256":"bb9c","files":2}],
+            "languages":{"source":"ces","reference":"eng","from":"[filters]"},
+            "files":[{"path":"shard=0/a.parquet","rows":1},{"path":"shard=1/b.parquet","rows":2}]}"#;
         let f = JobFacts::parse(m).unwrap();
         let card = job_card(&f);
         let (meta, body) = read_front_matter(&card).unwrap();
@@ -700,16 +845,18 @@ mod tests {
         assert_eq!(get("language"), json!(["en", "cs"]));
         assert_eq!(get("size_categories"), json!(["1K<n<10K"]));
         assert_eq!(get("license"), json!("other"));
+        // The files the manifest lists, not a glob that would take any
+        // other file among them.
         assert_eq!(
             get("configs")[0]["data_files"][0]["path"],
-            "shard=*/*.parquet"
+            json!(["shard=0/a.parquet", "shard=1/b.parquet"])
         );
         for want in [
             "`data/sample/x.tsv`",
             "`min_tokens = 3`",
             "`source_lang = \"ces\"`",
             "`models/demo-cs-en`, model digest `abcd`",
-            "`models/scorer-trigram/model.pfe` (kind: TRIGRAM), fingerprint `bb9c`",
+            "para_score: the cosine of `models/scorer-trigram/model.pfe` (kind: TRIGRAM), fingerprint `bb9c`",
             "| 4068 |",
             "| 3 (columns 3) |",
             "## License",
