@@ -1393,6 +1393,39 @@ fn eval_sts_refuses_embeddings_that_are_not_finite() {
         stderr.contains("huge.pfe") && stderr.contains("finite"),
         "{stderr}"
     );
+
+    // The same failure after training, in `train --sts`: the command
+    // fails, but the model is kept, with a card that says why nothing was
+    // measured.
+    let vectors = dir.path().join("huge.txt");
+    std::fs::write(&vectors, "a 3e38 3e38\nman 3e38 3e38\nplays 3e38 3e38\n").unwrap();
+    let data = dir.path().join("pairs.parquet");
+    write(&data, &[("a man plays", "a man"), ("man plays", "a plays")]);
+    let trained = dir.path().join("trained.pfe");
+    let o = std::process::Command::new(paraforge_tests::paraforge_bin())
+        .args(["train", "--model", "word", "--epochs", "0", "--no-dev"])
+        .arg("--data")
+        .arg(&data)
+        .arg("--init-vectors")
+        .arg(&vectors)
+        .arg("--sts")
+        .arg(dir.path().join("sts"))
+        .arg("--out")
+        .arg(&trained)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "exit 0: {stderr}");
+    assert!(stderr.contains("finite"), "{stderr}");
+    assert!(
+        Model::load(&trained).is_ok(),
+        "the trained model was lost: {stderr}"
+    );
+    let (_, body) = paraforge_tests::read_card(&dir.path().join("trained.pfe.README.md"));
+    assert!(
+        body.contains("evaluation after training failed") && body.contains("finite"),
+        "{body}"
+    );
 }
 
 /// `paraforge embed` writes, in batches smaller than the input, exactly

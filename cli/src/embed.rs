@@ -255,7 +255,7 @@ impl TrainArgs {
             dev: (!self.no_dev).then_some(self.dev),
             checkpoint: self.checkpoint,
             resume: self.resume,
-            command: Some(paraforge_trainer::card::command_line(std::env::args())),
+            command: Some(paraforge_trainer::card::command_line(std::env::args_os())),
         })
     }
 
@@ -312,11 +312,12 @@ fn train_paragram(a: TrainArgs) -> Result<()> {
         .init_vectors
         .as_deref()
         .context("--model paragram-words needs --init-vectors (the vectors it starts from and is pulled towards)")?;
-    let out = crate::out::Out::claim(
+    let out = crate::out::Out::claim_with(
         "--out",
         &a.out,
         &[("--data", a.data.as_path()), ("--init-vectors", init_path)],
         a.overwrite,
+        &[paraforge_trainer::card::CARD_SUFFIX],
     )?;
     let from_lexicon = a.data.is_dir();
     anyhow::ensure!(
@@ -374,7 +375,7 @@ fn train_paragram(a: TrainArgs) -> Result<()> {
         out: &a.out,
         data: &a.data,
         init_vectors: init_path,
-        command: Some(paraforge_trainer::card::command_line(std::env::args())),
+        command: Some(paraforge_trainer::card::command_line(std::env::args_os())),
         options: &o,
         lexicon: from_lexicon.then_some((min_count, min_pmi)),
         report: &report,
@@ -383,7 +384,7 @@ fn train_paragram(a: TrainArgs) -> Result<()> {
     let card_path = paraforge_trainer::card::card_path(&path);
     std::fs::write(&card_path, card.card().text())
         .with_context(|| format!("writing {}", card_path.display()))?;
-    out.commit_with(&[paraforge_trainer::card::CARD_SUFFIX])?;
+    out.commit()?;
     println!(
         "{} of {} word pairs trained ({} with a word the vectors lack, {} repeated), {} words moved; loss {:.4} -> {:.4}",
         report.pairs,
@@ -415,11 +416,17 @@ pub fn train(a: TrainArgs) -> Result<()> {
     let inputs = spec.inputs();
     let inputs: Vec<(&str, &std::path::Path)> =
         inputs.iter().map(|(n, p)| (*n, p.as_path())).collect();
-    let out = crate::out::Out::claim("--out", &spec.out, &inputs, overwrite)?;
+    let out = crate::out::Out::claim_with(
+        "--out",
+        &spec.out,
+        &inputs,
+        overwrite,
+        &[paraforge_trainer::card::CARD_SUFFIX],
+    )?;
     crate::threads(threads)?;
     let target = spec.out.clone();
     let mut bar: Option<(ProgressBar, u64)> = None;
-    let outcome = paraforge_trainer::run(spec, &out.path(), &mut |e| match e {
+    let run = paraforge_trainer::run(spec, &out.path(), &mut |e| match e {
         Event::Note(n) => eprintln!("{n}"),
         Event::Started {
             pairs_per_epoch,
@@ -435,9 +442,18 @@ pub fn train(a: TrainArgs) -> Result<()> {
                 bar.finish_and_clear();
             }
         }
-    })?;
+    });
+    // A model that trained is kept even when scoring it or writing its
+    // card failed after; the failure is reported once it is in place.
+    let (outcome, unfinished) = match run {
+        Ok(o) => (o, None),
+        Err(paraforge_trainer::TrainError::Unfinished { outcome, error }) => {
+            (*outcome, Some(error))
+        }
+        Err(e) => return Err(e.into()),
+    };
     // A one-file model's card is made beside it and goes beside it.
-    out.commit_with(&[paraforge_trainer::card::CARD_SUFFIX])?;
+    out.commit()?;
     print_epochs(&outcome.report);
     let r = &outcome.report;
     println!(
@@ -458,7 +474,13 @@ pub fn train(a: TrainArgs) -> Result<()> {
         "model card: {}",
         paraforge_trainer::card::card_path(&target).display()
     );
-    Ok(())
+    match unfinished {
+        Some(e) => Err(anyhow::Error::new(*e).context(format!(
+            "the model is written to {}, but what follows training failed",
+            target.display()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// A bar over every epoch's pairs.

@@ -19,6 +19,9 @@ pub struct Out {
     /// dropped, so a failed run leaves nothing beside the target.
     staging: tempfile::TempDir,
     name: OsString,
+    /// Suffixes of the companions that go beside a one-file artifact
+    /// (`TARGET<suffix>`: its card).
+    companions: Vec<&'static str>,
 }
 
 impl Out {
@@ -31,6 +34,19 @@ impl Out {
         target: &Path,
         inputs: &[(&str, &Path)],
         overwrite: bool,
+    ) -> Result<Out> {
+        Self::claim_with(flag, target, inputs, overwrite, &[])
+    }
+
+    /// [`Out::claim`] for an artifact with companions beside it
+    /// (`TARGET<suffix>` for each of `companions`): an existing one is
+    /// replaced, or removed, only with `overwrite`, as the target is.
+    pub fn claim_with(
+        flag: &str,
+        target: &Path,
+        inputs: &[(&str, &Path)],
+        overwrite: bool,
+        companions: &[&'static str],
     ) -> Result<Out> {
         let out = resolved(target);
         for (opt, input) in inputs {
@@ -68,6 +84,16 @@ impl Out {
                 );
             }
         }
+        for suffix in companions {
+            let c = with_suffix(target, suffix);
+            if c.symlink_metadata().is_ok() && !overwrite {
+                bail!(
+                    "{flag} {}: {} already exists; give --overwrite to replace it",
+                    target.display(),
+                    c.display()
+                );
+            }
+        }
         let (Some(parent), Some(name)) = (out.parent(), out.file_name()) else {
             bail!("{flag} {}: not a file or directory name", target.display());
         };
@@ -88,6 +114,7 @@ impl Out {
             target: target.to_path_buf(),
             staging,
             name: name.to_os_string(),
+            companions: companions.to_vec(),
         })
     }
 
@@ -99,15 +126,13 @@ impl Out {
 
     /// Puts the artifact in the target's place. A file replaces a file in
     /// one rename; anything else is first moved into the staging directory,
-    /// removed with it.
-    pub fn commit(self) -> Result<()> {
-        self.commit_with(&[])
-    }
-
-    /// [`Out::commit`], then each companion made beside the artifact
+    /// removed with it. Then each companion made beside the artifact
     /// (`NAME<suffix>` in the staging directory: a one-file model's card)
-    /// goes beside the target as `TARGET<suffix>`, replacing an earlier one.
-    pub fn commit_with(self, suffixes: &[&str]) -> Result<()> {
+    /// goes beside the target as `TARGET<suffix>`, replacing an earlier
+    /// one; an earlier one with no new one is removed, as it describes what
+    /// was replaced (a one-file model replaced by a directory, which holds
+    /// its card).
+    pub fn commit(self) -> Result<()> {
         let made = self.path();
         let old = self.target.symlink_metadata().ok();
         let both_files = old.as_ref().is_some_and(|m| !m.is_dir()) && made.is_file();
@@ -119,20 +144,28 @@ impl Out {
         }
         std::fs::rename(&made, &self.target)
             .with_context(|| format!("renaming {} to {}", made.display(), self.target.display()))?;
-        let with = |p: &Path, suffix: &str| {
-            let mut n = p.as_os_str().to_os_string();
-            n.push(suffix);
-            PathBuf::from(n)
-        };
-        for suffix in suffixes {
-            let (from, to) = (with(&made, suffix), with(&self.target, suffix));
+        for suffix in &self.companions {
+            let (from, to) = (
+                with_suffix(&made, suffix),
+                with_suffix(&self.target, suffix),
+            );
             if from.is_file() {
                 std::fs::rename(&from, &to)
                     .with_context(|| format!("renaming {} to {}", from.display(), to.display()))?;
+            } else if to.symlink_metadata().is_ok() {
+                std::fs::remove_file(&to)
+                    .with_context(|| format!("removing the stale {}", to.display()))?;
             }
         }
         Ok(())
     }
+}
+
+/// `p` with `suffix` appended to its name.
+fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
+    let mut n = p.as_os_str().to_os_string();
+    n.push(suffix);
+    PathBuf::from(n)
 }
 
 /// `p` absolute with its symbolic links resolved, also when it does not
@@ -224,5 +257,23 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["data", "hard.parquet", "link", "m.pfe", "model"]);
+
+        // A one-file model's card beside it counts as the output: replaced
+        // only with --overwrite, and removed when a directory model (which
+        // holds its own card) takes the model's place.
+        let lone = dir.path().join("n.pfe");
+        std::fs::write(dir.path().join("n.pfe.README.md"), "a card").unwrap();
+        let e = Out::claim_with("--out", &lone, &inputs, false, &[".README.md"])
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("n.pfe.README.md"), "{e}");
+        let card = dir.path().join("m.pfe.README.md");
+        std::fs::write(&card, "old card").unwrap();
+        let out = Out::claim_with("--out", &file, &inputs, true, &[".README.md"]).unwrap();
+        std::fs::create_dir_all(out.path()).unwrap();
+        std::fs::write(out.path().join("README.md"), "new card").unwrap();
+        out.commit().unwrap();
+        assert!(file.join("README.md").is_file());
+        assert!(!card.exists(), "the stale card stayed");
     }
 }

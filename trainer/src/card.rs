@@ -32,8 +32,9 @@ pub fn card_path(model: &Path) -> PathBuf {
 }
 
 /// The command line as a shell reads it back, the program named
-/// `paraforge` (not the path it was started by).
-pub fn command_line(args: impl IntoIterator<Item = String>) -> String {
+/// `paraforge` (not the path it was started by). Arguments that are not
+/// UTF-8 (paths are not bound to be) are shown lossily.
+pub fn command_line<A: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = A>) -> String {
     let quote = |a: &str| {
         let plain = !a.is_empty()
             && a.bytes()
@@ -44,7 +45,10 @@ pub fn command_line(args: impl IntoIterator<Item = String>) -> String {
             format!("'{}'", a.replace('\'', r"'\''"))
         }
     };
-    let mut v: Vec<String> = args.into_iter().collect();
+    let mut v: Vec<String> = args
+        .into_iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect();
     if let Some(first) = v.first_mut() {
         *first = "paraforge".into();
     }
@@ -154,6 +158,8 @@ pub struct ModelCard {
     pub results_note: String,
     /// What evaluates the model, said when the run measured nothing.
     pub evaluate_with: String,
+    /// Why the evaluation after training failed, when it did.
+    pub evaluation_failed: Option<String>,
     /// Markdown: how to use the model.
     pub usage: String,
 }
@@ -174,8 +180,10 @@ impl ModelCard {
         }
         fields.push(("tags", json!(self.tags)));
         fields.push(("datasets", json!(datasets)));
-        let languages = self.provenance.languages();
-        if let Some(l) = languages.first() {
+        // The encoder reads the side it was trained on: the references and
+        // translations, not the source the job translated from.
+        let language = self.provenance.reference_language();
+        if let Some(l) = &language {
             fields.push(("language", json!([l])));
         }
         fields.push(("license", json!("other")));
@@ -198,16 +206,23 @@ impl ModelCard {
             self.data_rows,
             self.provenance.markdown()
         );
-        if languages.is_empty() {
+        if language.is_none() {
             s += "\nThe data's language is not recorded in its manifests.\n";
         }
         s += "\n## Results\n\n";
-        if self.figures.is_empty() {
+        if let Some(why) = &self.evaluation_failed {
+            s += &format!(
+                "The evaluation after training failed: {why}\n\n`{}` evaluates the model \
+                 again.\n\n",
+                self.evaluate_with
+            );
+        } else if self.figures.is_empty() {
             s += &format!(
                 "Nothing was evaluated in this run: `{}` evaluates it.\n",
                 self.evaluate_with
             );
-        } else {
+        }
+        if !self.figures.is_empty() {
             s += "| dataset | split | Pearson's r x 100 | Spearman's rho x 100 | |\n\
                   |---|---|---:|---:|---|\n";
             for f in &self.figures {
@@ -217,8 +232,14 @@ impl ModelCard {
                     f.dataset, f.split, f.pearson, f.note
                 );
             }
-            s += "\nSemEval years are the mean over their datasets, as Wieting and Gimpel \
-                  (2018) report them.\n";
+            let semeval = self.figures.iter().any(|f| {
+                f.spearman.is_some()
+                    && !["STSB", "STSB-dev", "SICK-R"].contains(&f.dataset.as_str())
+            });
+            if semeval {
+                s += "\nSemEval years are the mean over their datasets, as Wieting and Gimpel \
+                      (2018) report them.\n";
+            }
         }
         s += &self.results_note;
         s += &format!("\n## Use\n\n{}", self.usage);
@@ -371,6 +392,7 @@ impl ParagramCard<'_> {
                 loss.join(", ")
             ),
             evaluate_with: format!("paraforge eval-words --vectors {out}"),
+            evaluation_failed: None,
             usage: format!(
                 "GloVe text: one word and its values a line.\n\n\
                  ```\n\
@@ -401,6 +423,13 @@ mod tests {
                 ["/x/paraforge", "train", "--out", "a b", "--lr", "0.1"].map(String::from)
             ),
             "paraforge train --out 'a b' --lr 0.1"
+        );
+        // clap takes a path that is not UTF-8; the card shows it lossily.
+        use std::os::unix::ffi::OsStringExt;
+        let odd = std::ffi::OsString::from_vec(b"m\xff.pfe".to_vec());
+        assert_eq!(
+            command_line([std::ffi::OsString::from("p"), "--out".into(), odd]),
+            "paraforge --out 'm\u{fffd}.pfe'"
         );
     }
 
@@ -461,6 +490,25 @@ mod tests {
         assert_eq!(results[1]["metrics"][1]["type"], "spearman");
         assert_eq!(results[2]["metrics"][1]["value"], 72.46);
         assert!(body.contains("| STSB | test | 72.12 | 72.46 |"), "{body}");
+        assert!(body.contains("SemEval years are the mean"), "{body}");
+        // No SemEval set scored: no word of SemEval years.
+        let stsb_only = ModelCard {
+            figures: figures(&report, None, &sts[2..]),
+            ..ModelCard::default()
+        };
+        assert!(!stsb_only.text().contains("SemEval"));
+        // An evaluation that failed is said, with why.
+        let failed = ModelCard {
+            evaluation_failed: Some("STS2015 x: the cosine is NaN".into()),
+            evaluate_with: "paraforge eval-sts --model m".into(),
+            ..ModelCard::default()
+        };
+        let text = failed.text();
+        assert!(
+            text.contains("evaluation after training failed: STS2015 x: the cosine is NaN"),
+            "{text}"
+        );
+        assert!(!text.contains("Nothing was evaluated"), "{text}");
         // Without figures, no model-index.
         let bare = ModelCard::default().text();
         let (meta, _) = read_front_matter(&bare).unwrap();

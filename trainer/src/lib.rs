@@ -80,6 +80,14 @@ pub enum TrainError {
         expected: String,
         actual: String,
     },
+    /// Training wrote the model, then scoring it on `--sts` or writing its
+    /// card failed (the card, when written, says so). The caller keeps the
+    /// model (`outcome`) and then reports `error`.
+    #[error("{error}")]
+    Unfinished {
+        outcome: Box<crate::run::TrainOutcome>,
+        error: Box<TrainError>,
+    },
     /// `source` while doing what `context` says (the option being read).
     #[error("{context}: {source}")]
     Context {

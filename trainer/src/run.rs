@@ -178,6 +178,18 @@ pub struct TrainOutcome {
     pub sts: Vec<SetResult>,
 }
 
+// For `TrainError::Unfinished`, which holds one: the model is left out.
+impl std::fmt::Debug for TrainOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrainOutcome")
+            .field("name", &self.name)
+            .field("dim", &self.dim)
+            .field("report", &self.report)
+            .field("sts", &self.sts)
+            .finish_non_exhaustive()
+    }
+}
+
 impl TrainSpec {
     /// The options' bounds, before anything is read or allocated: each
     /// limit is far above the papers' settings ([`crate::limits`]).
@@ -525,12 +537,24 @@ pub fn run(
         Encoder::Average(_) => train_average(s, words, &source, write_to, events)?,
         Encoder::Neural(n) => train_neural(s, n, words, &source, write_to, events)?,
     };
-    outcome.sts = finish(s, &outcome, source.rows(), write_to, sts_sets.as_deref())?;
-    Ok(outcome)
+    match finish(s, &outcome, source.rows(), write_to, sts_sets.as_deref()) {
+        Ok(sts) => {
+            outcome.sts = sts;
+            Ok(outcome)
+        }
+        // The model is written: hours of training must not go with the
+        // staging directory because scoring it failed.
+        Err(e) => Err(TrainError::Unfinished {
+            outcome: Box::new(outcome),
+            error: Box::new(e),
+        }),
+    }
 }
 
 /// Loads the written model as `eval-sts` and para_score load it, scores it
-/// on `sts_sets`, and writes its card ([`crate::card`]).
+/// on `sts_sets`, and writes its card ([`crate::card`]). When loading or
+/// scoring fails, the card says so and why, and the failure is returned
+/// after it is written.
 fn finish(
     s: &TrainSpec,
     outcome: &TrainOutcome,
@@ -540,22 +564,41 @@ fn finish(
 ) -> Result<Vec<SetResult>, TrainError> {
     use crate::card::{self, ModelCard};
     let neural = matches!(outcome.model, Trained::Neural(_));
-    let encoder: Box<dyn paraforge_core::SentenceEncoder> = if neural {
-        Box::new(paraforge_encoders::nn_model::NeuralEncoder::load(write_to)?)
+    let loaded: Result<Box<dyn paraforge_core::SentenceEncoder>, TrainError> = if neural {
+        paraforge_encoders::nn_model::NeuralEncoder::load(write_to)
+            .map(|e| Box::new(e) as Box<dyn paraforge_core::SentenceEncoder>)
+            .map_err(TrainError::from)
     } else {
-        paraforge_core::load_encoder(Some(write_to), None)?.ok_or_else(|| {
-            TrainError::Invalid(format!("{}: no model written", write_to.display()))
-        })?
+        paraforge_core::load_encoder(Some(write_to), None)
+            .map_err(TrainError::from)
+            .and_then(|e| {
+                e.ok_or_else(|| {
+                    TrainError::Invalid(format!("{}: no model written", write_to.display()))
+                })
+            })
     };
-    let results = match sts_sets {
-        Some(sets) => sts::evaluate_encoder(sets, encoder.as_ref()).map_err(|e| {
-            e.context(format!(
-                "evaluating {} on --sts {}",
-                s.out.display(),
-                s.sts.as_deref().unwrap_or(Path::new("")).display()
-            ))
-        })?,
-        None => Vec::new(),
+    let (describe, scored) = match loaded {
+        Ok(encoder) => {
+            let scored = match sts_sets {
+                Some(sets) => sts::evaluate_encoder(sets, encoder.as_ref()).map_err(|e| {
+                    e.context(format!(
+                        "evaluating {} on --sts {}",
+                        s.out.display(),
+                        s.sts.as_deref().unwrap_or(Path::new("")).display()
+                    ))
+                }),
+                None => Ok(Vec::new()),
+            };
+            (encoder.describe(), scored)
+        }
+        Err(e) => (
+            "not known (the written model did not load)".to_string(),
+            Err(e.context(format!("loading the written model {}", s.out.display()))),
+        ),
+    };
+    let (results, failed) = match scored {
+        Ok(r) => (r, None),
+        Err(e) => (Vec::new(), Some(e)),
     };
     let r = &outcome.report;
     let parts: Vec<String> = match &s.model {
@@ -566,7 +609,7 @@ fn finish(
     };
     let mut settings = vec![
         ("encoder".to_string(), format!("`{}`", s.model.name())),
-        ("model".to_string(), encoder.describe()),
+        ("model".to_string(), describe),
         ("dimensions".to_string(), outcome.dim.to_string()),
     ];
     // What the model file records of its training, and the options that
@@ -667,11 +710,19 @@ fn finish(
         },
         results_note: card::epochs_table(r),
         evaluate_with: format!("paraforge eval-sts --model {out}"),
+        evaluation_failed: failed.as_ref().map(ToString::to_string),
         usage: card::encoder_usage(&out, neural),
     };
     let path = card::card_path(write_to);
-    std::fs::write(&path, c.text()).map_err(|e| TrainError::io(&path, e))?;
-    Ok(results)
+    let written = std::fs::write(&path, c.text()).map_err(|e| TrainError::io(&path, e));
+    match (failed, written) {
+        (Some(e), Ok(())) => Err(e),
+        (Some(e), Err(w)) => Err(TrainError::Invalid(format!(
+            "{e} (and its card was not written: {w})"
+        ))),
+        (None, Err(w)) => Err(w),
+        (None, Ok(())) => Ok(results),
+    }
 }
 
 fn train_average(
