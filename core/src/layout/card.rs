@@ -283,10 +283,10 @@ impl Languages {
 /// languages) and their ISO 639-1 codes: every language whatlang detects
 /// has one.
 #[rustfmt::skip]
-const ISO639_3_TO_1: [(&str, &str); 69] = [
+const ISO639_3_TO_1: [(&str, &str); 70] = [
     ("afr", "af"), ("aka", "ak"), ("amh", "am"), ("ara", "ar"), ("aze", "az"),
     ("bel", "be"), ("ben", "bn"), ("bul", "bg"), ("cat", "ca"), ("ces", "cs"),
-    ("cmn", "zh"), ("dan", "da"), ("deu", "de"), ("ell", "el"), ("eng", "en"),
+    ("cmn", "zh"), ("cym", "cy"), ("dan", "da"), ("deu", "de"), ("ell", "el"), ("eng", "en"),
     ("epo", "eo"), ("est", "et"), ("fin", "fi"), ("fra", "fr"), ("guj", "gu"),
     ("heb", "he"), ("hin", "hi"), ("hrv", "hr"), ("hun", "hu"), ("hye", "hy"),
     ("ind", "id"), ("ita", "it"), ("jav", "jv"), ("jpn", "ja"), ("kan", "kn"),
