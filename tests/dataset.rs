@@ -977,3 +977,89 @@ fn lexicon_counts_and_pmis_match_their_definition() {
     ]);
     assert!(e.contains("not a paraforge lexicon"), "{e}");
 }
+
+/// The bundled paraphraser through `paraforge paraphrase` and
+/// `eval-paraphrase`, on pairs held out from its training (the sample,
+/// back-translated by the demo model): it rewrites its input rather than
+/// copying it, keeps its meaning, and comes closer to the reference
+/// paraphrases than the input itself does; an unfinished output is refused.
+#[test]
+fn the_paraphraser_rewrites_held_out_sentences_closer_to_their_paraphrases() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("corpus");
+    std::fs::create_dir(&data).unwrap();
+    paraforge_tests::scored_dataset_with(&data, 160, 2, "demo-cs-en", 4);
+    let model = paraforge_tests::model("paraphrase-en");
+    let json = dir.path().join("eval.json");
+    let scorer = repo_root().join("models/scorer-trigram");
+    let out = paraforge_tests::paraforge_ok(&[
+        "eval-paraphrase".as_ref(),
+        "--model".as_ref(),
+        model.as_os_str(),
+        "--data".as_ref(),
+        data.as_os_str(),
+        "--scorer".as_ref(),
+        scorer.as_os_str(),
+        "--beam".as_ref(),
+        "4".as_ref(),
+        "--examples".as_ref(),
+        "1".as_ref(),
+        "--json".as_ref(),
+        json.as_os_str(),
+    ]);
+    eprintln!("{out}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (copy, para) = (&v["systems"][0], &v["systems"][1]);
+    let f = |s: &serde_json::Value, k: &str| s[k].as_f64().unwrap();
+    assert!(f(copy, "pairs") >= 40.0, "{out}");
+    assert_eq!(f(copy, "pairs"), f(para, "pairs"));
+    // Copying keeps every trigram and the meaning exactly.
+    assert_eq!(f(copy, "trigram_overlap_with_input"), 1.0, "{out}");
+    assert_eq!(f(copy, "identical_to_input"), 1.0, "{out}");
+    assert!(
+        (f(copy, "para_score_with_input") - 1.0).abs() < 1e-6,
+        "{out}"
+    );
+    // The paraphraser rewrites most sentences, keeps their meaning, and
+    // is closer to the reference paraphrases than copying.
+    assert!(f(para, "identical_to_input") < 0.5, "{out}");
+    assert!(f(para, "trigram_overlap_with_input") < 0.9, "{out}");
+    assert!(f(para, "para_score_with_input") > 0.7, "{out}");
+    assert!(f(para, "bleu") > f(copy, "bleu"), "{out}");
+    assert!(out.contains("input:") && out.contains("output:"), "{out}");
+
+    // `paraphrase` is translate's engine on the paraphraser: one line out
+    // per line in.
+    let input = dir.path().join("in.txt");
+    std::fs::write(
+        &input,
+        "A man is playing a guitar.\n\nTwo dogs run on the beach.\n",
+    )
+    .unwrap();
+    let lines = paraforge_tests::paraforge_ok(&[
+        "paraphrase".as_ref(),
+        "--model".as_ref(),
+        model.as_os_str(),
+        "--beam".as_ref(),
+        "4".as_ref(),
+        input.as_os_str(),
+    ]);
+    let lines: Vec<&str> = lines.lines().collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        !lines[0].is_empty() && lines[1].is_empty() && !lines[2].is_empty(),
+        "{lines:?}"
+    );
+
+    // An output without _SUCCESS is not a test set.
+    std::fs::remove_file(data.join("_SUCCESS")).unwrap();
+    let o = paraforge_tests::paraforge_cmd(&[
+        "eval-paraphrase".as_ref(),
+        "--model".as_ref(),
+        model.as_os_str(),
+        "--data".as_ref(),
+        data.as_os_str(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("_SUCCESS"), "{err}");
+}

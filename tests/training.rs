@@ -1751,6 +1751,32 @@ fn bundled_model_cards_carry_the_recorded_figures() {
             }
         }
     }
+    // The paraphraser's figures are eval-paraphrase's JSON, rounded as
+    // its table prints them.
+    let (meta, _) = read_card(&model("paraphrase-en").join("README.md"));
+    let eval = json(&repo_root().join("docs/bench/paraphrase-eval.json"));
+    let metrics = meta["model-index"][0]["results"][0]["metrics"]
+        .as_array()
+        .unwrap();
+    let (copy, para) = (&eval["systems"][0], &eval["systems"][1]);
+    let round = |v: &serde_json::Value, k: &str, places: i32| {
+        let f = 10f64.powi(places);
+        (v[k].as_f64().unwrap() * f).round() / f
+    };
+    let card: Vec<f64> = metrics
+        .iter()
+        .map(|m| m["value"].as_f64().unwrap())
+        .collect();
+    assert_eq!(
+        card,
+        [
+            round(para, "bleu", 1),
+            round(copy, "bleu", 1),
+            round(para, "trigram_overlap_with_input", 3),
+            round(para, "para_score_with_input", 3),
+        ]
+    );
+
     let (meta, _) = read_card(&model("scorer-trigram").join("README.md"));
     let runs = json(&repo_root().join("docs/bench/scorer/scorer-sts.json"));
     let run = runs
