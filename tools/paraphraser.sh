@@ -9,8 +9,8 @@
 # CORPUS is a finished `paraforge run` output; pairs are kept with
 # para_score >= MIN_PARA (0.6: the ranges that Table 3 of the paper finds
 # mostly paraphrases), trigram_overlap <= MAX_TRIGRAM (0.7: near copies
-# teach only copying) and both sides at most 30 tokens (as the paper's
-# training data). Held-out ids (tools/marian_model.py HELD_OUT_PREFIXES)
+# teach only copying), both sides at most 30 tokens (as the paper's
+# training data) and the best candidate of each source only. Held-out ids (tools/marian_model.py HELD_OUT_PREFIXES)
 # are never trained on. Needs `make venv` (torch, transformers) and the
 # release binary. Steps and logs under .cache/paraphrase; the model in OUT
 # (default models/paraphrase-en).
@@ -33,7 +33,8 @@ export ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$PWD/.cache/ort/onnxruntime-1.31.1/libon
 mkdir -p "$WORK"
 rm -rf "$WORK/filtered"
 "$BIN" filter --data "$CORPUS" --out "$WORK/filtered" \
-  --min para_score="$MIN_PARA" --max trigram_overlap="$MAX_TRIGRAM" --max-tokens 30
+  --min para_score="$MIN_PARA" --max trigram_overlap="$MAX_TRIGRAM" --max-tokens 30 \
+  --max candidate_rank=1
 
 # CzEng layout (id, score, input, output) for the training tool.
 "$PY" - "$WORK/filtered" "$WORK/pairs.tsv" <<'EOF'
@@ -55,10 +56,14 @@ EOF
 
 rm -rf "$WORK/export"
 "$PY" tools/marian_model.py export --model "$WORK/train/hf" --out "$WORK/export" --merged no --quantize
-rm -rf "$OUT" && mkdir -p "$OUT"
-"$PY" tools/requantize.py weight-only "$WORK/export" "$OUT"
-cp "$WORK/training.log" "$OUT/training.log"
-(cd "$OUT" && rm -f encoder_model.onnx decoder_model.onnx decoder_with_past_model.onnx &&
+# Built beside OUT and swapped in at the end: a failed step leaves the
+# model that was there.
+rm -rf "$WORK/model" && mkdir -p "$WORK/model"
+"$PY" tools/requantize.py weight-only "$WORK/export" "$WORK/model"
+cp "$WORK/training.log" "$WORK/model/training.log"
+(cd "$WORK/model" && rm -f encoder_model.onnx decoder_model.onnx decoder_with_past_model.onnx &&
   sha256sum config.json generation_config.json tokenizer_config.json vocab.json source.spm target.spm \
     *_quantized.onnx > SHA256SUMS)
+[ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$WORK/model/README.md"
+rm -rf "$OUT" && mkdir -p "$(dirname "$OUT")" && mv "$WORK/model" "$OUT"
 du -sh "$OUT"
