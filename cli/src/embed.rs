@@ -606,13 +606,23 @@ pub fn export_vectors(a: ExportArgs) -> Result<()> {
         &[("--model", a.model.as_path())],
         a.overwrite,
     )?;
-    let m = word_model(&a.model)?;
+    write_word_vectors(&a.model, out, &a.out)
+}
+
+/// A model's word table as GloVe text at `out` (`export-vectors` and
+/// `export --format glove`), committed.
+pub(crate) fn write_word_vectors(
+    model: &std::path::Path,
+    out: crate::out::Out,
+    target: &std::path::Path,
+) -> Result<()> {
+    let m = word_model(model)?;
     let n = paraforge_trainer::model::export_vectors(&m, &out.path())?;
     out.commit()?;
     println!(
         "{n} word vectors ({} dimensions) written to {}",
         m.word_dim,
-        a.out.display()
+        target.display()
     );
     Ok(())
 }
@@ -642,7 +652,10 @@ pub struct EvalWordsArgs {
 /// The averaging model holding a trained model's word table (a neural
 /// encoder's, or the `.pfe` itself).
 fn word_model(model: &std::path::Path) -> Result<Model> {
-    Ok(if NeuralModel::is_one(model) {
+    // A transformer's directory may hold a config.json too; it has no word table.
+    let neural = NeuralModel::is_one(model)
+        && !paraforge_scorer::transformer::TransformerEncoder::is_one(model);
+    Ok(if neural {
         NeuralModel::load(model, &nn_model::cpu())?.word_model()?
     } else {
         Model::load(model)?

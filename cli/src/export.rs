@@ -131,25 +131,7 @@ pub fn export(a: ExportArgs) -> Result<()> {
             );
         }
         Format::Glove => {
-            let model = input;
-            let m = if NeuralModel::is_one(model)
-                && !paraforge_scorer::transformer::TransformerEncoder::is_one(model)
-            {
-                NeuralModel::load(model, &paraforge_encoders::nn_model::cpu())
-                    .with_context(|| what.clone())?
-                    .word_model()
-                    .with_context(|| what.clone())?
-            } else {
-                paraforge_core::Model::load(model).with_context(|| what.clone())?
-            };
-            let n = paraforge_trainer::model::export_vectors(&m, &out.path())
-                .with_context(|| what.clone())?;
-            out.commit()?;
-            println!(
-                "{n} word vectors ({} dimensions) written to {}",
-                m.word_dim,
-                a.out.display()
-            );
+            crate::embed::write_word_vectors(input, out, &a.out).with_context(|| what.clone())?;
         }
     }
     Ok(())

@@ -193,21 +193,8 @@ fn encoder_of(
 /// (a sentence with no token the encoder knows has none, as para_score is
 /// then null).
 fn embed_items(encoder: &dyn SentenceEncoder, items: &[Item]) -> (Vec<f32>, Vec<bool>) {
-    use rayon::prelude::*;
-    let tokens: Vec<paraforge_core::Tokens> = items
-        .par_iter()
-        .map(|i| paraforge_core::tokenize(&i.text))
-        .collect();
-    let d = encoder.dim();
-    let mut flat = vec![0f32; items.len() * d];
-    let cov = encoder.embed_batch(&tokens, &mut flat);
-    let known: Vec<bool> = cov.iter().map(|c| c.known > 0).collect();
-    for (i, k) in known.iter().enumerate() {
-        if !k {
-            flat[i * d..(i + 1) * d].fill(f32::NAN);
-        }
-    }
-    (flat, known)
+    let texts: Vec<&str> = items.iter().map(|i| i.text.as_str()).collect();
+    paraforge_core::encoder::embed_texts(encoder, &texts)
 }
 
 enum Source {

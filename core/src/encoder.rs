@@ -158,6 +158,34 @@ fn add_row(out: &mut [f32], row: &[f32]) {
     out.iter_mut().zip(row).for_each(|(o, x)| *o += x);
 }
 
+/// The embeddings of `texts` (`encoder.dim()` values each, in order), tokenized
+/// as para_score tokenizes them, and whether each had one: a sentence with no
+/// token the encoder knows gets a row of NaN, as its para_score is null.
+/// `paraforge embed` and the Python package both call this.
+pub fn embed_texts<S: AsRef<str> + Sync>(
+    encoder: &dyn SentenceEncoder,
+    texts: &[S],
+) -> (Vec<f32>, Vec<bool>) {
+    use rayon::prelude::*;
+    let tokens: Vec<Tokens> = texts
+        .par_iter()
+        .map(|t| crate::tokenize(t.as_ref()))
+        .collect();
+    let d = encoder.dim();
+    let mut flat = vec![0f32; texts.len() * d];
+    let known: Vec<bool> = encoder
+        .embed_batch(&tokens, &mut flat)
+        .iter()
+        .map(|c| c.known > 0)
+        .collect();
+    for (i, k) in known.iter().enumerate() {
+        if !k {
+            flat[i * d..(i + 1) * d].fill(f32::NAN);
+        }
+    }
+    (flat, known)
+}
+
 /// Which embeddings a sentence averages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Kind {

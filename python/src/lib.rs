@@ -133,7 +133,7 @@ impl Encoder {
         let texts = texts("sentences", sentences)?;
         let before = self.inner.failures();
         let bytes: Vec<u8> = py.detach(|| {
-            let flat = embed(&*self.inner, &texts);
+            let (flat, _) = paraforge_core::encoder::embed_texts(&*self.inner, &texts);
             flat.iter().flat_map(|x| x.to_le_bytes()).collect()
         });
         // A row left NaN by a failed model run must not pass for a sentence
@@ -156,23 +156,6 @@ fn failed(encoder: &dyn SentenceEncoder, before: u64) -> PyResult<()> {
         )));
     }
     Ok(())
-}
-
-fn embed(encoder: &dyn SentenceEncoder, texts: &[String]) -> Vec<f32> {
-    use rayon::prelude::*;
-    let tokens: Vec<paraforge_core::Tokens> = texts
-        .par_iter()
-        .map(|t| paraforge_core::tokenize(t))
-        .collect();
-    let d = encoder.dim();
-    let mut flat = vec![0f32; texts.len() * d];
-    let cov = encoder.embed_batch(&tokens, &mut flat);
-    for (row, c) in flat.chunks_mut(d.max(1)).zip(&cov) {
-        if c.known == 0 {
-            row.fill(f32::NAN);
-        }
-    }
-    flat
 }
 
 /// The corpus's score columns for (reference, translation) pairs, computed
