@@ -152,8 +152,8 @@ async fn a_resumed_job_refuses_a_changed_input_or_config() {
     // may change them.
     let mut faster = cfg.clone();
     faster.model.as_mut().unwrap().threads = 2;
-    faster.model.as_mut().unwrap().streams = 2;
-    faster.model.as_mut().unwrap().batch_size = 32;
+    faster.model.as_mut().unwrap().streams = Some(2);
+    faster.model.as_mut().unwrap().batch_size = Some(32);
     coordinator(&faster).await.unwrap().stop().await;
 }
 
@@ -617,7 +617,7 @@ async fn the_corpus_does_not_depend_on_shards_batches_or_workers() {
         cfg.filters.dedup_sources = true;
         cfg.model.as_mut().unwrap().dir =
             paraforge_tests::model("demo-cs-en").display().to_string();
-        cfg.model.as_mut().unwrap().batch_size = batch;
+        cfg.model.as_mut().unwrap().batch_size = Some(batch);
         cfg.model.as_mut().unwrap().max_new_tokens = None;
         let c = coordinator(&cfg).await.unwrap();
         let ws: Vec<_> = (0..workers)

@@ -26,11 +26,12 @@ pub struct Args {
     /// Beam size (1 = greedy; at most 256 and the model's vocabulary).
     #[arg(long, default_value_t = 12)]
     beam: usize,
-    /// Sentences per batch (at most 1024).
-    #[arg(long, default_value_t = 16)]
-    batch_size: usize,
+    /// Sentences per batch (at most 1024; default 16 on the CPU, 64 on CUDA).
+    #[arg(long)]
+    batch_size: Option<usize>,
     /// Cut batches by tokens instead: as many length-sorted sentences as fit
     /// in this many padded source tokens (at most --batch-size sentences).
+    /// On CUDA, when not given, a budget from the GPU's free memory.
     #[arg(long)]
     batch_tokens: Option<usize>,
     /// Print the translation score before each translation (tab-separated).
@@ -69,8 +70,9 @@ pub struct Args {
     /// copy of the model and --threads threads (CTranslate2's
     /// inter_threads). On CPU, one single-threaded stream per core is
     /// usually fastest for small models: --streams 2 --threads 1 on two cores.
-    #[arg(long, default_value_t = 1)]
-    streams: usize,
+    /// Default 1 on the CPU, 4 on CUDA.
+    #[arg(long)]
+    streams: Option<usize>,
     /// Use the int8 model (`*_quantized.onnx`).
     #[arg(long)]
     quantized: bool,
@@ -151,7 +153,9 @@ pub fn run(a: Args) -> Result<()> {
         length_penalty: a.length_penalty,
         early_stopping: a.early_stopping,
         nbest: a.nbest.unwrap_or(1),
-        batch_size: a.batch_size,
+        batch_size: a
+            .batch_size
+            .unwrap_or_else(|| paraforge_nmt::default_batch_size(&a.device)),
         batch_tokens: a.batch_tokens,
     };
     // The search and cache copies run on rayon's pool between graph runs:
@@ -167,7 +171,7 @@ pub fn run(a: Args) -> Result<()> {
     let load = LoadOptions {
         device: a.device,
         threads: a.threads,
-        streams: a.streams,
+        streams: streams(&a),
         quantized: a.quantized,
         decoder: Default::default(),
         io_binding: a.io_binding,
@@ -183,6 +187,15 @@ pub fn run(a: Args) -> Result<()> {
     };
     let mut model = Translator::load(&a.model, &load)
         .with_context(|| format!("loading model {}", a.model.display()))?;
+    if opts.batch_tokens.is_none() {
+        if let Some(t) = model.auto_batch_tokens(opts.num_beams) {
+            tracing::info!(
+                batch_tokens = t,
+                batch_size = opts.batch_size,
+                "batches cut by a token budget from the GPU's free memory"
+            );
+        }
+    }
     let name = a
         .input
         .as_ref()
@@ -329,7 +342,7 @@ pub fn run(a: Args) -> Result<()> {
 fn check_options(a: &Args) -> Result<()> {
     for (flag, value, max) in [
         ("--beam", a.beam, MAX_BEAM),
-        ("--batch-size", a.batch_size, MAX_BATCH_SIZE),
+        ("--batch-size", a.batch_size.unwrap_or(1), MAX_BATCH_SIZE),
     ] {
         if value == 0 {
             bail!("{flag} {value}: must be at least 1");
@@ -358,13 +371,19 @@ fn check_options(a: &Args) -> Result<()> {
         );
     }
     crate::check_threads(a.threads)?;
-    paraforge_job::config::check_streams(a.threads, a.streams).map_err(|reason| {
+    paraforge_job::config::check_streams(a.threads, streams(a)).map_err(|reason| {
         anyhow::anyhow!(
             "--threads {} x --streams {}: {reason}",
             a.threads,
-            a.streams
+            streams(a)
         )
     })
+}
+
+/// `--streams`, or the device's default.
+fn streams(a: &Args) -> usize {
+    a.streams
+        .unwrap_or_else(|| paraforge_nmt::default_streams(&a.device))
 }
 
 /// Whether `a` and `b` are one file, also through a symbolic or hard link.

@@ -155,9 +155,10 @@ pub struct Model {
     pub threads: usize,
     /// Decoders per worker translating different batches at once, each
     /// with its own copy of the model (CTranslate2's `inter_threads`). The
-    /// output does not depend on it: batches are cut the same way.
-    #[serde(default = "default_streams")]
-    pub streams: usize,
+    /// output does not depend on it: batches are cut the same way. By
+    /// default 1 on the CPU and 4 on CUDA (`paraforge_nmt::default_streams`).
+    #[serde(default)]
+    pub streams: Option<usize>,
     /// Use `*_quantized.onnx`.
     #[serde(default)]
     pub quantized: bool,
@@ -172,8 +173,12 @@ pub struct Model {
     /// beam's candidates); each is a row with its `candidate_rank`.
     #[serde(default = "default_beam_candidates")]
     pub beam_candidates: usize,
-    #[serde(default = "default_batch_size")]
-    pub batch_size: usize,
+    /// Sentences per batch; by default 16 on the CPU and 256 on CUDA
+    /// (`paraforge_nmt::default_batch_size`), where a token budget from
+    /// the GPU's free memory also bounds a batch unless `batch_tokens`
+    /// is given.
+    #[serde(default)]
+    pub batch_size: Option<usize>,
     /// Cut batches by padded source tokens instead of sentences (at most
     /// `batch_size` sentences still); what throughput on varied lengths
     /// wants (CTranslate2's `batch_type = "tokens"`).
@@ -204,7 +209,11 @@ impl Model {
         }
         for (key, value, max) in [
             ("model.beam", self.beam, MAX_BEAM),
-            ("model.batch_size", self.batch_size, MAX_BATCH_SIZE),
+            (
+                "model.batch_size",
+                self.batch_size.unwrap_or(1),
+                MAX_BATCH_SIZE,
+            ),
         ] {
             if value == 0 {
                 return Err((key, "must be at least 1".into()));
@@ -241,7 +250,7 @@ impl Model {
                 ),
             ));
         }
-        if let Err(reason) = check_streams(self.threads, self.streams) {
+        if let Err(reason) = check_streams(self.threads, self.streams.unwrap_or(1)) {
             return Err(("model.streams", reason));
         }
         if self.max_new_tokens == Some(0) {
@@ -259,9 +268,6 @@ fn default_beam() -> usize {
 }
 fn default_beam_candidates() -> usize {
     1
-}
-fn default_batch_size() -> usize {
-    16
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -450,10 +456,6 @@ pub fn check_streams(threads: usize, streams: usize) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-fn default_streams() -> usize {
-    1
 }
 
 /// Most threads accepted on this machine: [`THREADS_PER_CORE`] x [`cores`].

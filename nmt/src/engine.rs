@@ -82,6 +82,8 @@ struct DeviceIo {
 
 /// Loaded ONNX graphs plus the names and sizes needed to call them.
 pub(crate) struct Graphs {
+    /// The decoder keeps its cache in fp16 (an fp16 export for CUDA).
+    pub(crate) cache_half: bool,
     device_io: Option<DeviceIo>,
     pub(crate) profile: Profile,
     /// The search's buffers, reused across batches.
@@ -171,7 +173,18 @@ impl Graphs {
             return Err(missing(what));
         };
         let encoder = session(&enc_path, opts)?;
-        let device_io = if opts.io_binding || matches!(opts.device, Device::Cuda(_)) {
+        let on_device = opts.io_binding || matches!(opts.device, Device::Cuda(_));
+        if !on_device && cache_elem(&decoder) == onnx_graph::onnx::tensor_proto::DataType::Float16 {
+            // The host's search and cache code is f32 throughout.
+            return Err(NmtError::Device {
+                device: opts.device.to_string(),
+                reason: format!(
+                    "{} keeps its KV cache in fp16 (an fp16 export for CUDA); run it with --device cuda, or --io-binding to keep the cache in ONNX Runtime's memory",
+                    files.last().unwrap_or(&enc_path).display()
+                ),
+            });
+        }
+        let device_io = if on_device {
             let (alloc_dev, id) = match opts.device {
                 Device::Cuda(id) => (AllocationDevice::CUDA, id),
                 Device::Cpu => (AllocationDevice::CPU, 0),
@@ -182,7 +195,10 @@ impl Graphs {
             };
             let gather_path = dir.join("<cache gather graph>");
             let gather = builder(&gather_path, opts)?
-                .commit_from_memory(&crate::onnx_graph::gather_model(2 * cfg.decoder_layers))
+                .commit_from_memory(&crate::onnx_graph::gather_model(
+                    2 * cfg.decoder_layers,
+                    cache_elem(&decoder),
+                ))
                 .map_err(|e| onnx_error(&gather_path, e))?;
             Some(DeviceIo {
                 cache_mem: MemoryInfo::new(
@@ -205,6 +221,7 @@ impl Graphs {
             None
         };
         let g = Graphs {
+            cache_half: cache_elem(&decoder) == onnx_graph::onnx::tensor_proto::DataType::Float16,
             device_io,
             profile: Profile::default(),
             scratch: DecodeScratch::default(),
@@ -280,6 +297,28 @@ impl Graphs {
 }
 
 /// Runs a graph and returns its outputs by name. With `io`, the run uses
+/// The element type of the decoder's cache: fp16 where an export keeps
+/// the cache in half precision (`marian_model.py export --fp16`), so that
+/// the on-device reorder gathers it as it is instead of casting each step.
+fn cache_elem(decoder: &Decoder) -> onnx_graph::onnx::tensor_proto::DataType {
+    use onnx_graph::onnx::tensor_proto::DataType;
+    let past = match decoder {
+        Decoder::Split { with_past, .. } => with_past,
+        Decoder::Merged(m) => m,
+    };
+    let half = past
+        .inputs()
+        .iter()
+        .find(|i| i.name() == "past_key_values.0.decoder.key")
+        .and_then(|i| i.dtype().tensor_type())
+        == Some(ort::value::TensorElementType::Float16);
+    if half {
+        DataType::Float16
+    } else {
+        DataType::Float
+    }
+}
+
 /// I/O binding: outputs named in `on_device` stay in the device's memory,
 /// the rest (the logits) come back to the host.
 fn run_step(

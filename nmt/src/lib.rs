@@ -18,6 +18,7 @@ mod decode;
 mod engine;
 mod error;
 mod fastmath;
+mod gpu_memory;
 mod onnx_graph;
 mod ops;
 mod rewrites;
@@ -119,6 +120,35 @@ pub struct Translation {
     pub flag: Option<Flag>,
 }
 
+/// Sentences per batch when none is given: 16 on the CPU, 64 on CUDA.
+/// On a GPU each decoder step costs about the same launches whatever its
+/// rows, so rows pay, but one large batch leaves the GPU idle while the
+/// host searches; several streams of batch 64 overlap the two. Measured on
+/// an H200 (2026-11-27, 500 sentences, beam 12, fp32): batch 64 with four
+/// streams 0.40 s, batch 128 with four 0.45 s, batch 256 with one 0.81 s
+/// (docs/bench/HISTORY.md, "GPU"). Batches of long sentences are also
+/// bounded by the token budget from the device's memory
+/// ([`Translator::auto_batch_tokens`]).
+pub fn default_batch_size(device: &Device) -> usize {
+    match device {
+        Device::Cpu => 16,
+        Device::Cuda(_) => 64,
+    }
+}
+
+/// Decoder streams when none is given: 1 on the CPU (where `--streams` is
+/// a trade of threads that depends on the machine), 4 on CUDA, where the
+/// streams overlap one batch's host-side search with another's kernels:
+/// batch 64 on an H200 took 1.33 s with one stream, 0.40 s with four,
+/// 0.45 s with six and 0.47 s with eight (2026-11-27). Each stream holds
+/// its own copy of the model on the device.
+pub fn default_streams(device: &Device) -> usize {
+    match device {
+        Device::Cpu => 1,
+        Device::Cuda(_) => 4,
+    }
+}
+
 /// Index ranges of the batches of length-sorted sentences: `batch_size`
 /// sentences each, or with a token budget as many as keep sentences x the
 /// longest within it (at least one, at most `batch_size`).
@@ -160,6 +190,9 @@ pub struct Translator {
     /// with a pool each).
     pools: Vec<rayon::ThreadPool>,
     options: LoadOptions,
+    /// On CUDA, the device's free bytes when the model had been loaded:
+    /// what sizes batches when no token budget is given.
+    gpu_free: Option<u64>,
 }
 
 impl std::fmt::Debug for Translator {
@@ -245,6 +278,18 @@ impl Translator {
         } else {
             Vec::new()
         };
+        // Read after the sessions took their weights, so it is what the
+        // batches can have.
+        let gpu_free = match options.device {
+            Device::Cuda(id) => match gpu_memory::free_bytes(id) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    tracing::warn!(device = %options.device, "free memory unknown ({e}); batches without a token budget are cut by sentences only");
+                    None
+                }
+            },
+            Device::Cpu => None,
+        };
         tracing::debug!(dir = %dir.display(), vocab, device = %options.device, streams = graphs.len(), "model loaded");
         Ok(Translator {
             dir: dir.to_path_buf(),
@@ -254,7 +299,30 @@ impl Translator {
             graphs,
             pools,
             options: options.clone(),
+            gpu_free,
         })
+    }
+
+    /// The token budget a batch gets on CUDA when `batch_tokens` is not
+    /// given: from the device's free memory at load, shared by the streams
+    /// (each decodes its own batch). `None` on the CPU, where batches are
+    /// cut by `batch_size` alone unless a budget is given.
+    pub fn auto_batch_tokens(&self, num_beams: usize) -> Option<usize> {
+        let free = self.gpu_free? / self.graphs.len().max(1) as u64;
+        let elem = if self.graphs[0].cache_half { 2 } else { 4 };
+        Some(gpu_memory::token_budget(
+            free,
+            num_beams,
+            self.config.decoder_layers,
+            self.config.d_model,
+            self.config.target_vocab_size(),
+            elem,
+        ))
+    }
+
+    /// The device the model runs on.
+    pub fn device(&self) -> &Device {
+        &self.options.device
     }
 
     pub fn tokenizer(&self) -> &MarianTokenizer {
@@ -453,7 +521,10 @@ impl Translator {
         }
         encoded.sort_by_key(|(i, ids, _)| (ids.len(), *i));
         let lens: Vec<usize> = encoded.iter().map(|(_, ids, _)| ids.len()).collect();
-        let ranges = batches(&lens, o.batch_size, o.batch_tokens);
+        let budget = o
+            .batch_tokens
+            .or_else(|| self.auto_batch_tokens(o.num_beams));
+        let ranges = batches(&lens, o.batch_size, budget);
         let Translator {
             tokenizer,
             config,

@@ -294,8 +294,10 @@ pub(crate) fn out_name(i: usize) -> String {
 
 pub(crate) const INDICES: &str = "indices";
 
-/// The serialized model gathering rows of `n` float tensors of rank 4.
-pub(crate) fn gather_model(n: usize) -> Vec<u8> {
+/// The serialized model gathering rows of `n` tensors of rank 4 whose
+/// elements are `elem` (the decoder's cache type: fp32, or fp16 where the
+/// graphs keep their cache in half precision).
+pub(crate) fn gather_model(n: usize, elem: DataType) -> Vec<u8> {
     let mut g = GraphProto {
         name: Some("paraforge_cache_gather".into()),
         input: vec![tensor_info(INDICES, DataType::Int64, &["rows_out"])],
@@ -309,11 +311,9 @@ pub(crate) fn gather_model(n: usize) -> Vec<u8> {
             format!("d{i}"),
         ];
         let d: Vec<&str> = dims.iter().map(String::as_str).collect();
-        g.input
-            .push(tensor_info(&data_name(i), DataType::Float, &d));
+        g.input.push(tensor_info(&data_name(i), elem, &d));
         let od = ["rows_out", d[1], d[2], d[3]];
-        g.output
-            .push(tensor_info(&out_name(i), DataType::Float, &od));
+        g.output.push(tensor_info(&out_name(i), elem, &od));
         g.node.push(node(
             "Gather",
             &format!("gather{i}"),

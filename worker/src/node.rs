@@ -314,7 +314,9 @@ async fn load_model(
     let load = LoadOptions {
         device,
         threads: m.threads,
-        streams: m.streams,
+        streams: m
+            .streams
+            .unwrap_or_else(|| paraforge_nmt::default_streams(&device)),
         quantized: m.quantized,
         top_k_on: match m.top_k_on {
             TopKOnName::Auto => TopKOn::Auto,
@@ -359,7 +361,9 @@ impl Job {
                     num_beams: m.beam,
                     nbest: m.beam_candidates,
                     max_new_tokens: m.max_new_tokens,
-                    batch_size: m.batch_size,
+                    batch_size: m
+                        .batch_size
+                        .unwrap_or_else(|| paraforge_nmt::default_batch_size(translator.device())),
                     batch_tokens: m.batch_tokens,
                     ..GenerateOptions::default()
                 };
