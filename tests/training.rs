@@ -1718,6 +1718,102 @@ fn eval_transfer_trains_classifiers_on_frozen_embeddings() {
     );
 }
 
+/// `eval-transfer --fine-tune`: the supervised SICK training of Wieting et
+/// al. (2016) trains the encoder's own tables; on a slice of SICK, with
+/// GloVe as the start, training the tables beats the same network with
+/// them frozen on SICK-R, and SICK-E beats its majority class. An encoder
+/// that is no averaging model, and a task directory without SICK, are
+/// refused by name.
+#[test]
+fn eval_transfer_fine_tune_trains_the_encoder_on_sick() {
+    let dir = tempfile::tempdir().unwrap();
+    let sick = repo_root().join("data/sts/sick2014");
+    for (file, keep) in [
+        ("SICK_train.txt", 2000),
+        ("SICK_trial.txt", 300),
+        ("SICK_test_annotated.txt", 600),
+    ] {
+        let text = std::fs::read_to_string(sick.join(file)).unwrap();
+        let part: Vec<&str> = text.lines().take(keep + 1).collect();
+        std::fs::write(dir.path().join(file), part.join("\n") + "\n").unwrap();
+    }
+    let glove = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
+    let json = dir.path().join("t.json");
+    let out = paraforge_ok(&[
+        "eval-transfer",
+        "--vectors",
+        glove.to_str().unwrap(),
+        "--tasks",
+        dir.path().to_str().unwrap(),
+        "--fine-tune",
+        "--fine-tune-epochs",
+        "6",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.contains("supervised"), "{out}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(r["frozen"].as_array().unwrap().len(), 2, "{r}");
+    let sup = r["supervised"].as_array().unwrap();
+    let find = |task: &str, frozen: bool| -> f64 {
+        sup.iter()
+            .find(|x| x["task"] == task && x["frozen_tables"] == frozen)
+            .and_then(|x| x["test"].as_f64())
+            .unwrap_or_else(|| panic!("{task} frozen={frozen} in {r}"))
+    };
+    let (trained, frozen) = (find("SICK-R", false), find("SICK-R", true));
+    assert!(
+        trained > 50.0 && trained > frozen + 3.0,
+        "SICK-R Pearson x 100: tables trained {trained}, frozen {frozen}"
+    );
+    let test = std::fs::read_to_string(dir.path().join("SICK_test_annotated.txt")).unwrap();
+    let rows: Vec<&str> = test.lines().skip(1).collect();
+    let neutral = rows
+        .iter()
+        .filter(|l| l.split('\t').nth(4).map(str::trim) == Some("NEUTRAL"))
+        .count();
+    let majority = 100.0 * neutral as f64 / rows.len() as f64;
+    let e = find("SICK-E", false);
+    assert!(e > majority + 3.0, "SICK-E {e} against majority {majority}");
+
+    // A transformer scorer has no tables to train.
+    let o = paraforge_tests::paraforge_cmd(&[
+        "eval-transfer",
+        "--model",
+        repo_root()
+            .join("tests/data/tiny-sentence-encoder")
+            .to_str()
+            .unwrap(),
+        "--tasks",
+        dir.path().to_str().unwrap(),
+        "--fine-tune",
+        "--fine-tune-epochs",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("averaging models"),
+        "{err}"
+    );
+    // Tasks without SICK.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(
+        other.path().join("custrev.all"),
+        "1 good phone\n0 bad phone\n",
+    )
+    .unwrap();
+    let o = paraforge_tests::paraforge_cmd(&[
+        "eval-transfer",
+        "--vectors",
+        glove.to_str().unwrap(),
+        "--tasks",
+        other.path().to_str().unwrap(),
+        "--fine-tune",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("no SICK task"), "{err}");
+}
+
 /// The bundled models' cards are the Hub's `README.md`, and their
 /// `model-index` holds the figures measured and recorded beside them, no
 /// other: eval.json's BLEU and chrF for the translation models, the

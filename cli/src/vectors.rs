@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use arrow_array::builder::{FixedSizeListBuilder, Float32Builder, StringBuilder};
 use arrow_array::{Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
-use paraforge_core::encoder::SentenceEncoder;
+use paraforge_core::encoder::{Model, SentenceEncoder};
 use paraforge_core::schema::{col, column, PairReader};
 
 #[derive(clap::Args)]
@@ -422,9 +422,54 @@ pub struct EvalTransferArgs {
     /// Threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Write the results as JSON here.
+    /// Write the results as JSON here (with --fine-tune, an object of
+    /// "frozen" and "supervised" results).
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Also train the encoder itself on SICK-R and SICK-E, as Wieting et
+    /// al. (2016) do (Table 5): an averaging model's tables (a `.pfe` or
+    /// --vectors) with a sigmoid layer over [u * v, |u - v|], the best
+    /// epoch on SICK's trial split, against the same network with the
+    /// tables frozen.
+    #[arg(long)]
+    fine_tune: bool,
+    /// Epochs of --fine-tune.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=200))]
+    fine_tune_epochs: u64,
+}
+
+/// The averaging model --fine-tune trains: the `.pfe`, or GloVe vectors
+/// as a WORD model (their words, a zero row for unknown words).
+fn averaging_model(model: Option<&Path>, vectors: Option<&Path>) -> Result<Model> {
+    match (model, vectors) {
+        (Some(m), _) => Model::load(m).with_context(|| {
+            format!(
+                "--fine-tune trains averaging models (a .pfe file or --vectors); --model {} is not one",
+                m.display()
+            )
+        }),
+        (_, Some(v)) => {
+            let (vec, _) = paraforge_core::Vectors::load(v)
+                .with_context(|| format!("--vectors {}", v.display()))?;
+            let dim = vec.dim();
+            let words: Vec<String> = (0..vec.len()).map(|i| vec.word(i).to_string()).collect();
+            let mut w = Vec::with_capacity((words.len() + 1) * dim);
+            for i in 0..vec.len() {
+                w.extend_from_slice(vec.row(i));
+            }
+            w.extend(std::iter::repeat_n(0.0, dim));
+            Ok(Model::from_tables(
+                paraforge_core::encoder::Kind::Word,
+                words,
+                dim,
+                w,
+                Vec::new(),
+                0,
+                Vec::new(),
+            )?)
+        }
+        (None, None) => unreachable!("clap requires one"),
+    }
 }
 
 /// `paraforge eval-transfer`: frozen embeddings as the features of a
@@ -441,6 +486,21 @@ pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
             a.tasks.display()
         );
     }
+    // --fine-tune's inputs are checked before the frozen runs take their time.
+    let fine_model = if a.fine_tune {
+        if !tasks
+            .iter()
+            .any(|t| t.name == "SICK-R" || t.name == "SICK-E")
+        {
+            bail!(
+                "--fine-tune: no SICK task under --tasks {} (SICK_train.txt, SICK_trial.txt, SICK_test_annotated.txt)",
+                a.tasks.display()
+            );
+        }
+        Some(averaging_model(a.model.as_deref(), a.vectors.as_deref())?)
+    } else {
+        None
+    };
     let o = TransferOptions {
         folds: a.folds as usize,
         seed: a.seed,
@@ -505,8 +565,61 @@ pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
     if !absent.is_empty() {
         println!("\nnot under {}: {}", a.tasks.display(), absent.join(", "));
     }
+    let mut supervised = Vec::new();
+    if a.fine_tune {
+        use paraforge_trainer::sick_tune::{self, TuneOptions};
+        let model = fine_model.as_ref().expect("loaded with --fine-tune");
+        let sick: Vec<_> = tasks
+            .iter()
+            .filter(|t| t.name == "SICK-R" || t.name == "SICK-E")
+            .collect();
+        let bar = indicatif::ProgressBar::new(2 * sick.len() as u64).with_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} supervised runs {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        for t in sick {
+            for freeze in [false, true] {
+                bar.set_message(format!(
+                    "{}{}",
+                    t.name,
+                    if freeze { ", frozen" } else { "" }
+                ));
+                let o = TuneOptions {
+                    epochs: a.fine_tune_epochs as usize,
+                    freeze_tables: freeze,
+                    seed: a.seed,
+                    ..TuneOptions::default()
+                };
+                supervised.push(sick_tune::tune(model, t, &o).with_context(|| what.clone())?);
+                bar.inc(1);
+            }
+        }
+        bar.finish_and_clear();
+        println!(
+            "\nsupervised (Wieting et al., 2016, Table 5): sigmoid layer over [u * v, |u - v|], {} epochs, best on the trial split\n",
+            a.fine_tune_epochs
+        );
+        println!("| task | metric | tables | test | trial | epoch |");
+        println!("|---|---|---|---:|---:|---:|");
+        for r in &supervised {
+            println!(
+                "| {} | {} | {} | {:.1} | {:.1} | {} |",
+                r.task,
+                r.metric,
+                if r.frozen_tables { "frozen" } else { "trained" },
+                r.test,
+                r.dev,
+                r.best_epoch
+            );
+        }
+    }
     if let Some(j) = &a.json {
-        std::fs::write(j, serde_json::to_string_pretty(&results)?)
+        let out = if a.fine_tune {
+            serde_json::json!({"frozen": results, "supervised": supervised})
+        } else {
+            serde_json::to_value(&results)?
+        };
+        std::fs::write(j, serde_json::to_string_pretty(&out)?)
             .with_context(|| format!("--json {}", j.display()))?;
     }
     Ok(())

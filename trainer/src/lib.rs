@@ -25,6 +25,7 @@ pub mod nn_model;
 pub mod nn_train;
 pub mod paragram;
 mod run;
+pub mod sick_tune;
 pub mod sts;
 pub mod train;
 pub mod transfer;
