@@ -761,3 +761,24 @@ fn train_refuses_an_option_its_encoder_does_not_use() {
         assert!(!out.exists(), "{model} {opt}: a model was written");
     }
 }
+
+/// A command whose reader has gone (`paraforge eval-sts ... | head -1`)
+/// ends by SIGPIPE, as other Unix tools do, not by a panic in `println!`
+/// (exit 101 before): the read end is closed before the command prints.
+#[test]
+fn a_closed_stdout_ends_a_command_by_sigpipe_not_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let glove = paraforge_tests::repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
+    let mut child = Command::new(paraforge_bin())
+        .args(["eval-sts", "--vectors", glove.to_str().unwrap()])
+        .current_dir(paraforge_tests::repo_root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.signal(), Some(13), "{:?}: {err}", o.status);
+}

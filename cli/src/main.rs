@@ -89,15 +89,39 @@ enum Command {
     /// SimLex-999 and WordSim-353.
     EvalWords(embed::EvalWordsArgs),
     /// Frozen embeddings as classifier features on the SentEval tasks
-    /// whose files are at hand (SICK-E and SICK-R ship).
+    /// whose files are at hand (SICK-E and SICK-R ship); with --fine-tune,
+    /// an averaging model trained on SICK itself (Wieting et al., 2016).
     EvalTransfer(vectors::EvalTransferArgs),
     /// Sentence embeddings of a text file or a corpus column (.npy or Parquet)
     /// from a trained encoder, the transformer scorer or word vectors.
     Embed(vectors::EmbedArgs),
 }
 
+/// Commands that print results end quietly when their reader goes away
+/// (`paraforge eval-sts ... | head -1`), as other Unix tools do, by the
+/// default SIGPIPE action: Rust's runtime sets it to "ignore", which made a
+/// closed pipe a panic in `println!`. A command killed so exits by signal,
+/// never with success. The serving commands keep it ignored: a closed log
+/// pipe must not end a coordinator or a worker mid-job (their sockets send
+/// with MSG_NOSIGNAL either way).
+fn default_sigpipe(command: &Command) {
+    let serving = matches!(
+        command,
+        Command::Run(_) | Command::Coordinator(_) | Command::Worker(_)
+    );
+    #[cfg(unix)]
+    if !serving {
+        // SAFETY: setting a signal's disposition to its default, before any
+        // thread is started, touches no memory of this process.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
+    default_sigpipe(&cli.command);
     init_logging(&cli.log, cli.log_json);
     let result: Result<()> = match cli.command {
         Command::Translate(a) => translate::run(a),
