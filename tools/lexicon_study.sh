@@ -3,8 +3,9 @@
 # "Beyond sentence encoders"): the paraphrase lexicon of Wieting and Gimpel
 # (2018, appendix A.1) at several minimum counts on SimLex-999 and
 # WordSim-353, PARAGRAM word vectors (Wieting et al., 2015) from it over a
-# small grid, and the transfer tasks (appendix A.2) for GloVe averaging, a
-# WORD model trained on the corpus and the default TRIGRAM scorer.
+# small grid, the transfer tasks (appendix A.2) for GloVe averaging, a
+# WORD model trained on the corpus and the default TRIGRAM scorer, and the
+# supervised SICK training of Wieting et al. (2016) for the same three.
 #
 # usage: tools/lexicon_study.sh CORPUS_DIR [TASKS_DIR]
 #   CORPUS_DIR: a finished output (tools/replicate.sh's step 1 with
@@ -47,3 +48,9 @@ log "transfer tasks"
 $BIN eval-transfer --vectors "$G" --tasks "$TASKS" --json "$OUT/transfer-glove.json"
 $BIN eval-transfer --model "$OUT/word.pfe" --tasks "$TASKS" --json "$OUT/transfer-word.json"
 $BIN eval-transfer --model models/scorer-trigram --tasks "$TASKS" --json "$OUT/transfer-trigram.json"
+
+log "supervised SICK (Wieting et al., 2016, Table 5): the tables trained, and frozen"
+S=data/sts/sick2014
+$BIN eval-transfer --vectors "$G" --tasks "$S" --fine-tune --json "$OUT/supervised-glove.json"
+$BIN eval-transfer --model "$OUT/word.pfe" --tasks "$S" --fine-tune --json "$OUT/supervised-word.json"
+$BIN eval-transfer --model models/scorer-trigram --tasks "$S" --fine-tune --json "$OUT/supervised-trigram.json"
