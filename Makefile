@@ -182,10 +182,12 @@ bench-nmt: venv $(ORT_LIB) build
 bench-nmt-natural: venv $(ORT_LIB) build
 	$(VENV)/bin/python tools/bench_nmt.py --natural --paraforge target/release/paraforge
 
-# fp16 on a GPU: paraforge (`--device cuda`, the onnxruntime-gpu library,
-# fp16 graphs from `tools/marian_model.py export --fp16`) against CTranslate2
-# float16, same checkpoint and sentences. Without a GPU it says so and
-# exits 0: no figures are produced or claimed.
+# On a GPU: paraforge (`--device cuda`, the onnxruntime-gpu library; fp32
+# graphs with its CUDA defaults and with one stream, fp16 graphs from
+# `tools/marian_model.py export --fp16`) against CTranslate2 (float16 at the
+# same batch and at 512, int8_float16, float32) and transformers, same
+# checkpoint and sentences. Without a GPU it says so and exits 0: no figures
+# are produced or claimed.
 ORT_GPU_LIB := $(CURDIR)/.cache/ort/onnxruntime-gpu-$(ORT_VERSION)/libonnxruntime.so.$(ORT_VERSION)
 bench-gpu:
 	@if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then \
