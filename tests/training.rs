@@ -1753,7 +1753,7 @@ fn eval_transfer_fine_tune_trains_the_encoder_on_sick() {
     ]);
     assert!(out.contains("supervised"), "{out}");
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert_eq!(r["frozen"].as_array().unwrap().len(), 2, "{r}");
+    assert_eq!(r["logistic_regression"].as_array().unwrap().len(), 2, "{r}");
     let sup = r["supervised"].as_array().unwrap();
     let find = |task: &str, frozen: bool| -> f64 {
         sup.iter()

@@ -97,20 +97,26 @@ enum Command {
     Embed(vectors::EmbedArgs),
 }
 
-/// Commands that print results end quietly when their reader goes away
-/// (`paraforge eval-sts ... | head -1`), as other Unix tools do, by the
-/// default SIGPIPE action: Rust's runtime sets it to "ignore", which made a
-/// closed pipe a panic in `println!`. A command killed so exits by signal,
-/// never with success. The serving commands keep it ignored: a closed log
-/// pipe must not end a coordinator or a worker mid-job (their sockets send
-/// with MSG_NOSIGNAL either way).
+/// The commands whose result is what they print end quietly when their
+/// reader goes away (`paraforge eval-sts ... | head -1`), as other Unix
+/// tools do, by the default SIGPIPE action: Rust's runtime sets it to
+/// "ignore", which made a closed pipe a panic in `println!`. A command
+/// killed so exits by signal, never with success. Every other command
+/// keeps it ignored: a closed log pipe (`2>&1 | tee`) must not end a job,
+/// a training run or a translation to a file, whose writes report their
+/// own errors.
 fn default_sigpipe(command: &Command) {
-    let serving = matches!(
+    let prints_result = matches!(
         command,
-        Command::Run(_) | Command::Coordinator(_) | Command::Worker(_)
+        Command::EvalSts(_)
+            | Command::EvalWords(_)
+            | Command::EvalTransfer(_)
+            | Command::EvalParaphrase(_)
+            | Command::Plan(_)
+            | Command::Status(_)
     );
     #[cfg(unix)]
-    if !serving {
+    if prints_result {
         // SAFETY: setting a signal's disposition to its default, before any
         // thread is started, touches no memory of this process.
         unsafe {

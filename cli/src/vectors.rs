@@ -423,7 +423,7 @@ pub struct EvalTransferArgs {
     #[arg(long)]
     threads: Option<usize>,
     /// Write the results as JSON here (with --fine-tune, an object of
-    /// "frozen" and "supervised" results).
+    /// "logistic_regression" and "supervised" results).
     #[arg(long)]
     json: Option<PathBuf>,
     /// Also train the encoder itself on SICK-R and SICK-E, as Wieting et
@@ -615,7 +615,7 @@ pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
     }
     if let Some(j) = &a.json {
         let out = if a.fine_tune {
-            serde_json::json!({"frozen": results, "supervised": supervised})
+            serde_json::json!({"logistic_regression": results, "supervised": supervised})
         } else {
             serde_json::to_value(&results)?
         };

@@ -173,7 +173,7 @@ pub struct Model {
     /// beam's candidates); each is a row with its `candidate_rank`.
     #[serde(default = "default_beam_candidates")]
     pub beam_candidates: usize,
-    /// Sentences per batch; by default 16 on the CPU and 256 on CUDA
+    /// Sentences per batch; by default 16 on the CPU and 64 on CUDA
     /// (`paraforge_nmt::default_batch_size`), where a token budget from
     /// the GPU's free memory also bounds a batch unless `batch_tokens`
     /// is given.
@@ -250,7 +250,15 @@ impl Model {
                 ),
             ));
         }
-        if let Err(reason) = check_streams(self.threads, self.streams.unwrap_or(1)) {
+        // Unset, the streams are the device's default (1 on the CPU, 4 on
+        // CUDA: `paraforge_nmt::default_streams`); a worker whose --device
+        // or --gpus puts the model elsewhere checks again with its own.
+        let streams = self.streams.unwrap_or(if self.device.starts_with("cuda") {
+            4
+        } else {
+            1
+        });
+        if let Err(reason) = check_streams(self.threads, streams) {
             return Err(("model.streams", reason));
         }
         if self.max_new_tokens == Some(0) {
@@ -1201,6 +1209,12 @@ mod bounds {
             ("streams = 0".to_string(), "model.streams", MAX_STREAMS),
             ("streams = 65".to_string(), "model.streams", MAX_STREAMS),
             (format!("threads = {t}\nstreams = 2"), "model.streams", t),
+            // Unset streams are CUDA's default of 4 there.
+            (
+                format!("threads = {t}\ndevice = \"cuda\""),
+                "model.streams",
+                t,
+            ),
         ] {
             let e = model_with(&line).expect_err(&line).to_string();
             assert!(
@@ -1213,6 +1227,7 @@ mod bounds {
             format!("batch_size = {MAX_BATCH_SIZE}"),
             format!("threads = {t}"),
             "threads = 0".to_string(),
+            format!("threads = {}\ndevice = \"cuda\"", (t / 4).max(1)),
         ] {
             model_with(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
         }

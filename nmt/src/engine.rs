@@ -174,7 +174,19 @@ impl Graphs {
         };
         let encoder = session(&enc_path, opts)?;
         let on_device = opts.io_binding || matches!(opts.device, Device::Cuda(_));
-        if !on_device && cache_elem(&decoder) == onnx_graph::onnx::tensor_proto::DataType::Float16 {
+        let half = cache_elem(&decoder) == onnx_graph::onnx::tensor_proto::DataType::Float16;
+        if half && matches!(decoder, Decoder::Merged(_)) {
+            // The merged graph's first step is fed f32 placeholders for its
+            // cache inputs.
+            return Err(NmtError::Device {
+                device: opts.device.to_string(),
+                reason: format!(
+                    "{} keeps its KV cache in fp16 in a merged decoder; export fp16 graphs split (tools/marian_model.py export --fp16)",
+                    files.last().unwrap_or(&enc_path).display()
+                ),
+            });
+        }
+        if !on_device && half {
             // The host's search and cache code is f32 throughout.
             return Err(NmtError::Device {
                 device: opts.device.to_string(),
@@ -296,7 +308,6 @@ impl Graphs {
     }
 }
 
-/// Runs a graph and returns its outputs by name. With `io`, the run uses
 /// The element type of the decoder's cache: fp16 where an export keeps
 /// the cache in half precision (`marian_model.py export --fp16`), so that
 /// the on-device reorder gathers it as it is instead of casting each step.
@@ -319,6 +330,7 @@ fn cache_elem(decoder: &Decoder) -> onnx_graph::onnx::tensor_proto::DataType {
     }
 }
 
+/// Runs a graph and returns its outputs by name. With `io`, the run uses
 /// I/O binding: outputs named in `on_device` stay in the device's memory,
 /// the rest (the logits) come back to the host.
 fn run_step(

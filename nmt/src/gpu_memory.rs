@@ -5,6 +5,10 @@
 //! calling thread and its soname does not change with the CUDA release.
 //! NVML counts every GPU of the host in PCI order while CUDA counts only
 //! `CUDA_VISIBLE_DEVICES`, so a CUDA id is first mapped through that list.
+//! CUDA orders devices fastest first unless `CUDA_DEVICE_ORDER=PCI_BUS_ID`;
+//! on a node of one GPU model (the case this serves) the two orders agree,
+//! and on a mixed node the figure may be another GPU's: it only sizes
+//! batches, never decides a result.
 
 use nvml_wrapper::Nvml;
 
@@ -45,10 +49,12 @@ fn nvml_target(visible: Option<&str>, cuda_id: i32) -> Result<Target, String> {
         })?;
     if let Ok(i) = entry.parse::<u32>() {
         Ok(Target::Index(i))
-    } else if entry.starts_with("GPU-") {
+    } else if entry.starts_with("GPU-") && entry.len() == 40 {
+        // A full UUID: "GPU-" and 36 characters.
         Ok(Target::Uuid(entry.to_string()))
     } else {
-        // MIG instances and partial UUIDs: NVML's whole-GPU figure would be wrong.
+        // MIG instances and CUDA's shortened UUIDs: NVML would not find
+        // the device, or would give the whole GPU's figure.
         Err(format!(
             "CUDA_VISIBLE_DEVICES entry {entry:?} is not a GPU index or full UUID"
         ))
@@ -87,9 +93,14 @@ mod tests {
         assert_eq!(nvml_target(Some(""), 0), Ok(Target::Index(0)));
         assert_eq!(nvml_target(Some("3,1"), 0), Ok(Target::Index(3)));
         assert_eq!(nvml_target(Some("3, 1"), 1), Ok(Target::Index(1)));
+        let uuid = "GPU-0a3023a4-b6e3-1f27-c9ba-716a8eb7b58a";
         assert_eq!(
-            nvml_target(Some("GPU-8f3e,2"), 0),
-            Ok(Target::Uuid("GPU-8f3e".into()))
+            nvml_target(Some(&format!("{uuid},2")), 0),
+            Ok(Target::Uuid(uuid.into()))
+        );
+        assert!(
+            nvml_target(Some("GPU-8f3e"), 0).is_err(),
+            "a shortened UUID"
         );
         assert!(nvml_target(Some("0"), 1).unwrap_err().contains("fewer"));
         assert!(nvml_target(Some("MIG-1/2/3"), 0).is_err());

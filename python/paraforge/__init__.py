@@ -221,17 +221,19 @@ class Translator:
     ``models/demo-cs-en``, runs those; ``quantized=True`` picks them where
     both are). ``device`` is ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (with
     ``onnxruntime-gpu`` installed). ``beam`` and ``batch_size`` are bounded
-    as the CLI bounds them (256 and 1024)."""
+    as the CLI bounds them (256 and 1024); ``batch_size`` and ``streams``
+    default as the CLI's do (16 and 1 on the CPU, 64 and 4 on CUDA)."""
 
     def __init__(
         self,
         model_dir: PathLike,
         device: str = "cpu",
         beam: int = 12,
-        batch_size: int = 16,
+        batch_size: Optional[int] = None,
         threads: int = 0,
         quantized: bool = False,
         max_new_tokens: Optional[int] = None,
+        streams: Optional[int] = None,
     ) -> None:
         self._native = _native.Translator(
             _existing(model_dir, "model directory"),
@@ -241,6 +243,7 @@ class Translator:
             threads=threads,
             quantized=quantized,
             max_new_tokens=max_new_tokens,
+            streams=streams,
         )
 
     def translate(self, sentences: Union[str, Sequence[str]]) -> Union[str, List[str]]:

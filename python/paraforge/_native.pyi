@@ -27,10 +27,11 @@ class Translator:
         model_dir: _Path,
         device: str = "cpu",
         beam: int = 12,
-        batch_size: int = 16,
+        batch_size: Optional[int] = None,
         threads: int = 0,
         quantized: bool = False,
         max_new_tokens: Optional[int] = None,
+        streams: Optional[int] = None,
     ) -> None: ...
     def translate(self, sentences: Sequence[str]) -> List[Tuple[str, float]]: ...
 

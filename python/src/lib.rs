@@ -266,19 +266,24 @@ struct Translator {
 #[pymethods]
 impl Translator {
     #[new]
-    #[pyo3(signature = (model_dir, device="cpu", beam=12, batch_size=16, threads=0, quantized=false, max_new_tokens=None))]
+    #[pyo3(signature = (model_dir, device="cpu", beam=12, batch_size=None, threads=0, quantized=false, max_new_tokens=None, streams=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         model_dir: PathBuf,
         device: &str,
         beam: usize,
-        batch_size: usize,
+        batch_size: Option<usize>,
         threads: usize,
         quantized: bool,
         max_new_tokens: Option<usize>,
+        streams: Option<usize>,
     ) -> PyResult<Self> {
         let device: Device = device.parse().map_err(PyValueError::new_err)?;
+        // The CLI's defaults for the device (16 and 1 on the CPU, 64 and 4
+        // on CUDA).
+        let batch_size = batch_size.unwrap_or_else(|| paraforge_nmt::default_batch_size(&device));
+        let streams = streams.unwrap_or_else(|| paraforge_nmt::default_streams(&device));
         // `translate`'s bounds: an unbounded beam, batch or thread count
         // runs out of memory, which in Python aborts the interpreter.
         use paraforge_job::config::{max_threads, MAX_BATCH_SIZE, MAX_BEAM};
@@ -298,6 +303,9 @@ impl Translator {
                 max_threads()
             )));
         }
+        paraforge_job::config::check_streams(threads, streams).map_err(|reason| {
+            PyValueError::new_err(format!("threads={threads} x streams={streams}: {reason}"))
+        })?;
         if max_new_tokens == Some(0) {
             return Err(PyValueError::new_err(
                 "max_new_tokens=0: must be at least 1",
@@ -306,6 +314,7 @@ impl Translator {
         let load = LoadOptions {
             device,
             threads,
+            streams,
             quantized,
             ..Default::default()
         };

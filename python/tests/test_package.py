@@ -163,6 +163,8 @@ def test_bad_input_raises_and_names_it(tmp_path):
         paraforge.Translator(repo(MODEL), beam=1_000_000)
     with pytest.raises(ValueError, match="batch_size=0"):
         paraforge.Translator(repo(MODEL), batch_size=0)
+    with pytest.raises(ValueError, match="streams=0"):
+        paraforge.Translator(repo(MODEL), streams=0)
     with pytest.raises(ValueError, match="not both"):
         paraforge.score_pairs(["a"], ["a"], model=repo(SCORER),
                               vectors=repo("data/vectors/glove.6B.50d.top25k.txt.gz"))

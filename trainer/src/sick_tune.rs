@@ -360,7 +360,7 @@ pub fn tune(model: &Model, task: &Task, o: &TuneOptions) -> Result<TuneResult, T
         );
         if !d.is_finite() {
             return Err(TrainError::Invalid(format!(
-                "{}: the trial-split score is not finite after epoch {epoch} (a diverged run)",
+                "{}: the trial-split score is not finite after epoch {epoch} (a diverged run, or predictions that do not vary over the split)",
                 task.name
             )));
         }

@@ -311,12 +311,19 @@ async fn load_model(
         Some(d) => d,
         None => m.device.parse().map_err(WorkerError::Config)?,
     };
+    let streams = m
+        .streams
+        .unwrap_or_else(|| paraforge_nmt::default_streams(&device));
+    paraforge_job::config::check_streams(m.threads, streams).map_err(|reason| {
+        WorkerError::Config(format!(
+            "model.threads {} x {streams} streams on {device}: {reason}",
+            m.threads
+        ))
+    })?;
     let load = LoadOptions {
         device,
         threads: m.threads,
-        streams: m
-            .streams
-            .unwrap_or_else(|| paraforge_nmt::default_streams(&device)),
+        streams,
         quantized: m.quantized,
         top_k_on: match m.top_k_on {
             TopKOnName::Auto => TopKOn::Auto,
