@@ -1655,6 +1655,22 @@ fn eval_words_scores_unseen_pairs_zero_and_counts_them() {
     );
 }
 
+/// The share (x 100) of a SICK file's pairs labelled NEUTRAL, its
+/// majority class, and its number of pairs.
+fn sick_majority(path: &Path) -> (f64, usize) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let rows: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let neutral = rows
+        .iter()
+        .filter(|l| l.split('\t').nth(4).map(str::trim) == Some("NEUTRAL"))
+        .count();
+    (100.0 * neutral as f64 / rows.len() as f64, rows.len())
+}
+
 /// `paraforge eval-transfer` on the SICK files that ship: averaged GloVe
 /// beats the majority class on SICK-E and correlates on SICK-R; the other
 /// tasks are named as absent; a malformed task file names its line.
@@ -1677,22 +1693,11 @@ fn eval_transfer_trains_classifiers_on_frozen_embeddings() {
     let r = r.as_array().unwrap();
     assert_eq!(r.len(), 2, "{r:?}");
     // SICK-E's test set: 56.7% NEUTRAL, the majority class.
-    let test =
-        std::fs::read_to_string(repo_root().join("data/sts/sick2014/SICK_test_annotated.txt"))
-            .unwrap();
-    let rows: Vec<&str> = test
-        .lines()
-        .skip(1)
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    let neutral = rows
-        .iter()
-        .filter(|l| l.split('\t').nth(4).map(str::trim) == Some("NEUTRAL"))
-        .count();
-    let majority = 100.0 * neutral as f64 / rows.len() as f64;
+    let (majority, rows) =
+        sick_majority(&repo_root().join("data/sts/sick2014/SICK_test_annotated.txt"));
     assert_eq!(
         (r[0]["task"].as_str(), r[0]["test"].as_u64()),
-        (Some("SICK-E"), Some(rows.len() as u64))
+        (Some("SICK-E"), Some(rows as u64))
     );
     assert!(
         r[0]["score"].as_f64().unwrap() > majority + 5.0,
@@ -1766,13 +1771,7 @@ fn eval_transfer_fine_tune_trains_the_encoder_on_sick() {
         trained > 50.0 && trained > frozen + 3.0,
         "SICK-R Pearson x 100: tables trained {trained}, frozen {frozen}"
     );
-    let test = std::fs::read_to_string(dir.path().join("SICK_test_annotated.txt")).unwrap();
-    let rows: Vec<&str> = test.lines().skip(1).collect();
-    let neutral = rows
-        .iter()
-        .filter(|l| l.split('\t').nth(4).map(str::trim) == Some("NEUTRAL"))
-        .count();
-    let majority = 100.0 * neutral as f64 / rows.len() as f64;
+    let (majority, _) = sick_majority(&dir.path().join("SICK_test_annotated.txt"));
     let e = find("SICK-E", false);
     assert!(e > majority + 3.0, "SICK-E {e} against majority {majority}");
 

@@ -174,7 +174,8 @@ impl Graphs {
         };
         let encoder = session(&enc_path, opts)?;
         let on_device = opts.io_binding || matches!(opts.device, Device::Cuda(_));
-        let half = cache_elem(&decoder) == onnx_graph::onnx::tensor_proto::DataType::Float16;
+        let elem = cache_elem(&decoder);
+        let half = elem == onnx_graph::onnx::tensor_proto::DataType::Float16;
         if half && matches!(decoder, Decoder::Merged(_)) {
             // The merged graph's first step is fed f32 placeholders for its
             // cache inputs.
@@ -209,7 +210,7 @@ impl Graphs {
             let gather = builder(&gather_path, opts)?
                 .commit_from_memory(&crate::onnx_graph::gather_model(
                     2 * cfg.decoder_layers,
-                    cache_elem(&decoder),
+                    elem,
                 ))
                 .map_err(|e| onnx_error(&gather_path, e))?;
             Some(DeviceIo {
@@ -233,7 +234,7 @@ impl Graphs {
             None
         };
         let g = Graphs {
-            cache_half: cache_elem(&decoder) == onnx_graph::onnx::tensor_proto::DataType::Float16,
+            cache_half: half,
             device_io,
             profile: Profile::default(),
             scratch: DecodeScratch::default(),

@@ -24,7 +24,7 @@ use rand::SeedableRng;
 
 use paraforge_core::encoder::{Encoded, Model};
 
-use crate::transfer::{Example, Task};
+use crate::transfer::{prediction, relatedness_target, Example, Task};
 use crate::TrainError;
 
 /// Settings of a supervised run.
@@ -145,31 +145,6 @@ impl Net {
     }
 }
 
-/// A pair's target distribution over `k` classes and its gold value (the
-/// class, or the relatedness score).
-fn target(e: &Example, k: usize) -> Option<(Vec<f32>, f32)> {
-    let mut t = vec![0f32; k];
-    match e {
-        Example::Two(_, _, c) => {
-            t[*c] = 1.0;
-            Some((t, *c as f32))
-        }
-        Example::Scored(_, _, s) => {
-            // Tai et al. (2015): mass on the two classes around s.
-            let f = s.floor();
-            if (f as usize) >= k {
-                t[k - 1] = 1.0;
-            } else {
-                let i = (f as usize).clamp(1, k) - 1;
-                t[i + 1] = s - f;
-                t[i] = 1.0 - (s - f);
-            }
-            Some((t, *s))
-        }
-        Example::One(..) => None,
-    }
-}
-
 struct Pairs {
     left: Vec<Encoded>,
     right: Vec<Encoded>,
@@ -197,7 +172,15 @@ fn pairs(
                 i + 1
             )));
         };
-        let (t, g) = target(e, k).expect("a pair has a target");
+        let (t, g) = match e {
+            Example::Scored(_, _, s) => (relatedness_target(*s, k), *s),
+            Example::Two(_, _, c) => {
+                let mut t = vec![0f32; k];
+                t[*c] = 1.0;
+                (t, *c as f32)
+            }
+            Example::One(..) => unreachable!("refused above"),
+        };
         p.left.push(model.encode(a));
         p.right.push(model.encode(b));
         p.y.extend(t);
@@ -218,36 +201,14 @@ fn predict(net: &Net, p: &Pairs, k: usize, scored: bool, dev: &Device) -> Vec<f3
             .into_data()
             .try_to_vec::<f32>()
             .expect("f32 probabilities");
-        for row in probs.chunks(k) {
-            out.push(if scored {
-                row.iter()
-                    .enumerate()
-                    .map(|(i, q)| q * (i + 1) as f32)
-                    .sum()
-            } else {
-                let mut best = 0;
-                for (i, q) in row.iter().enumerate() {
-                    if *q > row[best] {
-                        best = i;
-                    }
-                }
-                best as f32
-            });
-        }
+        out.extend(probs.chunks(k).map(|row| prediction(row, scored)));
     }
     out
 }
 
+/// The task's metric x 100.
 fn score(pred: &[f32], gold: &[f32], scored: bool) -> f64 {
-    if scored {
-        crate::sts::pearson(
-            &pred.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
-            &gold.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
-        ) * 100.0
-    } else {
-        100.0 * pred.iter().zip(gold).filter(|(p, g)| p == g).count() as f64
-            / gold.len().max(1) as f64
-    }
+    100.0 * crate::transfer::score(pred, gold, scored)
 }
 
 /// Trains `model`'s tables and a classifier on `task` (SICK-R or SICK-E:

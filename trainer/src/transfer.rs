@@ -359,26 +359,48 @@ fn predict(net: &Linear, s: &Split, dim: usize, classes: usize, scored: bool) ->
         .try_to_vec::<f32>()
         .expect("f32 probabilities");
     v.chunks(classes)
-        .map(|row| {
-            if scored {
-                row.iter()
-                    .enumerate()
-                    .map(|(i, p)| p * (i + 1) as f32)
-                    .sum()
-            } else {
-                let mut best = 0;
-                for (i, p) in row.iter().enumerate() {
-                    if *p > row[best] {
-                        best = i;
-                    }
-                }
-                best as f32
-            }
-        })
+        .map(|row| prediction(row, scored))
         .collect()
 }
 
-fn score(pred: &[f32], gold: &[f32], scored: bool) -> f64 {
+/// One row's prediction from its class probabilities: the expected score
+/// 1..=classes for a relatedness task, else the most probable class.
+pub(crate) fn prediction(probs: &[f32], scored: bool) -> f32 {
+    if scored {
+        probs
+            .iter()
+            .enumerate()
+            .map(|(i, p)| p * (i + 1) as f32)
+            .sum()
+    } else {
+        let mut best = 0;
+        for (i, p) in probs.iter().enumerate() {
+            if *p > probs[best] {
+                best = i;
+            }
+        }
+        best as f32
+    }
+}
+
+/// Tai et al. (2015)'s sparse target for a relatedness score `s` in
+/// 1..=k: the mass on the two classes around it, so that its expectation
+/// is `s`.
+pub(crate) fn relatedness_target(s: f32, k: usize) -> Vec<f32> {
+    let mut t = vec![0f32; k];
+    let f = s.floor();
+    if (f as usize) >= k {
+        t[k - 1] = 1.0;
+    } else {
+        let i = (f as usize).clamp(1, k) - 1;
+        t[i + 1] = s - f;
+        t[i] = 1.0 - (s - f);
+    }
+    t
+}
+
+/// Pearson's r of the predictions, or the share of them that are right.
+pub(crate) fn score(pred: &[f32], gold: &[f32], scored: bool) -> f64 {
     if scored {
         crate::sts::pearson(
             &pred.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
@@ -471,26 +493,18 @@ fn split(task: &Task, ex: &[&Example], emb: &dyn Fn(&str) -> Vec<f32>) -> Split 
     let (mut x, mut y, mut gold) = (Vec::new(), Vec::new(), Vec::new());
     for e in ex {
         features(task, e, emb, &mut x);
-        let mut t = vec![0f32; k];
         match e {
             Example::One(_, c) | Example::Two(_, _, c) => {
+                let mut t = vec![0f32; k];
                 t[*c] = 1.0;
+                y.extend(t);
                 gold.push(*c as f32);
             }
             Example::Scored(_, _, s) => {
-                // Tai et al. (2015): mass on the two classes around s.
-                let f = s.floor();
-                let i = (f as usize).clamp(1, k) - 1;
-                if (f as usize) >= k {
-                    t[k - 1] = 1.0;
-                } else {
-                    t[i + 1] = s - f;
-                    t[i] = 1.0 - (s - f);
-                }
+                y.extend(relatedness_target(*s, k));
                 gold.push(*s);
             }
         }
-        y.extend(t);
     }
     Split {
         x,
