@@ -116,7 +116,21 @@ $(STENV_STAMP):
 	$(STENV)/bin/pip install --quiet $(ST_PKGS)
 	@touch $@
 
-test: $(ORT_LIB) testenv
+# Link Grammar, the English constituency parser the tree encoder
+# (`train --model tree-rnn`) and syntactic templates read at run time
+# (Debian's liblink-grammar5 with its English dictionary; nothing else
+# needs it). Installed with apt-get where this user may, else named.
+.PHONY: link-grammar
+link-grammar:
+	@if ! /sbin/ldconfig -p 2>/dev/null | grep -q 'liblink-grammar.so.5 '; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblink-grammar5 >/dev/null) || exit 1; \
+		else \
+			echo "link-grammar: install Debian's liblink-grammar5 (apt-get install liblink-grammar5), the tree encoder's parser" >&2; exit 1; \
+		fi; \
+	fi
+
+test: $(ORT_LIB) testenv link-grammar
 	deploy/k8s/validate.sh
 	$(CARGO) build --bin paraforge
 	PARAFORGE_TEST_PYTHON=$(TESTENV)/bin/python $(CARGO) test --workspace --all-targets < /dev/null

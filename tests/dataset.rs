@@ -1063,3 +1063,63 @@ fn the_paraphraser_rewrites_held_out_sentences_closer_to_their_paraphrases() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("_SUCCESS"), "{err}");
 }
+
+/// `paraforge parse`: one line out per line in (an empty one for an empty
+/// line), templates at two levels, and a line that Link Grammar's own
+/// program would take as a command parsed as a sentence. `--template` is
+/// refused by `translate` and, malformed, by `paraphrase`.
+#[test]
+fn parse_prints_trees_and_templates_line_for_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(
+        &input,
+        "A man is playing a guitar.\n\n!verbosity=4\nThe cat sleeps.\n",
+    )
+    .unwrap();
+    let out = paraforge_tests::paraforge_ok(&[
+        "parse".as_ref(),
+        "--template".as_ref(),
+        "2".as_ref(),
+        input.as_os_str(),
+    ]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(lines[0], "(S (NP) (VP) (.))", "{out}");
+    assert_eq!(lines[1], "", "{out}");
+    assert!(lines[2].starts_with("(S"), "{out}");
+    assert_eq!(lines[3], "(S (NP) (VP) (.))", "{out}");
+    let trees = paraforge_tests::paraforge_ok(&["parse".as_ref(), input.as_os_str()]);
+    assert!(trees.starts_with("(S (NP a man.n) (VP is.v"), "{trees}");
+    assert_eq!(trees.lines().count(), 4, "{trees}");
+
+    let refused = |args: &[&std::ffi::OsStr], says: &str| {
+        let o = paraforge_tests::paraforge_cmd(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(says), "{err}");
+    };
+    let translator = paraforge_tests::model("demo-cs-en");
+    refused(
+        &[
+            "translate".as_ref(),
+            "--model".as_ref(),
+            translator.as_os_str(),
+            "--template".as_ref(),
+            "(S (NP) (VP) (.))".as_ref(),
+            input.as_os_str(),
+        ],
+        "--template is `paraforge paraphrase`'s",
+    );
+    let paraphraser = paraforge_tests::model("paraphrase-en");
+    refused(
+        &[
+            "paraphrase".as_ref(),
+            "--model".as_ref(),
+            paraphraser.as_os_str(),
+            "--template".as_ref(),
+            "(S (NP) (VP".as_ref(),
+            input.as_os_str(),
+        ],
+        "is not a template",
+    );
+}

@@ -707,7 +707,7 @@ t = load_file(d + "/model.safetensors")
 c = json.load(open(d + "/config.json"))
 assert t["emb"].shape == (c["vocab"], c["word_dim"]) and len(c["words"]) + 1 == c["vocab"]
 sig = lambda z: 1 / (1 + np.exp(-z))
-def encode(a, s, pre=""):
+def encode(a, s, pre="", tree=()):
     P = lambda name: t[pre + name]
     xs = t["emb"][s].astype(np.float64)
     def lstm(p, xs, out_gate=True, gran=False, pool=np.mean):
@@ -735,6 +735,14 @@ def encode(a, s, pre=""):
     if a == "blstm-max":
         return np.concatenate([lstm("fwd", xs, pool=np.max), lstm("bwd", xs[::-1], pool=np.max)])
     if a == "gran": return lstm("fwd", xs, gran=True)
+    if a == "tree-rnn":
+        n = len(xs)
+        # No tree given: right-branching, (w0 (w1 (w2 ...))).
+        tree = tree or [[k, 2 * n - 3 - k if k < n - 2 else n - 1] for k in range(n - 2, -1, -1)]
+        nodes = list(xs)
+        for l, r in tree:
+            nodes.append(np.tanh(np.concatenate([nodes[l], nodes[r]]) @ P("tree.w") + P("tree.b")[0]))
+        return nodes[-1]
     if a == "rnn": return rnn(xs, np.tanh)
     if a == "irnn": return rnn(xs, lambda z: z) / len(xs)
     if a == "gaussian":
@@ -752,7 +760,7 @@ def encode(a, s, pre=""):
         g = g @ P(f"dense.{l}.w") + P(f"dense.{l}.b")[0]
         if a == "dan": g = np.tanh(g)
     return g
-for words, trigrams in sents:
+for words, trigrams, tree in sents:
     a = c["arch"]
     if a in ("sum", "concat"):
         parts = []
@@ -764,7 +772,7 @@ for words, trigrams in sents:
                 parts.append(encode(p, words, f"part{i}."))
         g = sum(parts) if a == "sum" else np.concatenate(parts)
     else:
-        g = encode(a, words)
+        g = encode(a, words, tree=tree)
     print(json.dumps([float(v) for v in g]))
 "#;
     let specs: Vec<Spec> = Arch::ALL
@@ -801,14 +809,13 @@ for words, trigrams in sents:
             3,
         )
         .unwrap();
-        let ids: Vec<(Vec<u32>, Vec<u32>)> = texts
-            .iter()
-            .map(|t| {
-                let e = words.encode(t);
-                (e.words, e.trigrams)
-            })
-            .collect();
         let m = NeuralModel::init_spec(&spec, words, 4, 2, 5, &cpu()).unwrap();
+        // The tree-rnn's trees as its parser made them.
+        let ids: Vec<serde_json::Value> = m
+            .encode_texts(&texts, usize::MAX)
+            .into_iter()
+            .map(|e| serde_json::json!([e.words, e.trigrams, e.tree]))
+            .collect();
         let out = dir.path().join(spec.name());
         m.save(&out).unwrap();
         let o = Command::new(&py)

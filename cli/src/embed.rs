@@ -34,15 +34,15 @@ pub struct TrainArgs {
     scramble: Option<f64>,
     /// Negatives of a neural encoder: max (the most similar sentence of
     /// another pair; the default) or mix (max half the time, else a random
-    /// one; the default for rnn, as Wieting et al. (2016) trained it).
+    /// one; the default for rnn, as Wieting et al. (2016) trained it, and tree-rnn).
     #[arg(long)]
     negatives: Option<paraforge_trainer::neural::Sampling>,
     /// L2 weight on a neural encoder's compositional parameters (the iRNN's
-    /// pull towards its start; default 0, 5e-5 for rnn).
+    /// pull towards its start; default 0, 5e-5 for rnn and tree-rnn).
     #[arg(long)]
     lambda_c: Option<f64>,
     /// L2 weight on a neural encoder's word table's distance from its
-    /// start (default 0, 5e-7 for rnn), or on paragram-words' (default 1e-3).
+    /// start (default 0, 5e-7 for rnn and tree-rnn), or on paragram-words' (default 1e-3).
     #[arg(long)]
     lambda_w: Option<f64>,
     /// paragram-words from a lexicon: its pairs seen at least this often
@@ -91,7 +91,7 @@ pub struct TrainArgs {
     #[arg(long)]
     margin: Option<f32>,
     /// Adam's learning rate (a finite number above 0; default 0.001, 0.0005
-    /// for rnn), or paragram-words' AdaGrad rate (default 0.5). A run whose weights stop
+    /// for rnn and tree-rnn), or paragram-words' AdaGrad rate (default 0.5). A run whose weights stop
     /// being finite numbers ends in an error naming the epoch.
     #[arg(long)]
     lr: Option<f32>,
@@ -469,6 +469,14 @@ pub fn train(a: TrainArgs) -> Result<()> {
     );
     for (g, p, s) in sts::by_group(&outcome.sts) {
         println!("  {g:<8} pearson {p:5.1}  spearman {s:5.1}");
+    }
+    if outcome.name == "tree-rnn" {
+        if let Ok(parser) = paraforge_encoders::link_grammar::shared() {
+            let (parsed, fallbacks) = parser.counts();
+            println!(
+                "trees: {parsed} sentences parsed, {fallbacks} of them right-branching for want of a parse over their tokens"
+            );
+        }
     }
     println!(
         "model card: {}",

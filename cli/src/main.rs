@@ -7,6 +7,7 @@ mod export;
 mod lm;
 mod out;
 mod paraphrase;
+mod parse;
 mod pipeline;
 mod translate;
 mod vectors;
@@ -95,6 +96,9 @@ enum Command {
     /// Sentence embeddings of a text file or a corpus column (.npy or Parquet)
     /// from a trained encoder, the transformer scorer or word vectors.
     Embed(vectors::EmbedArgs),
+    /// English sentences' constituent trees (Link Grammar), as `tree-rnn`
+    /// reads them, or their templates (`--template 2`).
+    Parse(parse::ParseArgs),
 }
 
 /// The commands whose result is what they print end quietly when their
@@ -114,6 +118,7 @@ fn default_sigpipe(command: &Command) {
             | Command::EvalParaphrase(_)
             | Command::Plan(_)
             | Command::Status(_)
+            | Command::Parse(_)
     );
     #[cfg(unix)]
     if prints_result {
@@ -146,12 +151,13 @@ fn main() {
         Command::Train(a) => embed::train(*a),
         Command::EvalSts(a) => embed::eval_sts(a),
         Command::ExportVectors(a) => embed::export_vectors(a),
-        Command::Paraphrase(a) => translate::run(a),
+        Command::Paraphrase(a) => translate::paraphrase(a),
         Command::EvalParaphrase(a) => paraphrase::eval(a),
         Command::Export(a) => export::export(a),
         Command::EvalWords(a) => embed::eval_words(a),
         Command::EvalTransfer(a) => vectors::eval_transfer(a),
         Command::Embed(a) => vectors::embed(a),
+        Command::Parse(a) => parse::run(a),
     };
     if let Err(e) = result {
         eprintln!("paraforge: error: {}", error_text(&e));

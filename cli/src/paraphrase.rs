@@ -49,6 +49,13 @@ pub struct EvalParaphraseArgs {
     /// Also write the figures as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Syntactic control (a paraphraser trained on templates,
+    /// tools/scpn.sh): also paraphrase each input to its reference
+    /// paraphrase's template (`paraforge parse --template 2`), and report
+    /// for every system how often its output has that template. Pairs
+    /// whose reference the parser cannot parse are left out.
+    #[arg(long)]
+    templates: bool,
 }
 
 /// What one system's outputs score against the inputs and references.
@@ -64,6 +71,34 @@ struct Figures {
     para_score_with_input: f64,
     /// Outputs identical to their input.
     identical_to_input: f64,
+    /// With --templates: outputs whose template is the reference's.
+    template_match: Option<f64>,
+}
+
+/// Each sentence's template at two levels (`(S (NP) (VP) (.))`), `None`
+/// where the parser found no linkage.
+fn templates(sentences: &[String]) -> Result<Vec<Option<String>>> {
+    let parser = paraforge_encoders::link_grammar::shared()?;
+    let texts: Vec<String> = sentences
+        .iter()
+        .map(|s| paraforge_core::tokenize(s).texts().join(" "))
+        .collect();
+    Ok(parser
+        .parse_all(&texts)?
+        .into_iter()
+        .map(|p| p.and_then(|p| paraforge_encoders::tree::template(&p, 2)))
+        .collect())
+}
+
+/// The share of `outputs` whose template is `wanted`'s.
+fn template_match(outputs: &[String], wanted: &[String]) -> Result<f64> {
+    let got = templates(outputs)?;
+    let same = got
+        .iter()
+        .zip(wanted)
+        .filter(|(g, w)| g.as_deref() == Some(w.as_str()))
+        .count();
+    Ok(same as f64 / wanted.len().max(1) as f64)
 }
 
 pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
@@ -78,7 +113,18 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
         }
     }
     crate::check_threads(a.threads)?;
-    let (inputs, refs) = test_pairs(&a)?;
+    let (mut inputs, mut refs) = test_pairs(&a)?;
+    // With --templates, the pairs whose reference has a template, and it.
+    let mut wanted: Vec<String> = Vec::new();
+    if a.templates {
+        let t = templates(&refs)?;
+        let keep: Vec<bool> = t.iter().map(Option::is_some).collect();
+        let mut k = keep.iter();
+        inputs.retain(|_| *k.next().unwrap_or(&false));
+        let mut k = keep.iter();
+        refs.retain(|_| *k.next().unwrap_or(&false));
+        wanted = t.into_iter().flatten().collect();
+    }
     if inputs.is_empty() {
         bail!(
             "--data {}: no pair has para_score >= {}, trigram_overlap <= {} and both sides \
@@ -104,17 +150,35 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
         batch_size: a.batch_size,
         ..Default::default()
     };
-    let bar = indicatif::ProgressBar::new(inputs.len() as u64);
-    let outputs: Vec<String> = model
-        .translate_with_progress(&inputs, &opts, |n| bar.inc(n as u64))?
-        .into_iter()
-        .map(|t| t.text)
-        .collect();
-    bar.finish_and_clear();
-    let rows = [
+    let mut paraphrase = |sources: &[String]| -> Result<Vec<String>> {
+        let bar = indicatif::ProgressBar::new(sources.len() as u64);
+        let out = model
+            .translate_with_progress(sources, &opts, |n| bar.inc(n as u64))?
+            .into_iter()
+            .map(|t| t.text)
+            .collect();
+        bar.finish_and_clear();
+        Ok(out)
+    };
+    let outputs = paraphrase(&inputs)?;
+    let mut rows = vec![
         figures("copy the input", &inputs, &inputs, &refs, &*encoder),
         figures(&model_name(&a.model), &inputs, &outputs, &refs, &*encoder),
     ];
+    if a.templates {
+        let sources: Vec<String> = inputs
+            .iter()
+            .zip(&wanted)
+            .map(|(i, t)| crate::translate::with_template(t, i))
+            .collect();
+        let controlled = paraphrase(&sources)?;
+        rows[0].template_match = Some(template_match(&inputs, &wanted)?);
+        rows[1].template_match = Some(template_match(&outputs, &wanted)?);
+        let name = format!("{} + the reference's template", model_name(&a.model));
+        let mut f = figures(&name, &inputs, &controlled, &refs, &*encoder);
+        f.template_match = Some(template_match(&controlled, &wanted)?);
+        rows.push(f);
+    }
     println!(
         "{} held-out pairs of {} (para_score >= {}, trigram overlap <= {}, <= {} tokens)",
         inputs.len(),
@@ -123,13 +187,22 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
         a.max_trigram_overlap,
         a.max_tokens
     );
+    let extra = if a.templates {
+        (" template as the reference's |", "---:|")
+    } else {
+        ("", "")
+    };
     println!(
-        "| system | BLEU vs reference paraphrase | trigram overlap with input | para_score(input, output) | identical to input |"
+        "| system | BLEU vs reference paraphrase | trigram overlap with input | para_score(input, output) | identical to input |{}",
+        extra.0
     );
-    println!("|---|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|{}", extra.1);
     for f in &rows {
+        let m = f
+            .template_match
+            .map_or(String::new(), |m| format!(" {:.1}% |", 100.0 * m));
         println!(
-            "| {} | {:.1} | {:.3} | {:.3} | {:.1}% |",
+            "| {} | {:.1} | {:.3} | {:.3} | {:.1}% |{m}",
             f.system,
             f.bleu,
             f.trigram_overlap_with_input,
@@ -153,6 +226,7 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
                 "trigram_overlap_with_input": f.trigram_overlap_with_input,
                 "para_score_with_input": f.para_score_with_input,
                 "identical_to_input": f.identical_to_input,
+                "template_match": f.template_match,
             })).collect::<Vec<_>>(),
         });
         std::fs::write(j, serde_json::to_string_pretty(&v)?)
@@ -237,5 +311,6 @@ fn figures(
         trigram_overlap_with_input: overlap / n,
         para_score_with_input: para / with_para.max(1) as f64,
         identical_to_input: same as f64 / n,
+        template_match: None,
     }
 }

@@ -117,6 +117,29 @@ pub struct Args {
     /// gigabytes would otherwise be read whole into memory).
     #[arg(long, default_value_t = DEFAULT_MAX_LINE_BYTES)]
     max_line_bytes: usize,
+    /// `paraphrase` only: paraphrase every line to this syntactic template,
+    /// the top levels of a constituent tree without its words (as
+    /// `paraforge parse --template 2` prints them, e.g. "(S (PP) (,) (NP)
+    /// (VP) (.))"), with a paraphraser trained on templates
+    /// (models/paraphrase-en, tools/scpn.sh): each input is read as
+    /// `TEMPLATE || input`.
+    #[arg(long)]
+    template: Option<String>,
+    /// Set by `paraphrase`, the one command that takes --template.
+    #[arg(skip)]
+    paraphrasing: bool,
+}
+
+/// `paraforge paraphrase`: `translate` on an English-to-English model.
+pub fn paraphrase(mut a: Args) -> Result<()> {
+    a.paraphrasing = true;
+    run(a)
+}
+
+/// What a template-trained paraphraser reads: the template, ` || `, the
+/// sentence (tools/scpn.sh trains on this form).
+pub(crate) fn with_template(template: &str, line: &str) -> String {
+    format!("{template} || {line}")
 }
 
 /// `--max-line-bytes`' default: ten times what a model with 512 positions
@@ -135,6 +158,16 @@ const SHOWN: usize = 10;
 
 pub fn run(a: Args) -> Result<()> {
     check_options(&a)?;
+    if let Some(t) = &a.template {
+        if !a.paraphrasing {
+            bail!("--template is `paraforge paraphrase`'s: a translation model reads no template");
+        }
+        if paraforge_encoders::tree::template(t, 8).as_deref() != Some(t.trim()) {
+            bail!(
+                "--template {t:?} is not a template: bracketed labels without words, as `paraforge parse --template 2` prints them, e.g. \"(S (NP) (VP) (.))\""
+            );
+        }
+    }
     if let (Some(input), Some(output)) = (&a.input, &a.output) {
         if same_file(input, output) {
             bail!(
@@ -244,7 +277,10 @@ pub fn run(a: Args) -> Result<()> {
             match std::str::from_utf8(&buf) {
                 Ok(s) => {
                     translatable += usize::from(!s.trim().is_empty());
-                    texts.push(s.to_string());
+                    texts.push(match &a.template {
+                        Some(t) if !s.trim().is_empty() => with_template(t.trim(), s),
+                        _ => s.to_string(),
+                    });
                 }
                 Err(e) => {
                     not_utf8 += 1;

@@ -355,11 +355,15 @@ fn spread(k: u64) -> usize {
 }
 
 /// A tokenized sentence as model rows: word rows (unknown words -> the
-/// UNK row) and the rows of its known character trigrams.
+/// UNK row) and the rows of its known character trigrams; for the tree
+/// encoder, also its binary tree over the words (merges: merge `k` joins
+/// two nodes into node `words.len() + k`, nodes below that being words),
+/// which the encoders crate fills (empty otherwise).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Encoded {
     pub words: Vec<u32>,
     pub trigrams: Vec<u32>,
+    pub tree: Vec<[u32; 2]>,
 }
 
 impl Encoded {
@@ -485,6 +489,7 @@ impl Model {
     pub fn encode_tokens(&self, toks: &Tokens, e: &mut Encoded) -> u32 {
         e.words.clear();
         e.trigrams.clear();
+        e.tree.clear();
         let mut unknown = 0;
         if self.kind.words() {
             for tok in toks.iter() {

@@ -13,10 +13,12 @@
 pub mod classifier;
 pub mod limits;
 pub mod linalg;
+pub mod link_grammar;
 pub mod lstm_scan;
 pub mod neural;
 pub mod nn_model;
 pub mod st_export;
+pub mod tree;
 
 pub use neural::{Arch, Net, Shape, Spec};
 pub use nn_model::NeuralModel;

@@ -15,6 +15,7 @@ use burn::tensor::activation::sigmoid;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 
+use crate::tree::Tree;
 use crate::ModelError;
 
 /// An encoder architecture: `paraforge train --model NAME`.
@@ -40,6 +41,12 @@ pub enum Arch {
     /// Identity-initialised RNN with identity activation, the last hidden
     /// state divided by the length: the word average before training.
     Irnn,
+    /// Recursive network over the sentence's binarized constituent tree
+    /// (Wieting et al., 2015, section 4): each node is tanh(W [left;
+    /// right] + b) of its children, the words are the leaves, the root is
+    /// the sentence. W starts near [I/2; I/2], so that a fresh network
+    /// averages (then squashes) its children.
+    TreeRnn,
     /// Deep averaging network: the average, then tanh layers.
     Dan,
     /// The average, then one linear projection with bias.
@@ -65,7 +72,7 @@ pub enum Arch {
 }
 
 impl Arch {
-    pub const ALL: [Arch; 12] = [
+    pub const ALL: [Arch; 13] = [
         Arch::Lstm,
         Arch::LstmNoO,
         Arch::Blstm,
@@ -74,6 +81,7 @@ impl Arch {
         Arch::Gran,
         Arch::Rnn,
         Arch::Irnn,
+        Arch::TreeRnn,
         Arch::Dan,
         Arch::Proj,
         Arch::Gaussian,
@@ -90,6 +98,7 @@ impl Arch {
             Arch::Gran => "gran",
             Arch::Rnn => "rnn",
             Arch::Irnn => "irnn",
+            Arch::TreeRnn => "tree-rnn",
             Arch::Dan => "dan",
             Arch::Proj => "proj",
             Arch::Avg => "avg",
@@ -278,6 +287,12 @@ impl Shape {
                 self.word_dim, self.hidden
             ));
         }
+        if self.arch == Arch::TreeRnn && self.hidden != self.word_dim {
+            return bad(format!(
+                "tree-rnn's nodes and words share one space, so its hidden size must equal the word dimension ({}), not {}",
+                self.word_dim, self.hidden
+            ));
+        }
         if self.arch == Arch::Gaussian && self.hidden != self.word_dim {
             return bad(format!(
                 "gaussian's operators act in the word dimension ({}), so its hidden size must equal it, not {}",
@@ -312,7 +327,7 @@ impl Shape {
             ));
         }
         for &p in &self.parts {
-            if p.is_combination() || p.is_gaussian() {
+            if p.is_combination() || p.is_gaussian() || p == Arch::TreeRnn {
                 return bad(format!("{spec}: {p} cannot be a part"));
             }
         }
@@ -418,6 +433,10 @@ impl Shape {
                 ("rnn.w_h".into(), h, h, Init::Identity),
                 ("rnn.b".into(), 1, h, Init::Zero),
             ],
+            Arch::TreeRnn => vec![
+                ("tree.w".into(), 2 * d, d, Init::HalfIdentities),
+                ("tree.b".into(), 1, d, Init::Zero),
+            ],
             Arch::Avg | Arch::Trigram => Vec::new(),
             // The trigram table first, then each part's parameters under
             // `part<i>.`.
@@ -507,6 +526,9 @@ enum Init {
     /// Uniform in 1 +- a.
     AroundOne(f64),
     Identity,
+    /// [I/2; I/2] for a [2d, d] matrix, plus uniform noise in +-0.01 so
+    /// that left and right children differ.
+    HalfIdentities,
     Zero,
 }
 
@@ -530,6 +552,9 @@ pub struct Batch {
     pub(crate) lens: Vec<f32>,
     /// The sentences' trigram ids, for a combination with a trigram part.
     pub(crate) trigrams: Option<Box<Batch>>,
+    /// Each sentence's binary tree, for `tree-rnn`; without them (or for
+    /// a sentence whose tree is empty) the tree is right-branching.
+    pub(crate) trees: Option<Vec<Vec<[u32; 2]>>>,
 }
 
 impl Batch {
@@ -553,6 +578,16 @@ impl Batch {
             mask,
             lens,
             trigrams: None,
+            trees: None,
+        }
+    }
+
+    /// The same batch with each sentence's tree (`tree-rnn`): the merges
+    /// of a [`crate::tree::Tree`] over its tokens, or none.
+    pub fn with_trees(self, trees: Vec<Vec<[u32; 2]>>) -> Batch {
+        Batch {
+            trees: Some(trees),
+            ..self
         }
     }
 
@@ -591,6 +626,16 @@ impl Net {
                     Init::Zero => vec![0.0; r * c],
                     Init::Identity => (0..r * c)
                         .map(|k| if k / c == k % c { 1.0 } else { 0.0 })
+                        .collect(),
+                    Init::HalfIdentities => (0..r * c)
+                        .map(|k| {
+                            let noise = rng.random_range(-0.01..0.01);
+                            if (k / c) % c == k % c {
+                                0.5 + noise
+                            } else {
+                                noise
+                            }
+                        })
                         .collect(),
                 };
                 (v, r, c)
@@ -698,6 +743,7 @@ impl Net {
                 Tensor::cat(vec![fw, bw], 1)
             }
             Arch::Gran => self.lstm(0, &x, &mask, false, true).1 / lens,
+            Arch::TreeRnn => self.tree_rnn(x, b),
             Arch::Rnn | Arch::Irnn => {
                 let h = self.rnn(&x, &mask);
                 if self.shape.arch == Arch::Irnn {
@@ -959,6 +1005,72 @@ impl Net {
     }
 
     /// The RNN's hidden state after each sentence's last token.
+    /// The recursive network: nodes of one height over the whole batch at
+    /// once, appended to one table of rows (the words first) that later
+    /// heights select their children from.
+    fn tree_rnn(&self, x: Tensor<3>, b: &Batch) -> Tensor<2> {
+        let [n, len, d] = x.dims();
+        let dev = x.device();
+        let trees: Vec<Tree> = (0..n)
+            .map(|i| {
+                let tokens = b.lens[i] as usize;
+                match b.trees.as_ref().map(|t| &t[i]) {
+                    Some(m) if m.len() + 1 == tokens => Tree {
+                        tokens: tokens as u32,
+                        merges: m.clone(),
+                    },
+                    _ => Tree::right_branching(tokens),
+                }
+            })
+            .collect();
+        let heights: Vec<Vec<u32>> = trees.iter().map(Tree::heights).collect();
+        let top = heights.iter().flatten().copied().max().unwrap_or(0);
+        // Each merge's row in the table, once computed.
+        let mut rows: Vec<Vec<i64>> = trees.iter().map(|t| vec![-1; t.merges.len()]).collect();
+        let row_of = |rows: &[Vec<i64>], i: usize, t: &Tree, node: u32| -> i64 {
+            if node < t.tokens {
+                (i * len) as i64 + node as i64
+            } else {
+                rows[i][(node - t.tokens) as usize]
+            }
+        };
+        let mut table = x.reshape([n * len, d]);
+        let mut next = (n * len) as i64;
+        let (w, bias) = (self.p(0), self.p(1));
+        let ids = |v: Vec<i64>| {
+            let k = v.len();
+            Tensor::<1, Int>::from_data(TensorData::new(v, [k]), &dev)
+        };
+        for level in 1..=top {
+            let (mut left, mut right) = (Vec::new(), Vec::new());
+            for (i, t) in trees.iter().enumerate() {
+                for (k, &[l, r]) in t.merges.iter().enumerate() {
+                    if heights[i][k] == level {
+                        left.push(row_of(&rows, i, t, l));
+                        right.push(row_of(&rows, i, t, r));
+                        rows[i][k] = next;
+                        next += 1;
+                    }
+                }
+            }
+            let children = Tensor::cat(
+                vec![
+                    table.clone().select(0, ids(left)),
+                    table.clone().select(0, ids(right)),
+                ],
+                1,
+            );
+            let h = (children.matmul(w.clone()) + bias.clone()).tanh();
+            table = Tensor::cat(vec![table, h], 0);
+        }
+        let roots: Vec<i64> = trees
+            .iter()
+            .enumerate()
+            .map(|(i, t)| row_of(&rows, i, t, t.root()))
+            .collect();
+        table.select(0, ids(roots))
+    }
+
     fn rnn(&self, x: &Tensor<3>, mask: &Tensor<2>) -> Tensor<2> {
         let [n, len, d] = x.dims();
         let h_dim = self.shape.hidden;

@@ -114,6 +114,7 @@ impl NeuralModel {
             trigram_dim: words.trigram_dim,
         };
         let net = Net::init(shape, &words.w, seed, dev)?;
+        check_parser(spec.arch)?;
         Ok(NeuralModel {
             net,
             words,
@@ -137,9 +138,52 @@ impl NeuralModel {
         self.net.shape.out_dim()
     }
 
+    /// `texts` as the network reads them: at most `max_tokens` word rows
+    /// (and six trigram rows a word), and for `tree-rnn` the tree over the
+    /// words kept, the sentences parsed together.
+    pub fn encode_texts(&self, texts: &[&str], max_tokens: usize) -> Vec<Encoded> {
+        let toks: Vec<Tokens> = texts.iter().map(|t| paraforge_core::tokenize(t)).collect();
+        let mut enc: Vec<Encoded> = toks
+            .iter()
+            .map(|t| {
+                let mut e = Encoded::default();
+                self.words.encode_tokens(t, &mut e);
+                e.words.truncate(max_tokens);
+                // A combination's trigrams: as many as the words' 6
+                // characters each give, to bound a batch alike.
+                e.trigrams.truncate(max_tokens.saturating_mul(6));
+                e
+            })
+            .collect();
+        self.add_trees(&toks, &mut enc);
+        enc
+    }
+
+    /// For `tree-rnn`, each sentence's tree over the words `enc` kept of
+    /// `toks` (right-branching where the parser has none).
+    fn add_trees(&self, toks: &[Tokens], enc: &mut [Encoded]) {
+        if self.arch() != Arch::TreeRnn {
+            return;
+        }
+        // The parser was opened when the model was made or loaded.
+        let Ok(parser) = crate::link_grammar::shared() else {
+            return;
+        };
+        let sents: Vec<Vec<&str>> = toks
+            .iter()
+            .zip(enc.iter())
+            .map(|(t, e)| t.iter().take(e.words.len()).map(|t| t.text).collect())
+            .collect();
+        if let Ok((trees, _)) = parser.trees(&sents) {
+            for (e, t) in enc.iter_mut().zip(trees) {
+                e.tree = t.merges;
+            }
+        }
+    }
+
     /// Embeddings of `texts`, in order; a text with no token gets zeros.
     pub fn embed_many(&self, texts: &[&str]) -> Vec<Vec<f32>> {
-        let enc: Vec<Encoded> = texts.iter().map(|t| self.words.encode(t)).collect();
+        let enc = self.encode_texts(texts, usize::MAX);
         let refs: Vec<&Encoded> = enc.iter().collect();
         let dim = self.dim();
         embed_encoded(&burn::module::Module::valid(&self.net), &refs)
@@ -251,6 +295,7 @@ impl NeuralModel {
             )?;
         }
         let net = Net::from_values(c.shape.clone(), &emb, &comp, dev, DType::F32);
+        check_parser(c.shape.arch).map_err(|e| bad(dir, e.to_string()))?;
         Ok(NeuralModel {
             net,
             words,
@@ -259,12 +304,21 @@ impl NeuralModel {
     }
 }
 
+/// `tree-rnn` reads parse trees: its model cannot be made or loaded
+/// without the parser.
+fn check_parser(arch: Arch) -> Result<(), ModelError> {
+    if arch == Arch::TreeRnn {
+        crate::link_grammar::shared().map_err(|e| ModelError::Invalid(format!("tree-rnn: {e}")))?;
+    }
+    Ok(())
+}
+
 /// Embeddings [sentences x out_dim] of word-id sentences, row-major, by
 /// `net` as it is (give it a `valid()` net for no gradients); an empty
 /// sentence gets zeros. Sentences of similar length share a batch, so that
 /// little of a batch is padding.
 pub fn embed_ids(net: &Net, sents: &[&[u32]]) -> Vec<f32> {
-    embed_sentences(net, sents, None)
+    embed_sentences(net, sents, None, None)
 }
 
 /// [`embed_ids`] of encoded sentences: their words, and their trigrams
@@ -272,10 +326,21 @@ pub fn embed_ids(net: &Net, sents: &[&[u32]]) -> Vec<f32> {
 pub fn embed_encoded(net: &Net, sents: &[&Encoded]) -> Vec<f32> {
     let words: Vec<&[u32]> = sents.iter().map(|e| e.words.as_slice()).collect();
     let tri: Vec<&[u32]> = sents.iter().map(|e| e.trigrams.as_slice()).collect();
-    embed_sentences(net, &words, (net.shape.trigrams > 0).then_some(&tri))
+    let trees: Vec<&[[u32; 2]]> = sents.iter().map(|e| e.tree.as_slice()).collect();
+    embed_sentences(
+        net,
+        &words,
+        (net.shape.trigrams > 0).then_some(&tri),
+        (net.shape.arch == Arch::TreeRnn).then_some(&trees),
+    )
 }
 
-fn embed_sentences(net: &Net, sents: &[&[u32]], trigrams: Option<&Vec<&[u32]>>) -> Vec<f32> {
+fn embed_sentences(
+    net: &Net,
+    sents: &[&[u32]],
+    trigrams: Option<&Vec<&[u32]>>,
+    trees: Option<&Vec<&[[u32; 2]]>>,
+) -> Vec<f32> {
     let dim = net.shape.out_dim();
     let mut out = vec![0f32; sents.len() * dim];
     let mut order: Vec<usize> = (0..sents.len()).filter(|&i| !sents[i].is_empty()).collect();
@@ -288,6 +353,10 @@ fn embed_sentences(net: &Net, sents: &[&[u32]], trigrams: Option<&Vec<&[u32]>>) 
                 Batch::with_trigrams(&b, &tb)
             }
             None => Batch::new(&b),
+        };
+        let batch = match trees {
+            Some(t) => batch.with_trees(chunk.iter().map(|&i| t[i].to_vec()).collect()),
+            None => batch,
         };
         let g = table(net.forward(&batch));
         for (k, &i) in chunk.iter().enumerate() {
@@ -468,6 +537,8 @@ impl SentenceEncoder for NeuralEncoder {
     fn embed_tokens(&self, tokens: &Tokens, scratch: &mut Scratch, out: &mut [f32]) -> Coverage {
         let e: &mut Encoded = &mut scratch.encoded;
         let unknown = self.model.words.encode_tokens(tokens, e);
+        self.model
+            .add_trees(std::slice::from_ref(tokens), std::slice::from_mut(e));
         let known = (e.words.len() + e.trigrams.len()) as u32;
         if e.words.is_empty() {
             out.fill(0.0);
@@ -502,6 +573,7 @@ impl SentenceEncoder for NeuralEncoder {
                 Coverage { known, unknown }
             })
             .collect();
+        self.model.add_trees(sentences, &mut enc);
         let refs: Vec<&Encoded> = enc.iter().collect();
         out.copy_from_slice(&embed_encoded(&self.net, &refs));
         coverage

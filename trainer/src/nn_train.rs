@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use crate::data::PairSource;
 use crate::epochs::{check_finite, Epochs, Saved};
 use crate::model::Encoded;
-use crate::neural::{objective, regulariser, Batch, Net, Sampling};
+use crate::neural::{objective, regulariser, Arch, Batch, Net, Sampling};
 use crate::nn_checkpoint::{self, NeuralKey, ParamIds};
 use crate::nn_model::{embed_encoded, first_non_finite, named_params, NeuralModel};
 use crate::train::{check_negatives, check_options, nearest_of_other_pair, next_megabatch};
@@ -224,15 +224,8 @@ pub fn train(
         let (mut done, mut usable) = (false, 0);
         while !done {
             let mb = next_megabatch(&mut it, b, pairs, &mut run.skipped, &mut done, |x, y| {
-                let ids = |t: &str| {
-                    let mut e = model.words.encode(t);
-                    e.words.truncate(o.max_tokens);
-                    // A combination's trigrams: as many as the words' 6
-                    // characters each give, to bound a batch alike.
-                    e.trigrams.truncate(6 * o.max_tokens);
-                    e
-                };
-                let (ea, eb) = (ids(x), ids(y));
+                let mut e = model.encode_texts(&[x, y], o.max_tokens).into_iter();
+                let (ea, eb) = (e.next()?, e.next()?);
                 (!ea.words.is_empty() && !eb.words.is_empty()).then_some((ea, eb))
             })?;
             if mb.len() < 2 {
@@ -270,12 +263,15 @@ pub fn train(
                     }
                 }
                 let refs: Vec<&[u32]> = sents.iter().map(|s| s.words.as_slice()).collect();
-                let batch = if net.shape.trigrams > 0 {
+                let mut batch = if net.shape.trigrams > 0 {
                     let t: Vec<&[u32]> = sents.iter().map(|s| s.trigrams.as_slice()).collect();
                     Batch::with_trigrams(&refs, &t)
                 } else {
                     Batch::new(&refs)
                 };
+                if net.shape.arch == Arch::TreeRnn {
+                    batch = batch.with_trees(sents.iter().map(|s| s.tree.clone()).collect());
+                }
                 let (mut loss, prior) =
                     objective(&net, &batch, hi - lo, b.margin as f64, o.lambda_kl);
                 let value: f64 = loss.clone().into_scalar::<f64>() * (hi - lo) as f64;

@@ -1,0 +1,395 @@
+//! Constituent trees from Link Grammar (Sleator and Temperley; CMU/AbiWord),
+//! the one English parser with its model that installs from the package
+//! registries (Debian's `link-grammar`, with its dictionary): the tree
+//! encoder's input (Wieting et al., 2015) and the paraphraser's syntactic
+//! templates.
+//!
+//! The library is opened at run time (`liblink-grammar.so.5`, or the file
+//! `PARAFORGE_LINK_GRAMMAR` names), as `ort` opens ONNX Runtime: nothing
+//! else in paraforge needs it, so the build does not. The C API is used
+//! rather than the `link-parser` program because that program reads an
+//! empty line as "show the next linkage" and a line starting with `!` as a
+//! command: a corpus sentence must not be able to do either.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use libloading::Library;
+
+use crate::tree::{self, Tree};
+
+/// Why no parser could be made.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ParserError {
+    #[error(
+        "cannot open Link Grammar's library {lib}: {reason} (install Debian's `link-grammar` \
+         package, or set PARAFORGE_LINK_GRAMMAR to the library's path)"
+    )]
+    Library { lib: String, reason: String },
+    #[error(
+        "Link Grammar could not load its English dictionary (is `link-grammar`'s data installed?)"
+    )]
+    Dictionary,
+}
+
+type Ptr = *mut c_void;
+
+/// The C functions used, resolved once.
+struct Api {
+    dictionary_create_lang: unsafe extern "C" fn(*const c_char) -> Ptr,
+    dictionary_delete: unsafe extern "C" fn(Ptr),
+    parse_options_create: unsafe extern "C" fn() -> Ptr,
+    parse_options_delete: unsafe extern "C" fn(Ptr) -> c_int,
+    set_verbosity: unsafe extern "C" fn(Ptr, c_int),
+    set_linkage_limit: unsafe extern "C" fn(Ptr, c_int),
+    set_spell_guess: unsafe extern "C" fn(Ptr, c_int),
+    set_max_parse_time: unsafe extern "C" fn(Ptr, c_int),
+    set_min_null_count: unsafe extern "C" fn(Ptr, c_int),
+    set_max_null_count: unsafe extern "C" fn(Ptr, c_int),
+    reset_resources: unsafe extern "C" fn(Ptr),
+    sentence_create: unsafe extern "C" fn(*const c_char, Ptr) -> Ptr,
+    sentence_delete: unsafe extern "C" fn(Ptr),
+    sentence_parse: unsafe extern "C" fn(Ptr, Ptr) -> c_int,
+    linkage_create: unsafe extern "C" fn(usize, Ptr, Ptr) -> Ptr,
+    linkage_delete: unsafe extern "C" fn(Ptr),
+    print_constituent_tree: unsafe extern "C" fn(Ptr, c_int) -> *mut c_char,
+    free_constituent_tree_str: unsafe extern "C" fn(*mut c_char),
+    error_set_handler: unsafe extern "C" fn(Option<ErrorHandler>, Ptr) -> Option<ErrorHandler>,
+    _lib: Library,
+}
+
+type ErrorHandler = unsafe extern "C" fn(Ptr, Ptr);
+
+/// The library's messages (its locale and dictionary notes on stderr, a
+/// timeout per sentence) would interleave with progress bars; a sentence
+/// it cannot parse is counted by the caller instead.
+unsafe extern "C" fn quiet(_: Ptr, _: Ptr) {}
+
+/// SINGLE_LINE: `(S (NP a man.n) (VP is.v ...))`.
+const SINGLE_LINE: c_int = 3;
+
+/// Seconds a sentence may take before the parser gives its best partial
+/// result; a few corpus sentences take minutes otherwise.
+const MAX_PARSE_SECONDS: c_int = 2;
+
+impl Api {
+    fn open() -> Result<Api, ParserError> {
+        let lib = std::env::var_os("PARAFORGE_LINK_GRAMMAR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("liblink-grammar.so.5"));
+        let fail = |reason: String| ParserError::Library {
+            lib: lib.display().to_string(),
+            reason,
+        };
+        // SAFETY: loading a C library runs its initialisers; Link Grammar's
+        // only set up its own state.
+        let l = unsafe { Library::new(&lib) }.map_err(|e| fail(e.to_string()))?;
+        macro_rules! sym {
+            ($name:literal) => {
+                // SAFETY: the signatures above are link-includes.h's (5.x).
+                *unsafe { l.get($name) }.map_err(|e| fail(e.to_string()))?
+            };
+        }
+        Ok(Api {
+            dictionary_create_lang: sym!(b"dictionary_create_lang"),
+            dictionary_delete: sym!(b"dictionary_delete"),
+            parse_options_create: sym!(b"parse_options_create"),
+            parse_options_delete: sym!(b"parse_options_delete"),
+            set_verbosity: sym!(b"parse_options_set_verbosity"),
+            set_linkage_limit: sym!(b"parse_options_set_linkage_limit"),
+            set_spell_guess: sym!(b"parse_options_set_spell_guess"),
+            set_max_parse_time: sym!(b"parse_options_set_max_parse_time"),
+            set_min_null_count: sym!(b"parse_options_set_min_null_count"),
+            set_max_null_count: sym!(b"parse_options_set_max_null_count"),
+            reset_resources: sym!(b"parse_options_reset_resources"),
+            sentence_create: sym!(b"sentence_create"),
+            sentence_delete: sym!(b"sentence_delete"),
+            sentence_parse: sym!(b"sentence_parse"),
+            linkage_create: sym!(b"linkage_create"),
+            linkage_delete: sym!(b"linkage_delete"),
+            print_constituent_tree: sym!(b"linkage_print_constituent_tree"),
+            free_constituent_tree_str: sym!(b"linkage_free_constituent_tree_str"),
+            error_set_handler: sym!(b"lg_error_set_handler"),
+            _lib: l,
+        })
+    }
+}
+
+/// One dictionary and its options: used by one thread at a time.
+struct Instance {
+    api: Arc<Api>,
+    dict: Ptr,
+    opts: Ptr,
+}
+
+// SAFETY: an instance is only ever used by the thread holding it (the pool
+// hands it out by value); Link Grammar keeps no thread-local state in a
+// dictionary or its options.
+unsafe impl Send for Instance {}
+
+impl Instance {
+    fn new(api: Arc<Api>) -> Result<Instance, ParserError> {
+        let lang = CString::new("en").expect("no NUL");
+        // SAFETY: plain constructor calls; null results are checked.
+        unsafe {
+            // The handler is per thread in Link Grammar: set it here, on
+            // the thread that will parse.
+            (api.error_set_handler)(Some(quiet), std::ptr::null_mut());
+            let dict = (api.dictionary_create_lang)(lang.as_ptr());
+            if dict.is_null() {
+                return Err(ParserError::Dictionary);
+            }
+            let opts = (api.parse_options_create)();
+            (api.set_verbosity)(opts, 0);
+            (api.set_linkage_limit)(opts, 100);
+            // Guessing a spelling changes the words ("xyzzy" parsed as
+            // "tizzy"), and the tree must stay over the sentence's own.
+            (api.set_spell_guess)(opts, 0);
+            (api.set_max_parse_time)(opts, MAX_PARSE_SECONDS);
+            Ok(Instance { api, dict, opts })
+        }
+    }
+
+    /// The best linkage's constituent tree in one line, `None` when the
+    /// parser found none.
+    fn parse(&mut self, text: &CStr) -> Option<String> {
+        let a = &self.api;
+        // SAFETY: every pointer is created and freed here, in order.
+        unsafe {
+            (a.error_set_handler)(Some(quiet), std::ptr::null_mut());
+            (a.reset_resources)(self.opts);
+            let s = (a.sentence_create)(text.as_ptr(), self.dict);
+            if s.is_null() {
+                return None;
+            }
+            // Without null links first; words left unlinked only if needed.
+            (a.set_min_null_count)(self.opts, 0);
+            (a.set_max_null_count)(self.opts, 0);
+            let mut n = (a.sentence_parse)(s, self.opts);
+            if n <= 0 {
+                (a.set_max_null_count)(self.opts, 250);
+                (a.set_min_null_count)(self.opts, 1);
+                n = (a.sentence_parse)(s, self.opts);
+            }
+            let mut out = None;
+            if n > 0 {
+                let l = (a.linkage_create)(0, s, self.opts);
+                if !l.is_null() {
+                    let c = (a.print_constituent_tree)(l, SINGLE_LINE);
+                    if !c.is_null() {
+                        out = Some(CStr::from_ptr(c).to_string_lossy().trim_end().to_string());
+                        (a.free_constituent_tree_str)(c);
+                    }
+                    (a.linkage_delete)(l);
+                }
+            }
+            (a.sentence_delete)(s);
+            out
+        }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // SAFETY: made in `new`, freed once.
+        unsafe {
+            (self.api.parse_options_delete)(self.opts);
+            (self.api.dictionary_delete)(self.dict);
+        }
+    }
+}
+
+/// Sentences whose trees are kept: training reads its pairs every epoch
+/// and scores the same dev sets after each. About 200 bytes a sentence.
+const MAX_CACHED: usize = 1 << 20;
+
+/// Parses sentences on several threads, each with its own dictionary
+/// (kept for the next call), and keeps the trees it made.
+pub struct Parser {
+    api: Arc<Api>,
+    idle: Mutex<Vec<Instance>>,
+    cache: Mutex<HashMap<String, Tree>>,
+    parsed: AtomicU64,
+    fallbacks: AtomicU64,
+}
+
+/// The process's one parser, made on first use.
+pub fn shared() -> Result<&'static Parser, ParserError> {
+    static SHARED: OnceLock<Result<Parser, ParserError>> = OnceLock::new();
+    SHARED
+        .get_or_init(Parser::new)
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+impl Parser {
+    /// Opens the library and loads the English dictionary once, so that a
+    /// missing install is an error here, not in the middle of a run.
+    pub fn new() -> Result<Parser, ParserError> {
+        let api = Arc::new(Api::open()?);
+        let first = Instance::new(api.clone())?;
+        Ok(Parser {
+            api,
+            idle: Mutex::new(vec![first]),
+            cache: Mutex::new(HashMap::new()),
+            parsed: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
+        })
+    }
+
+    /// Sentences of two tokens or more parsed so far, and how many of them
+    /// got the right-branching tree for want of a parse that fits.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.parsed.load(Ordering::Relaxed),
+            self.fallbacks.load(Ordering::Relaxed),
+        )
+    }
+
+    fn take(&self) -> Result<Instance, ParserError> {
+        let got = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match got {
+            Some(i) => Ok(i),
+            None => Instance::new(self.api.clone()),
+        }
+    }
+
+    fn give(&self, i: Instance) {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(i);
+    }
+
+    /// Each sentence's constituent tree in Link Grammar's one-line form,
+    /// in order; `None` where it found no linkage or the text holds a NUL.
+    pub fn parse_all(&self, sentences: &[String]) -> Result<Vec<Option<String>>, ParserError> {
+        let threads = rayon::current_num_threads().clamp(1, sentences.len().max(1));
+        let chunk = sentences.len().div_ceil(threads).max(1);
+        let mut out: Vec<Option<String>> = vec![None; sentences.len()];
+        let mut instances = Vec::with_capacity(threads);
+        for _ in 0..sentences.chunks(chunk).len() {
+            instances.push(self.take()?);
+        }
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = sentences
+                .chunks(chunk)
+                .zip(out.chunks_mut(chunk))
+                .zip(instances.drain(..))
+                .map(|((ins, outs), mut inst)| {
+                    scope.spawn(move || {
+                        for (s, o) in ins.iter().zip(outs.iter_mut()) {
+                            // An empty sentence trips an assertion in the
+                            // library (SIGILL in 5.12's sentence_split).
+                            if s.trim().is_empty() {
+                                continue;
+                            }
+                            *o = CString::new(s.as_str()).ok().and_then(|c| inst.parse(&c));
+                        }
+                        inst
+                    })
+                })
+                .collect();
+            for h in handles {
+                if let Ok(inst) = h.join() {
+                    self.give(inst);
+                }
+            }
+        });
+        Ok(out)
+    }
+}
+
+impl Parser {
+    /// A binary tree over each sentence's tokens (paraforge's tokenizer's),
+    /// and how many of the sentences parsed by this call (not found among
+    /// the trees kept) got the right-branching tree instead: no linkage, or
+    /// words the parser split or joined otherwise.
+    pub fn trees(&self, sentences: &[Vec<&str>]) -> Result<(Vec<Tree>, usize), ParserError> {
+        // Brackets would end the tree's own; the parser sees a dash.
+        let shown: Vec<Vec<&str>> = sentences
+            .iter()
+            .map(|s| {
+                s.iter()
+                    .map(|&t| if t == "(" || t == ")" { "-" } else { t })
+                    .collect()
+            })
+            .collect();
+        let texts: Vec<String> = shown.iter().map(|s| s.join(" ")).collect();
+        let mut out: Vec<Option<Tree>> = {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            texts.iter().map(|t| cache.get(t).cloned()).collect()
+        };
+        let todo: Vec<usize> = (0..texts.len())
+            .filter(|&i| out[i].is_none() && shown[i].len() > 1)
+            .collect();
+        let parsed = self.parse_all(&todo.iter().map(|&i| texts[i].clone()).collect::<Vec<_>>())?;
+        let mut fallbacks = 0;
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        for (&i, p) in todo.iter().zip(parsed) {
+            let t = p
+                .and_then(|p| tree::from_constituents(&p, &shown[i]))
+                .unwrap_or_else(|| {
+                    fallbacks += 1;
+                    Tree::right_branching(shown[i].len())
+                });
+            if cache.len() < MAX_CACHED {
+                cache.insert(texts[i].clone(), t.clone());
+            }
+            out[i] = Some(t);
+        }
+        self.parsed.fetch_add(todo.len() as u64, Ordering::Relaxed);
+        self.fallbacks
+            .fetch_add(fallbacks as u64, Ordering::Relaxed);
+        let trees = out
+            .into_iter()
+            .zip(&shown)
+            .map(|(t, s)| t.unwrap_or_else(|| Tree::right_branching(s.len())))
+            .collect();
+        Ok((trees, fallbacks))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_sentence_into_constituents() {
+        let p = Parser::new().expect("Link Grammar (apt-get install link-grammar)");
+        let got = p
+            .parse_all(&[
+                "a man is playing a guitar .".to_string(),
+                String::new(),
+                "!verbosity=4".to_string(),
+            ])
+            .unwrap();
+        let first = got[0].as_deref().expect("a parse");
+        assert!(first.starts_with("(S (NP a man.n) (VP is.v"), "{first}");
+        // A line the command-line program would take as a command is a
+        // sentence here.
+        assert!(got[2].is_some(), "{got:?}");
+        assert_eq!(got[1], None);
+    }
+
+    #[test]
+    fn trees_are_parsed_once_and_kept() {
+        let p = Parser::new().expect("Link Grammar (apt-get install link-grammar)");
+        let s = |t: &'static str| t.split(' ').collect::<Vec<&str>>();
+        let sents = [
+            s("a man is playing a guitar ."),
+            s("( a man ) smiles"),
+            s("hi"),
+        ];
+        let (trees, fallbacks) = p.trees(&sents).unwrap();
+        assert_eq!(trees[0].merges[0], [0, 1], "(a man) first");
+        // Brackets parse as dashes, and the tree is over the five tokens.
+        assert_eq!(trees[1].merges.len(), 4);
+        assert_eq!(trees[2], Tree::right_branching(1));
+        // A one-token sentence needs no parse.
+        assert_eq!((fallbacks, p.counts()), (0, (2, 0)));
+        let (again, _) = p.trees(&sents).unwrap();
+        assert_eq!(again, trees);
+        assert_eq!(p.counts(), (2, 0), "kept, not parsed again");
+    }
+}
