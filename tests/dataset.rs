@@ -1122,4 +1122,17 @@ fn parse_prints_trees_and_templates_line_for_line() {
         ],
         "is not a template",
     );
+    // The bundled paraphraser reads templates (tools/scpn.sh); a
+    // translation model directory given to `paraphrase` does not.
+    refused(
+        &[
+            "paraphrase".as_ref(),
+            "--model".as_ref(),
+            translator.as_os_str(),
+            "--template".as_ref(),
+            "(S (NP) (VP) (.))".as_ref(),
+            input.as_os_str(),
+        ],
+        "was not trained on templates",
+    );
 }

@@ -734,6 +734,8 @@ fn train_refuses_an_option_its_encoder_does_not_use() {
         ("lstm", "--layers", "2"),
         ("lstm", "--precision", "bf16"),
         ("lstm", "--lambda-kl", "0.1"),
+        // Shuffled words are not the leaves of their parse.
+        ("tree-rnn", "--scramble", "0.3"),
         // Read only with --min-word-count: --init-vectors fixes the words.
         ("word", "--max-words", "10"),
     ] {

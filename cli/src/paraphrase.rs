@@ -81,7 +81,10 @@ fn templates(sentences: &[String]) -> Result<Vec<Option<String>>> {
     let parser = paraforge_encoders::link_grammar::shared()?;
     let texts: Vec<String> = sentences
         .iter()
-        .map(|s| paraforge_core::tokenize(s).texts().join(" "))
+        .map(|s| {
+            let tokens = paraforge_core::tokenize(s);
+            paraforge_encoders::link_grammar::Parser::sentence_text(&tokens.texts())
+        })
         .collect();
     Ok(parser
         .parse_all(&texts)?
@@ -117,6 +120,7 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
     // With --templates, the pairs whose reference has a template, and it.
     let mut wanted: Vec<String> = Vec::new();
     if a.templates {
+        crate::translate::check_template_model(&a.model)?;
         let t = templates(&refs)?;
         let keep: Vec<bool> = t.iter().map(Option::is_some).collect();
         let mut k = keep.iter();
@@ -124,6 +128,17 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
         let mut k = keep.iter();
         refs.retain(|_| *k.next().unwrap_or(&false));
         wanted = t.into_iter().flatten().collect();
+        println!(
+            "--templates: {} of {} pairs kept, the rest's reference having no parse",
+            inputs.len(),
+            keep.len()
+        );
+        if inputs.is_empty() {
+            bail!(
+                "--data {}: the parser found no reference's template",
+                a.data.display()
+            );
+        }
     }
     if inputs.is_empty() {
         bail!(

@@ -38,7 +38,8 @@ pub fn run(a: ParseArgs) -> Result<()> {
         for (i, l) in lines.by_ref().take(CHUNK) {
             let l = l.with_context(|| format!("{} line {}", a.input.display(), i + 1))?;
             // The tokens the encoders read, lowercased and split.
-            texts.push(paraforge_core::tokenize(&l).texts().join(" "));
+            let tokens = paraforge_core::tokenize(&l);
+            texts.push(link_grammar::Parser::sentence_text(&tokens.texts()));
         }
         if texts.is_empty() {
             break;

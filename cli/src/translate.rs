@@ -136,6 +136,21 @@ pub fn paraphrase(mut a: Args) -> Result<()> {
     run(a)
 }
 
+/// What tools/scpn.sh writes into a paraphraser it trained on templates;
+/// another model would read `TEMPLATE || sentence` as text it never saw.
+pub(crate) const TEMPLATES_FILE: &str = "templates.json";
+
+/// Refuses a model that was not trained on templates.
+pub(crate) fn check_template_model(model: &std::path::Path) -> Result<()> {
+    if !model.join(TEMPLATES_FILE).is_file() {
+        bail!(
+            "{} was not trained on templates (no {TEMPLATES_FILE}; tools/scpn.sh trains one)",
+            model.display()
+        );
+    }
+    Ok(())
+}
+
 /// What a template-trained paraphraser reads: the template, ` || `, the
 /// sentence (tools/scpn.sh trains on this form).
 pub(crate) fn with_template(template: &str, line: &str) -> String {
@@ -162,11 +177,12 @@ pub fn run(a: Args) -> Result<()> {
         if !a.paraphrasing {
             bail!("--template is `paraforge paraphrase`'s: a translation model reads no template");
         }
-        if paraforge_encoders::tree::template(t, 8).as_deref() != Some(t.trim()) {
+        if !paraforge_encoders::tree::is_template(t) {
             bail!(
                 "--template {t:?} is not a template: bracketed labels without words, as `paraforge parse --template 2` prints them, e.g. \"(S (NP) (VP) (.))\""
             );
         }
+        check_template_model(&a.model)?;
     }
     if let (Some(input), Some(output)) = (&a.input, &a.output) {
         if same_file(input, output) {

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use libloading::Library;
 
@@ -71,9 +71,14 @@ unsafe extern "C" fn quiet(_: Ptr, _: Ptr) {}
 /// SINGLE_LINE: `(S (NP a man.n) (VP is.v ...))`.
 const SINGLE_LINE: c_int = 3;
 
-/// Seconds a sentence may take before the parser gives its best partial
+/// Seconds a sentence may take in each of the two passes (without, then
+/// with, words left unlinked) before the parser gives its best partial
 /// result; a few corpus sentences take minutes otherwise.
 const MAX_PARSE_SECONDS: c_int = 2;
+
+/// Longer sentences are not parsed (they get the right-branching tree,
+/// counted): a 200-word one took 4.5 s and 877 MB and found no linkage.
+pub const MAX_PARSE_TOKENS: usize = 60;
 
 impl Api {
     fn open() -> Result<Api, ParserError> {
@@ -207,16 +212,27 @@ impl Drop for Instance {
 const MAX_CACHED: usize = 1 << 20;
 
 /// Parses sentences on several threads, each with its own dictionary
-/// (kept for the next call), and keeps the trees it made.
+/// (about 40 MB, kept for the next call; at most one per core, so that
+/// many callers at once wait rather than load more), and keeps the trees
+/// it made.
 pub struct Parser {
     api: Arc<Api>,
-    idle: Mutex<Vec<Instance>>,
+    idle: Mutex<Pool>,
+    returned: Condvar,
     cache: Mutex<HashMap<String, Tree>>,
     parsed: AtomicU64,
     fallbacks: AtomicU64,
 }
 
-/// The process's one parser, made on first use.
+/// The dictionaries made and those not in use.
+struct Pool {
+    made: usize,
+    idle: Vec<Instance>,
+}
+
+/// The process's one parser, made on first use. Loading the dictionary
+/// sets the C locale's character type to UTF-8 where it is not (Link
+/// Grammar's own doing, process-wide): paraforge reads no locale.
 pub fn shared() -> Result<&'static Parser, ParserError> {
     static SHARED: OnceLock<Result<Parser, ParserError>> = OnceLock::new();
     SHARED
@@ -233,7 +249,11 @@ impl Parser {
         let first = Instance::new(api.clone())?;
         Ok(Parser {
             api,
-            idle: Mutex::new(vec![first]),
+            idle: Mutex::new(Pool {
+                made: 1,
+                idle: vec![first],
+            }),
+            returned: Condvar::new(),
             cache: Mutex::new(HashMap::new()),
             parsed: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
@@ -250,27 +270,54 @@ impl Parser {
     }
 
     fn take(&self) -> Result<Instance, ParserError> {
-        let got = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        match got {
-            Some(i) => Ok(i),
-            None => Instance::new(self.api.clone()),
+        let cap = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut pool = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(i) = pool.idle.pop() {
+                return Ok(i);
+            }
+            if pool.made < cap {
+                pool.made += 1;
+                drop(pool);
+                let made = Instance::new(self.api.clone());
+                if made.is_err() {
+                    self.idle.lock().unwrap_or_else(|e| e.into_inner()).made -= 1;
+                }
+                return made;
+            }
+            pool = self.returned.wait(pool).unwrap_or_else(|e| e.into_inner());
         }
     }
 
     fn give(&self, i: Instance) {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(i);
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .idle
+            .push(i);
+        self.returned.notify_one();
     }
 
     /// Each sentence's constituent tree in Link Grammar's one-line form,
     /// in order; `None` where it found no linkage or the text holds a NUL.
     pub fn parse_all(&self, sentences: &[String]) -> Result<Vec<Option<String>>, ParserError> {
-        let threads = rayon::current_num_threads().clamp(1, sentences.len().max(1));
+        if sentences.is_empty() {
+            return Ok(Vec::new());
+        }
+        let threads = rayon::current_num_threads().clamp(1, sentences.len());
         let chunk = sentences.len().div_ceil(threads).max(1);
         let mut out: Vec<Option<String>> = vec![None; sentences.len()];
-        let mut instances = Vec::with_capacity(threads);
-        for _ in 0..sentences.chunks(chunk).len() {
-            instances.push(self.take()?);
+        // One dictionary first, the rest only if free: two callers at once
+        // each get one rather than wait for each other's.
+        let mut instances = vec![self.take()?];
+        while instances.len() < sentences.chunks(chunk).len() {
+            let mut pool = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            match pool.idle.pop() {
+                Some(i) => instances.push(i),
+                None => break,
+            }
         }
+        let chunk = sentences.len().div_ceil(instances.len()).max(1);
         std::thread::scope(|scope| {
             let handles: Vec<_> = sentences
                 .chunks(chunk)
@@ -291,8 +338,13 @@ impl Parser {
                 })
                 .collect();
             for h in handles {
-                if let Ok(inst) = h.join() {
-                    self.give(inst);
+                match h.join() {
+                    Ok(inst) => self.give(inst),
+                    // The instance went with the thread: one more may be made.
+                    Err(_) => {
+                        self.idle.lock().unwrap_or_else(|e| e.into_inner()).made -= 1;
+                        self.returned.notify_one();
+                    }
                 }
             }
         });
@@ -301,6 +353,17 @@ impl Parser {
 }
 
 impl Parser {
+    /// What the parser reads of a sentence's tokens: them, space-separated,
+    /// brackets shown as dashes (a bracket word would read as one of the
+    /// tree's own brackets).
+    pub fn sentence_text(tokens: &[&str]) -> String {
+        let shown: Vec<&str> = tokens
+            .iter()
+            .map(|&t| if t == "(" || t == ")" { "-" } else { t })
+            .collect();
+        shown.join(" ")
+    }
+
     /// A binary tree over each sentence's tokens (paraforge's tokenizer's),
     /// and how many of the sentences parsed by this call (not found among
     /// the trees kept) got the right-branching tree instead: no linkage, or
@@ -323,8 +386,14 @@ impl Parser {
         let todo: Vec<usize> = (0..texts.len())
             .filter(|&i| out[i].is_none() && shown[i].len() > 1)
             .collect();
+        let (todo, too_long): (Vec<usize>, Vec<usize>) = todo
+            .into_iter()
+            .partition(|&i| shown[i].len() <= MAX_PARSE_TOKENS);
         let parsed = self.parse_all(&todo.iter().map(|&i| texts[i].clone()).collect::<Vec<_>>())?;
-        let mut fallbacks = 0;
+        let mut fallbacks = too_long.len();
+        for &i in &too_long {
+            out[i] = Some(Tree::right_branching(shown[i].len()));
+        }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         for (&i, p) in todo.iter().zip(parsed) {
             let t = p
@@ -338,7 +407,8 @@ impl Parser {
             }
             out[i] = Some(t);
         }
-        self.parsed.fetch_add(todo.len() as u64, Ordering::Relaxed);
+        self.parsed
+            .fetch_add((todo.len() + too_long.len()) as u64, Ordering::Relaxed);
         self.fallbacks
             .fetch_add(fallbacks as u64, Ordering::Relaxed);
         let trees = out
@@ -388,8 +458,15 @@ mod tests {
         assert_eq!(trees[2], Tree::right_branching(1));
         // A one-token sentence needs no parse.
         assert_eq!((fallbacks, p.counts()), (0, (2, 0)));
-        let (again, _) = p.trees(&sents).unwrap();
-        assert_eq!(again, trees);
+        // Found among the trees kept, again and again: nothing parsed, and
+        // no dictionary held (before, each such call kept one, and the
+        // third waited for ever).
+        for _ in 0..4 {
+            let (again, _) = p.trees(&sents).unwrap();
+            assert_eq!(again, trees);
+        }
         assert_eq!(p.counts(), (2, 0), "kept, not parsed again");
+        assert!(p.parse_all(&[]).unwrap().is_empty());
+        assert!(p.parse_all(&["a man sleeps".to_string()]).unwrap()[0].is_some());
     }
 }

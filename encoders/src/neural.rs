@@ -1004,7 +1004,6 @@ impl Net {
         (sum, gsum, steps)
     }
 
-    /// The RNN's hidden state after each sentence's last token.
     /// The recursive network: nodes of one height over the whole batch at
     /// once, appended to one table of rows (the words first) that later
     /// heights select their children from.
@@ -1014,13 +1013,16 @@ impl Net {
         let trees: Vec<Tree> = (0..n)
             .map(|i| {
                 let tokens = b.lens[i] as usize;
-                match b.trees.as_ref().map(|t| &t[i]) {
-                    Some(m) if m.len() + 1 == tokens => Tree {
-                        tokens: tokens as u32,
-                        merges: m.clone(),
-                    },
-                    _ => Tree::right_branching(tokens),
-                }
+                let given = b.trees.as_ref().and_then(|t| t.get(i)).map(|m| Tree {
+                    tokens: tokens as u32,
+                    merges: m.clone(),
+                });
+                // Trees come from `tree::from_constituents`, but the batch
+                // is public: one that is not a full binary tree over the
+                // sentence's tokens is read as right-branching.
+                given
+                    .filter(Tree::is_valid)
+                    .unwrap_or_else(|| Tree::right_branching(tokens))
             })
             .collect();
         let heights: Vec<Vec<u32>> = trees.iter().map(Tree::heights).collect();
@@ -1071,6 +1073,7 @@ impl Net {
         table.select(0, ids(roots))
     }
 
+    /// The RNN's hidden state after each sentence's last token.
     fn rnn(&self, x: &Tensor<3>, mask: &Tensor<2>) -> Tensor<2> {
         let [n, len, d] = x.dims();
         let h_dim = self.shape.hidden;

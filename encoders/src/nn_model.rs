@@ -313,16 +313,11 @@ fn check_parser(arch: Arch) -> Result<(), ModelError> {
     Ok(())
 }
 
-/// Embeddings [sentences x out_dim] of word-id sentences, row-major, by
+/// Embeddings [sentences x out_dim] of encoded sentences, row-major, by
 /// `net` as it is (give it a `valid()` net for no gradients); an empty
 /// sentence gets zeros. Sentences of similar length share a batch, so that
-/// little of a batch is padding.
-pub fn embed_ids(net: &Net, sents: &[&[u32]]) -> Vec<f32> {
-    embed_sentences(net, sents, None, None)
-}
-
-/// [`embed_ids`] of encoded sentences: their words, and their trigrams
-/// for a combination with a trigram part.
+/// little of a batch is padding. Read: the words, the trigrams for a
+/// combination with a trigram part, the trees for `tree-rnn`.
 pub fn embed_encoded(net: &Net, sents: &[&Encoded]) -> Vec<f32> {
     let words: Vec<&[u32]> = sents.iter().map(|e| e.words.as_slice()).collect();
     let tri: Vec<&[u32]> = sents.iter().map(|e| e.trigrams.as_slice()).collect();

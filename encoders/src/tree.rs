@@ -29,6 +29,24 @@ impl Tree {
         Tree { tokens: n, merges }
     }
 
+    /// A full binary tree over its tokens: `tokens - 1` merges, each of two
+    /// nodes made before it, every node a child once (the root excepted).
+    pub fn is_valid(&self) -> bool {
+        let n = self.tokens as usize;
+        if n == 0 || self.merges.len() + 1 != n {
+            return false;
+        }
+        let mut used = vec![false; n + self.merges.len()];
+        for (k, &[l, r]) in self.merges.iter().enumerate() {
+            for c in [l as usize, r as usize] {
+                if c >= n + k || std::mem::replace(&mut used[c], true) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
     /// The root's node id (token 0 for a one-token sentence).
     pub fn root(&self) -> u32 {
         match self.merges.len() {
@@ -224,6 +242,24 @@ pub fn template(parsed: &str, levels: usize) -> Option<String> {
     Some(out)
 }
 
+/// Is `s` a template as [`template`] writes them: bracketed labels (capital
+/// letters, or one punctuation mark other than a bracket or `|`), no words?
+pub fn is_template(s: &str) -> bool {
+    fn ok(n: &Node) -> bool {
+        match n {
+            Node::Word(_) => false,
+            Node::Phrase(label, kids) => {
+                let upper = !label.is_empty() && label.chars().all(|c| c.is_ascii_uppercase());
+                let mut chars = label.chars();
+                let punct = matches!((chars.next(), chars.next()), (Some(c), None)
+                    if c.is_ascii_punctuation() && !matches!(c, '(' | ')' | '|'));
+                (upper || (punct && kids.is_empty())) && kids.iter().all(ok)
+            }
+        }
+    }
+    read(s).is_some_and(|n| ok(&n))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,6 +306,18 @@ mod tests {
     }
 
     #[test]
+    fn only_full_binary_trees_are_valid() {
+        assert!(Tree::right_branching(5).is_valid());
+        assert!(Tree::right_branching(1).is_valid());
+        let bad = |merges: Vec<[u32; 2]>| !Tree { tokens: 3, merges }.is_valid();
+        assert!(bad(vec![[0, 1]]), "too few merges");
+        assert!(bad(vec![[0, 1], [3, 4]]), "a merge of itself");
+        assert!(bad(vec![[0, 4], [1, 2]]), "a later merge");
+        assert!(bad(vec![[0, 1], [0, 3]]), "a token twice");
+        assert!(bad(vec![[0, 1], [2, 9]]), "no such node");
+    }
+
+    #[test]
     fn right_branching_covers_every_token() {
         let t = Tree::right_branching(4);
         assert_eq!(t.merges, vec![[2, 3], [1, 4], [0, 5]]);
@@ -281,9 +329,21 @@ mod tests {
     fn templates_keep_the_top_levels_and_punctuation() {
         assert_eq!(template(PARSED, 2).unwrap(), "(S (NP) (VP) (.))");
         assert_eq!(template(PARSED, 1).unwrap(), "(S)");
-        // A template reads back as itself.
+        // A template reads back as itself, and is one.
         let t = "(S (PP) (,) (NP) (VP) (.))";
         assert_eq!(template(t, 8).unwrap(), t);
+        assert!(is_template(t) && is_template(&template(PARSED, 3).unwrap()));
+        for bad in [
+            "(S (N(P))",
+            "()",
+            "(||)",
+            "(S (NP a))",
+            "(S (NP)",
+            "S",
+            "(s)",
+        ] {
+            assert!(!is_template(bad), "{bad}");
+        }
         assert!(template("(S (NP a", 2).is_none());
     }
 }

@@ -271,11 +271,12 @@ impl TrainSpec {
         let given = [
             ("--hidden", self.hidden.is_some(), neural.is_some(), NEURAL),
             ("--layers", self.layers.is_some(), has(Arch::Dan), "dan"),
+            // Shuffled words would not be the leaves of their parse.
             (
                 "--scramble",
                 self.scramble.is_some(),
-                neural.is_some(),
-                NEURAL,
+                neural.is_some() && !has(Arch::TreeRnn),
+                "the neural encoders but tree-rnn",
             ),
             (
                 "--negatives",
