@@ -1059,7 +1059,7 @@ fn the_paraphraser_rewrites_held_out_sentences_closer_to_their_paraphrases() {
     let template_of = |extra: &[&str]| {
         let mut args: Vec<&std::ffi::OsStr> =
             vec!["paraphrase".as_ref(), "--model".as_ref(), model.as_os_str()];
-        args.extend(extra.iter().map(|a| std::ffi::OsStr::new(a)));
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
         args.push(one.as_os_str());
         let out = paraforge_tests::paraforge_ok(&args);
         let parsed = dir.path().join("out.txt");
