@@ -992,21 +992,24 @@ fn the_paraphraser_rewrites_held_out_sentences_closer_to_their_paraphrases() {
     let model = paraforge_tests::model("paraphrase-en");
     let json = dir.path().join("eval.json");
     let scorer = repo_root().join("models/scorer-trigram");
-    let out = paraforge_tests::paraforge_ok(&[
-        "eval-paraphrase".as_ref(),
-        "--model".as_ref(),
-        model.as_os_str(),
-        "--data".as_ref(),
-        data.as_os_str(),
-        "--scorer".as_ref(),
-        scorer.as_os_str(),
-        "--beam".as_ref(),
-        "4".as_ref(),
-        "--examples".as_ref(),
-        "1".as_ref(),
-        "--json".as_ref(),
-        json.as_os_str(),
-    ]);
+    let eval = |extra: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "eval-paraphrase".as_ref(),
+            "--model".as_ref(),
+            model.as_os_str(),
+            "--data".as_ref(),
+            data.as_os_str(),
+            "--scorer".as_ref(),
+            scorer.as_os_str(),
+            "--beam".as_ref(),
+            "4".as_ref(),
+            "--json".as_ref(),
+            json.as_os_str(),
+        ];
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        paraforge_tests::paraforge_ok(&args)
+    };
+    let out = eval(&["--examples", "1"]);
     eprintln!("{out}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let (copy, para) = (&v["systems"][0], &v["systems"][1]);
@@ -1076,20 +1079,7 @@ fn the_paraphraser_rewrites_held_out_sentences_closer_to_their_paraphrases() {
     let (asked, asked_t) = template_of(&["--template", "(S (NP) (.))"]);
     assert_eq!(free_t, "(S (NP) (VP) (.))", "{free}");
     assert_ne!(asked, free, "{asked_t}");
-    let v = paraforge_tests::paraforge_ok(&[
-        "eval-paraphrase".as_ref(),
-        "--model".as_ref(),
-        model.as_os_str(),
-        "--data".as_ref(),
-        data.as_os_str(),
-        "--scorer".as_ref(),
-        scorer.as_os_str(),
-        "--beam".as_ref(),
-        "4".as_ref(),
-        "--templates".as_ref(),
-        "--json".as_ref(),
-        json.as_os_str(),
-    ]);
+    let v = eval(&["--templates"]);
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let m = |i: usize| t["systems"][i]["template_match"].as_f64().unwrap();
     assert_eq!(t["systems"].as_array().unwrap().len(), 3, "{v}");

@@ -78,16 +78,8 @@ struct Figures {
 /// Each sentence's template at two levels (`(S (NP) (VP) (.))`), `None`
 /// where the parser found no linkage.
 fn templates(sentences: &[String]) -> Result<Vec<Option<String>>> {
-    let parser = paraforge_encoders::link_grammar::shared()?;
-    let texts: Vec<String> = sentences
-        .iter()
-        .map(|s| {
-            let tokens = paraforge_core::tokenize(s);
-            paraforge_encoders::link_grammar::Parser::sentence_text(&tokens.texts())
-        })
-        .collect();
-    Ok(parser
-        .parse_all(&texts)?
+    Ok(paraforge_encoders::link_grammar::shared()?
+        .parse_lines(sentences)?
         .into_iter()
         .map(|p| p.and_then(|p| paraforge_encoders::tree::template(&p, 2)))
         .collect())
@@ -121,17 +113,19 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
     let mut wanted: Vec<String> = Vec::new();
     if a.templates {
         crate::translate::check_template_model(&a.model)?;
+        let all = inputs.len();
         let t = templates(&refs)?;
-        let keep: Vec<bool> = t.iter().map(Option::is_some).collect();
-        let mut k = keep.iter();
-        inputs.retain(|_| *k.next().unwrap_or(&false));
-        let mut k = keep.iter();
-        refs.retain(|_| *k.next().unwrap_or(&false));
+        (inputs, refs) = inputs
+            .into_iter()
+            .zip(refs)
+            .zip(&t)
+            .filter(|(_, t)| t.is_some())
+            .map(|(pair, _)| pair)
+            .unzip();
         wanted = t.into_iter().flatten().collect();
         println!(
-            "--templates: {} of {} pairs kept, the rest's reference having no parse",
-            inputs.len(),
-            keep.len()
+            "--templates: {} of {all} pairs kept, the rest's reference having no parse",
+            inputs.len()
         );
         if inputs.is_empty() {
             bail!(

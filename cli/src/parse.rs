@@ -36,15 +36,12 @@ pub fn run(a: ParseArgs) -> Result<()> {
     loop {
         let mut texts = Vec::with_capacity(CHUNK);
         for (i, l) in lines.by_ref().take(CHUNK) {
-            let l = l.with_context(|| format!("{} line {}", a.input.display(), i + 1))?;
-            // The tokens the encoders read, lowercased and split.
-            let tokens = paraforge_core::tokenize(&l);
-            texts.push(link_grammar::Parser::sentence_text(&tokens.texts()));
+            texts.push(l.with_context(|| format!("{} line {}", a.input.display(), i + 1))?);
         }
         if texts.is_empty() {
             break;
         }
-        for p in parser.parse_all(&texts)? {
+        for p in parser.parse_lines(&texts)? {
             // One line out for every line in; an empty one where the
             // parser found no linkage.
             let shown = match (p, a.template) {

@@ -212,16 +212,28 @@ impl Drop for Instance {
 const MAX_CACHED: usize = 1 << 20;
 
 /// Parses sentences on several threads, each with its own dictionary
-/// (about 40 MB, kept for the next call; at most one per core, so that
+/// (about 30 MB, kept for the next call; at most one per core, so that
 /// many callers at once wait rather than load more), and keeps the trees
 /// it made.
 pub struct Parser {
     api: Arc<Api>,
     idle: Mutex<Pool>,
     returned: Condvar,
+    /// Dictionaries at most: the cores (read once: on Linux it reads the
+    /// cgroup's files).
+    cap: usize,
     cache: Mutex<HashMap<String, Tree>>,
     parsed: AtomicU64,
     fallbacks: AtomicU64,
+}
+
+/// The tokens as the parser sees them: a bracket word would read as one of
+/// the tree's own brackets, so it is shown as a dash.
+fn shown<'a>(tokens: &[&'a str]) -> Vec<&'a str> {
+    tokens
+        .iter()
+        .map(|&t| if t == "(" || t == ")" { "-" } else { t })
+        .collect()
 }
 
 /// The dictionaries made and those not in use.
@@ -254,6 +266,7 @@ impl Parser {
                 idle: vec![first],
             }),
             returned: Condvar::new(),
+            cap: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cache: Mutex::new(HashMap::new()),
             parsed: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
@@ -270,13 +283,12 @@ impl Parser {
     }
 
     fn take(&self) -> Result<Instance, ParserError> {
-        let cap = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut pool = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(i) = pool.idle.pop() {
                 return Ok(i);
             }
-            if pool.made < cap {
+            if pool.made < self.cap {
                 pool.made += 1;
                 drop(pool);
                 let made = Instance::new(self.api.clone());
@@ -353,15 +365,14 @@ impl Parser {
 }
 
 impl Parser {
-    /// What the parser reads of a sentence's tokens: them, space-separated,
-    /// brackets shown as dashes (a bracket word would read as one of the
-    /// tree's own brackets).
-    pub fn sentence_text(tokens: &[&str]) -> String {
-        let shown: Vec<&str> = tokens
+    /// Lines of English as `paraforge parse` prints them: each tokenized
+    /// as the encoders read it, then parsed (`None`: no linkage).
+    pub fn parse_lines(&self, lines: &[String]) -> Result<Vec<Option<String>>, ParserError> {
+        let texts: Vec<String> = lines
             .iter()
-            .map(|&t| if t == "(" || t == ")" { "-" } else { t })
+            .map(|l| shown(&paraforge_core::tokenize(l).texts()).join(" "))
             .collect();
-        shown.join(" ")
+        self.parse_all(&texts)
     }
 
     /// A binary tree over each sentence's tokens (paraforge's tokenizer's),
@@ -369,15 +380,7 @@ impl Parser {
     /// the trees kept) got the right-branching tree instead: no linkage, or
     /// words the parser split or joined otherwise.
     pub fn trees(&self, sentences: &[Vec<&str>]) -> Result<(Vec<Tree>, usize), ParserError> {
-        // Brackets would end the tree's own; the parser sees a dash.
-        let shown: Vec<Vec<&str>> = sentences
-            .iter()
-            .map(|s| {
-                s.iter()
-                    .map(|&t| if t == "(" || t == ")" { "-" } else { t })
-                    .collect()
-            })
-            .collect();
+        let shown: Vec<Vec<&str>> = sentences.iter().map(|s| shown(s)).collect();
         let texts: Vec<String> = shown.iter().map(|s| s.join(" ")).collect();
         let mut out: Vec<Option<Tree>> = {
             let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
