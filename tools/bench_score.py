@@ -103,7 +103,9 @@ def main() -> None:
            "default_vs_glove": default["pairs_per_second_without_bleu"] / rust["pairs_per_second_without_bleu"],
            "runs_pairs_per_second": {k: [x["pairs_per_second"] for x in v] for k, v in runs.items()},
            "runs_pairs_per_second_without_bleu": {k: [x["pairs_per_second_without_bleu"] for x in v]
-                                                  for k, v in runs.items()}, "python_pairs_per_second": py, "python_vectors_load_seconds": py_load,
+                                                  for k, v in runs.items()},
+           "runs_pairs_per_second_bleu_only": {k: [x["pairs_per_second_bleu_only"] for x in v]
+                                               for k, v in runs.items()}, "python_pairs_per_second": py, "python_vectors_load_seconds": py_load,
            "ratio": rust["pairs_per_second_without_bleu"] / py, "pairs_compared": len(rust_rows),
            "pairs_disagreeing": mismatched, "worst_para_score_difference": worst}
     if transformer:
@@ -118,6 +120,13 @@ def main() -> None:
         print(f"paraforge, {name} ({r['scorer']}), {r['threads']} threads, {r['pairs']:,} pairs: "
               f"{r['pairs_per_second']:,.0f} pairs/s with sentence BLEU, "
               f"{r['pairs_per_second_without_bleu']:,.0f} without")
+    # What the BLEU column costs beside every other score (microseconds per
+    # pair per thread).
+    us = lambda pps, r: 1e6 * r["threads"] / pps
+    print(f"sentence BLEU alone {default['pairs_per_second_bleu_only']:,.0f} pairs/s: "
+          f"{us(default['pairs_per_second_bleu_only'], default):.2f} us per pair per thread against "
+          f"{us(default['pairs_per_second_without_bleu'], default):.2f} for every other score "
+          f"with the default scorer")
     if transformer:
         r = transformer
         print(f"paraforge, transformer ({r['scorer']}), {r['threads']} threads, {r['pairs']:,} pairs: "

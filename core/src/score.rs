@@ -178,6 +178,7 @@ pub struct Scorer<'v> {
     scratch: Scratch,
     emb_r: Vec<f32>,
     emb_t: Vec<f32>,
+    bleu_buffers: crate::bleu::Bleu,
 }
 
 impl<'v> Scorer<'v> {
@@ -196,6 +197,7 @@ impl<'v> Scorer<'v> {
             scratch: Scratch::default(),
             emb_r: vec![0.0; d],
             emb_t: vec![0.0; d],
+            bleu_buffers: crate::bleu::Bleu::default(),
         }
     }
 
@@ -247,7 +249,7 @@ impl<'v> Scorer<'v> {
             bigram_overlap: overlap_ids(a, b, 2),
             trigram_overlap: overlap_ids(a, b, 3),
             sentence_bleu: self.bleu.map_or(0.0, |s| {
-                crate::bleu::sentence_bleu_with(translation, reference, s) as f32
+                self.bleu_buffers.score(translation, reference, s) as f32
             }),
             translation_perplexity: self.lm.map(|m| m.perplexity_tokens(&self.t) as f32),
             reference_probability: None,
