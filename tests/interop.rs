@@ -770,6 +770,8 @@ for words, trigrams, tree in sents:
                 parts.append(rows.mean(axis=0) if len(trigrams) else np.zeros(c["trigram_dim"]))
             else:
                 parts.append(encode(p, words, f"part{i}."))
+        if c.get("unit_parts"):
+            parts = [p / np.sqrt(np.sum(p ** 2) + 1e-24) for p in parts]
         g = sum(parts) if a == "sum" else np.concatenate(parts)
     else:
         g = encode(a, words, tree=tree)

@@ -10,13 +10,14 @@
 #   2. every encoder: word vocabulary from the corpus (words seen twice,
 #      rows from the 50-d GloVe where known), mega-batches of M = 20,
 #      EPOCHS epochs, the best epoch on STS Benchmark dev kept; SEEDS seeds
-#      for word, trigram, lstm and blstm, the first seed for the rest;
+#      for the encoders in MULTI_SEED (all by default), the first for the rest;
 #   3. eval-sts of every model next to GloVe averaging; the table.
 # Every model already trained is skipped, so an interrupted run resumes.
 #
 # usage: tools/replicate_encoders.sh BITEXT.tsv [BITEXT.tsv ...]
 #   env: OUT (bench-out/encoders), CORPUS ($OUT/../replication/corpus),
-#        EPOCHS (5), SEEDS ("1 2 3"), ENCODERS (all), VECTORS (the bundled
+#        EPOCHS (5), SEEDS ("1 2 3"), ENCODERS (all), MULTI_SEED (ENCODERS),
+#        VECTORS (the bundled
 #        GloVe), PYTHON (python3; the report needs no packages)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,9 +29,11 @@ VECTORS=${VECTORS:-data/vectors/glove.6B.50d.top25k.txt.gz}
 BIN=${PARAFORGE_BIN:-target/release/paraforge}
 PY=${PYTHON:-python3}
 export ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$PWD/.cache/ort/onnxruntime-1.31.1/libonnxruntime.so.1.31.1}
-ALL="word trigram word+trigram word,trigram lstm lstm-no-o blstm blstm-concat gran rnn irnn dan proj gaussian lstm-gaussian word+trigram+lstm word,trigram,lstm"
+ALL="word trigram word+trigram word,trigram lstm lstm-no-o blstm blstm-concat blstm-max gran rnn irnn tree-rnn dan proj gaussian lstm-gaussian word+trigram+lstm word,trigram,lstm"
 ENCODERS=${ENCODERS:-$ALL}
-MULTI_SEED=" word trigram lstm blstm "
+# Encoders trained with every seed of SEEDS (the rest with the first):
+# all by default.
+MULTI_SEED=" ${MULTI_SEED:-$ENCODERS} "
 mkdir -p "$OUT/models" "$OUT/logs"
 log() { echo "== $(date +%H:%M:%S) $*"; }
 
@@ -79,7 +82,11 @@ done
 
 log "evaluating"
 models=()
-for m in "$OUT"/models/*; do models+=(--model "$m"); done
+# The models: .pfe files and neural directories (not the cards beside them).
+for m in "$OUT"/models/*; do
+  case $m in *.pfe | */) ;; *) [ -d "$m" ] || continue ;; esac
+  models+=(--model "$m")
+done
 $BIN eval-sts --vectors "$VECTORS" "${models[@]}" --json "$OUT/sts.json" > "$OUT/sts.md"
 $PY tools/encoders_report.py --sts "$OUT/sts.json" --runs "$OUT/models.tsv" \
   --papers docs/bench/encoders/paper_figures.json --epochs "$EPOCHS" > "$OUT/table.md"

@@ -383,6 +383,10 @@ struct Header {
     precision: Precision,
     #[serde(default)]
     notes: serde_json::Value,
+    /// Whether a WORD,TRIGRAM model scales each half to unit length
+    /// ([`Model::unit_parts`]); absent in files written before, which did not.
+    #[serde(default)]
+    unit_parts: bool,
 }
 
 const MAGIC: &[u8; 7] = b"PFEMB1\n";
@@ -403,6 +407,13 @@ pub struct Model {
     pub t: Vec<f32>,
     /// Free-form training notes kept in the file (data, settings, losses).
     pub notes: serde_json::Value,
+    /// WORD,TRIGRAM: each half of the embedding is scaled to unit length, so
+    /// that the cosine of two sentences is the mean of the halves' cosines.
+    /// Raw halves let the GloVe-started word half (norms of several units)
+    /// outweigh the trigram half (rows of +-0.05, norms near 0.1), and the
+    /// concatenation scored as WORD alone (docs/encoders.md, combinations).
+    /// True for every model built now; false only for a file that predates it.
+    pub unit_parts: bool,
 }
 
 impl Model {
@@ -453,6 +464,7 @@ impl Model {
             w,
             t,
             notes: serde_json::Value::Null,
+            unit_parts: kind == Kind::WordTrigram,
         })
     }
 
@@ -517,12 +529,36 @@ impl Model {
     }
 
     /// The sentence embedding: the mean word row, then the mean trigram
-    /// row (zeros for a part with no rows).
+    /// row (zeros for a part with no rows), each scaled to unit length
+    /// where [`Model::unit_parts`].
     pub fn embed_into(&self, e: &Encoded, out: &mut [f32]) {
+        self.means_into(e, out);
+        self.scale_parts(out);
+    }
+
+    /// The embedding before [`Model::scale_parts`]: the two means.
+    pub fn means_into(&self, e: &Encoded, out: &mut [f32]) {
         out.fill(0.0);
         let (wo, to) = out.split_at_mut(self.word_dim);
         mean_rows(&self.w, self.word_dim, &e.words, wo);
         mean_rows(&self.t, self.trigram_dim, &e.trigrams, to);
+    }
+
+    /// Scales each half of `out` to unit length where [`Model::unit_parts`]
+    /// (a zero half stays zero); returns the halves' lengths before (1
+    /// where nothing was scaled), which training's backward pass divides by.
+    pub fn scale_parts(&self, out: &mut [f32]) -> [f32; 2] {
+        let mut norms = [1.0f32; 2];
+        if self.unit_parts {
+            let (wo, to) = out.split_at_mut(self.word_dim);
+            for (n, half) in norms.iter_mut().zip([wo, to]) {
+                *n = half.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if *n > 0.0 {
+                    half.iter_mut().for_each(|x| *x /= *n);
+                }
+            }
+        }
+        norms
     }
 
     pub fn embed(&self, text: &str) -> Vec<f32> {
@@ -546,6 +582,7 @@ impl Model {
             trigrams: self.trigrams.clone(),
             precision,
             notes: self.notes.clone(),
+            unit_parts: self.unit_parts,
         })
         .map_err(|e| EncoderError::Invalid(e.to_string()))?;
         let tmp = path.with_extension("pfe.tmp");
@@ -655,6 +692,7 @@ impl Model {
             });
         }
         m.notes = h.notes;
+        m.unit_parts = h.unit_parts && h.kind == Kind::WordTrigram;
         Ok(m)
     }
 
@@ -855,6 +893,7 @@ impl SentenceEncoder for Bf16Model {
         let (wo, to) = out.split_at_mut(m.word_dim);
         mean_rows(&self.w, m.word_dim, &e.words, wo);
         mean_rows(&self.t, m.trigram_dim, &e.trigrams, to);
+        m.scale_parts(out);
         Coverage {
             known: (e.words.len() + e.trigrams.len()) as u32,
             unknown,
@@ -940,7 +979,9 @@ mod tests {
 
     #[test]
     fn unknown_words_take_the_unk_row_and_unknown_trigrams_are_left_out() {
-        let m = model();
+        let mut m = model();
+        // The raw means (unit halves: the next test).
+        m.unit_parts = false;
         let e = m.encode("Cat zebra");
         assert_eq!(e.words, [0, 2]);
         // " ca", "cat", "at " known; "t z", " ze", ... not.
@@ -958,6 +999,56 @@ mod tests {
                 unknown: 1
             }
         );
+    }
+
+    /// A WORD,TRIGRAM model built now scales each half to unit length,
+    /// keeps saying so through a save, and a file without the flag (written
+    /// before it) scores with the raw means it was trained with.
+    #[test]
+    fn word_trigram_halves_are_unit_length_unless_the_file_predates_it() {
+        let m = model();
+        assert!(m.unit_parts);
+        let g = m.embed("Cat zebra");
+        let n = (0.75f32 * 0.75 + 0.25 * 0.25).sqrt();
+        for (got, want) in g.iter().zip([0.75 / n, 0.25 / n, 1.0]) {
+            assert!((got - want).abs() < 1e-6, "{g:?}");
+        }
+        let (mut s, mut out) = (Scratch::default(), vec![0.0; 3]);
+        m.embed_tokens(&tokenize("Cat zebra"), &mut s, &mut out);
+        assert_eq!(out, g);
+        // A sentence without a known trigram keeps a zero half.
+        assert_eq!(&m.embed("dog")[2..], &[0.0]);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.pfe");
+        m.save(&p).unwrap();
+        assert_eq!(Model::load(&p).unwrap().embed("Cat zebra"), g);
+        // The header as it was written before the flag existed.
+        let bytes = std::fs::read(&p).unwrap();
+        let len = u64::from_le_bytes(bytes[7..15].try_into().unwrap()) as usize;
+        let mut h: serde_json::Value = serde_json::from_slice(&bytes[15..15 + len]).unwrap();
+        assert_eq!(h["unit_parts"], true);
+        h.as_object_mut().unwrap().remove("unit_parts");
+        let h = serde_json::to_vec(&h).unwrap();
+        let mut old = bytes[..7].to_vec();
+        old.extend((h.len() as u64).to_le_bytes());
+        old.extend(&h);
+        old.extend(&bytes[15 + len..]);
+        std::fs::write(&p, old).unwrap();
+        let legacy = Model::load(&p).unwrap();
+        assert!(!legacy.unit_parts);
+        assert_eq!(legacy.embed("Cat zebra"), [0.75, 0.25, 2.0]);
+        // A single table has nothing to balance.
+        let w = Model::from_tables(
+            Kind::Word,
+            vec!["cat".into()],
+            1,
+            vec![2.0, 0.0],
+            vec![],
+            0,
+            vec![],
+        )
+        .unwrap();
+        assert!(!w.unit_parts);
     }
 
     /// A model whose dimensions cover every path of the summing kernel
@@ -1008,6 +1099,7 @@ mod tests {
                 let inv = 1.0 / rows.len().max(1) as f32;
                 out.iter_mut().for_each(|o| *o *= inv);
             }
+            m.scale_parts(&mut want);
             assert_eq!(m.embed(text), want, "{text}");
             let packed = Bf16Model::new(m.clone()).expect("every value is a bfloat16");
             let (mut scratch, mut out) = (Scratch::default(), vec![0f32; m.dim()]);

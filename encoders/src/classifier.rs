@@ -159,6 +159,7 @@ impl ReferenceClassifier {
             )));
         }
         let shape = Shape {
+            unit_parts: false,
             arch: kind.arch(),
             vocab: words.words().len() + 1,
             word_dim: words.word_dim,

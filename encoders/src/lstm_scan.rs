@@ -796,6 +796,7 @@ mod tests {
     ) -> (Net, Vec<Vec<u32>>) {
         let vocab = 30;
         let shape = Shape {
+            unit_parts: false,
             arch,
             vocab,
             word_dim: dim,

@@ -253,6 +253,12 @@ pub struct Shape {
     pub trigrams: usize,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub trigram_dim: usize,
+    /// A combination scales each part's embedding to unit length before
+    /// adding or concatenating them, so that no part outweighs the others in
+    /// the cosine by its scale alone (docs/encoders.md, combinations).
+    /// Absent (false) in models saved before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unit_parts: bool,
 }
 
 impl Shape {
@@ -359,6 +365,7 @@ impl Shape {
     fn part_shape(&self, p: Arch) -> Shape {
         if p == Arch::Trigram {
             Shape {
+                unit_parts: false,
                 arch: Arch::Avg,
                 vocab: self.trigrams,
                 word_dim: self.trigram_dim,
@@ -370,6 +377,7 @@ impl Shape {
             }
         } else {
             Shape {
+                unit_parts: false,
                 arch: p,
                 parts: Vec::new(),
                 trigrams: 0,
@@ -691,6 +699,15 @@ impl Net {
                 .map(|(net, tri)| match tri {
                     true => net.forward(b.trigrams.as_deref().expect("a trigram part's ids")),
                     false => net.forward(b),
+                })
+                .map(|g| match self.shape.unit_parts {
+                    // A part with nothing to embed (zeros) stays zero; the
+                    // epsilon keeps sqrt's gradient finite there.
+                    true => {
+                        let norm = (g.clone().powi_scalar(2).sum_dim(1) + 1e-24).sqrt();
+                        g / norm
+                    }
+                    false => g,
                 })
                 .collect();
             let g = match self.shape.arch {
@@ -1150,6 +1167,7 @@ mod tests {
 
     fn small_shape(arch: Arch) -> Shape {
         Shape {
+            unit_parts: false,
             arch,
             vocab: 6,
             word_dim: 3,
@@ -1158,6 +1176,68 @@ mod tests {
             parts: Vec::new(),
             trigrams: 0,
             trigram_dim: 0,
+        }
+    }
+
+    /// With unit parts, each part of a concatenation has length 1 (an
+    /// empty trigram list stays zero) and a sum is the sum of the unit
+    /// parts; a config saved before the flag reads as raw parts.
+    #[test]
+    fn unit_parts_scale_each_part_and_old_configs_read_raw() {
+        let dev = Device::flex();
+        let tri: [&[u32]; 2] = [&[0, 1], &[]];
+        let batch = Batch::with_trigrams(&SENTS[..2], &tri);
+        for spec in ["word,trigram,lstm", "word+trigram+lstm"] {
+            let spec: Spec = spec.parse().unwrap();
+            let shape = Shape {
+                unit_parts: true,
+                arch: spec.arch,
+                parts: spec.parts.clone(),
+                trigrams: 2,
+                trigram_dim: 3,
+                ..small_shape(Arch::Lstm)
+            };
+            let (emb, comp) = random_values(&shape, 3, &|_| (-0.8, 0.8));
+            let net = Net::from_values(shape.clone(), &emb, &comp, &dev, DType::F64);
+            let g = f64s(net.forward(&batch));
+            let parts: Vec<Vec<f64>> = net
+                .part_nets()
+                .into_iter()
+                .map(|(p, t)| {
+                    f64s(p.forward(if t {
+                        batch.trigrams.as_deref().unwrap()
+                    } else {
+                        &batch
+                    }))
+                })
+                .collect();
+            let d = 3;
+            for row in 0..2 {
+                let unit: Vec<Vec<f64>> = parts
+                    .iter()
+                    .map(|p| {
+                        let p = &p[row * d..(row + 1) * d];
+                        let n = (p.iter().map(|x| x * x).sum::<f64>() + 1e-24).sqrt();
+                        p.iter().map(|x| x / n).collect()
+                    })
+                    .collect();
+                let want: Vec<f64> = if spec.arch == Arch::Concat {
+                    unit.concat()
+                } else {
+                    (0..d).map(|k| unit.iter().map(|u| u[k]).sum()).collect()
+                };
+                let got = &g[row * want.len()..(row + 1) * want.len()];
+                for (a, b) in got.iter().zip(&want) {
+                    assert!((a - b).abs() < 1e-9, "{spec}: {got:?} vs {want:?}");
+                }
+            }
+            // Row 1 has no trigram: its trigram part is zero, not NaN.
+            assert!(g.iter().all(|x| x.is_finite()));
+            let mut v = serde_json::to_value(&shape).unwrap();
+            assert_eq!(v["unit_parts"], true);
+            v.as_object_mut().unwrap().remove("unit_parts");
+            let old: Shape = serde_json::from_value(v).unwrap();
+            assert!(!old.unit_parts);
         }
     }
 
@@ -1294,6 +1374,7 @@ mod tests {
         .to_string();
         assert!(e.contains("trigram table"), "{e}");
         let s = Shape {
+            unit_parts: false,
             arch: Arch::Irnn,
             vocab: 5,
             word_dim: 4,

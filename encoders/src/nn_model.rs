@@ -104,6 +104,7 @@ impl NeuralModel {
             )));
         }
         let shape = Shape {
+            unit_parts: spec.arch.is_combination(),
             arch: spec.arch,
             vocab: words.words().len() + 1,
             word_dim: words.word_dim,

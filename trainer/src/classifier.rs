@@ -617,6 +617,7 @@ mod tests {
         let batch = Batch::new(&sents);
         for kind in [ClassifierKind::Avg, ClassifierKind::Lstm] {
             let shape = Shape {
+                unit_parts: false,
                 arch: kind.arch(),
                 vocab: 6,
                 word_dim: 3,

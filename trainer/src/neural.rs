@@ -303,6 +303,7 @@ mod tests {
 
     fn small_shape(arch: Arch) -> Shape {
         Shape {
+            unit_parts: false,
             arch,
             vocab: 6,
             word_dim: 3,
@@ -402,9 +403,17 @@ mod tests {
             &[4],
         ];
         let batch = Batch::with_trigrams(&SENTS, &tri);
-        for spec in ["word+trigram+lstm", "word,trigram,gran", "trigram+dan"] {
+        // With and without each part scaled to unit length (empty trigram
+        // lists above give a zero part, the case the epsilon is for).
+        for (spec, unit_parts) in [
+            ("word+trigram+lstm", true),
+            ("word,trigram,gran", true),
+            ("trigram+dan", false),
+            ("word,trigram,lstm", false),
+        ] {
             let spec: Spec = spec.parse().unwrap();
             let shape = Shape {
+                unit_parts,
                 arch: spec.arch,
                 parts: spec.parts.clone(),
                 trigrams: 5,

@@ -506,11 +506,14 @@ fn pair_grad(
         }
     };
     let ids = [2 * p as u32, 2 * p as u32 + 1, neg[2 * p], neg[2 * p + 1]];
+    let mut norms = [[1.0f32; 2]; 4];
     let mut g: Vec<Vec<f32>> = ids
         .iter()
-        .map(|&i| {
+        .zip(&mut norms)
+        .map(|(&i, n)| {
             let mut v = vec![0.0; d];
-            model.embed_into(sent(i), &mut v);
+            model.means_into(sent(i), &mut v);
+            *n = model.scale_parts(&mut v);
             v
         })
         .collect();
@@ -528,6 +531,23 @@ fn pair_grad(
         add_dcos(&gp, &ga, -1.0, &mut dg[pos]);
         add_dcos(&ga, &gn, 1.0, &mut dg[a]);
         add_dcos(&gn, &ga, 1.0, &mut dg[negi]);
+    }
+    if model.unit_parts {
+        // Through u = m / |m| of each half: d/dm = (d/du - u (u . d/du)) / |m|.
+        let wd = model.word_dim;
+        for ((u, du), n) in g.iter().zip(&mut dg).zip(norms) {
+            for (range, n) in [(0..wd, n[0]), (wd..d, n[1])] {
+                let (u, du) = (&u[range.clone()], &mut du[range]);
+                if n == 0.0 {
+                    du.fill(0.0);
+                    continue;
+                }
+                let dot: f32 = u.iter().zip(du.iter()).map(|(a, b)| a * b).sum();
+                for (x, &ui) in du.iter_mut().zip(u) {
+                    *x = (*x - ui * dot) / n;
+                }
+            }
+        }
     }
     g.clear();
     PairGrad {
