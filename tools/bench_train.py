@@ -226,6 +226,9 @@ def average(model, pairs, words, rows, unk, dim, tri, M, threads):
                 offs.append(len(flat))
                 flat += e[k]
             parts.append(table(torch.tensor(flat, dtype=torch.long), torch.tensor(offs, dtype=torch.long)))
+        if len(parts) > 1:
+            # As paraforge's WORD,TRIGRAM: each half at unit length.
+            parts = [p / (p.pow(2).sum(1, keepdim=True) + 1e-24).sqrt() for p in parts]
         return torch.cat(parts, 1)
 
     t0 = time.time()
@@ -381,7 +384,8 @@ class Part(nn.Module):
 class Net(nn.Module):
     """The word table (GloVe rows, unknown word a zero row last), a trigram
     table for a combination with a trigram part (uniform +-0.05, as wide as
-    the words), and the parts, summed ('+') or concatenated (',')."""
+    the words), and the parts, each at unit length, summed ('+') or
+    concatenated (',')."""
 
     def __init__(self, combine, parts, rows, unk, dim, ntri):
         super().__init__()
@@ -402,7 +406,8 @@ class Net(nn.Module):
         outs = [p(self, b, x) for p in self.parts]
         if self.combine is None:
             return outs[0]
-        gs = [g for g, _ in outs]
+        # Each part at unit length, as paraforge's combinations.
+        gs = [g / (g.pow(2).sum(1, keepdim=True) + 1e-24).sqrt() for g, _ in outs]
         return (sum(gs[1:], gs[0]) if self.combine == "+" else torch.cat(gs, 1)), None
 
 

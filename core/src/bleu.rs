@@ -166,9 +166,9 @@ pub struct BleuStats {
 /// reference (`BLEU._compute_segment_statistics`).
 ///
 /// Tokens are numbered per pair and each n-gram packed into one integer
-/// (16 bits per token); sorted lists of those are counted and matched in
-/// one merge. Hashing string slices per n-gram made BLEU five times the
-/// cost of every other score together (`make bench-score`).
+/// (16 bits per token), counted and clipped as [`Bleu`] does; for tokens
+/// already split (the scorer itself goes through [`Bleu`], which keeps its
+/// buffers).
 pub fn stats<S: AsRef<str>>(hyp: &[S], reference: &[S]) -> BleuStats {
     let mut ids: FxHashMap<&str, u32> = FxHashMap::default();
     let (mut h, mut r) = (
@@ -239,9 +239,10 @@ impl NgramCounts {
     /// free, so the probe ends.
     fn find(&self, order: u8, key: u64) -> usize {
         let mask = self.slots.len() - 1;
-        let mut at = ((key ^ (order as u64) << 60).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32)
-            as usize
-            & mask;
+        // Folded first: the product's bits 32-47 (what the mask keeps) never
+        // see the key's top 16 bits, a 4-gram's first token.
+        let k = key ^ key >> 32 ^ (order as u64) << 29;
+        let mut at = (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & mask;
         loop {
             let s = self.slots[at];
             if s.0 != self.stamp || (s.1 == order && s.3 == key) {
@@ -592,6 +593,39 @@ mod tests {
         for (h, r) in pairs {
             let (h, r) = (toks(h), toks(r));
             assert_eq!(stats(&h, &r), stats_by_text(&h, &r), "{h:?} / {r:?}");
+        }
+    }
+
+    /// sacrebleu 2.x's own `Tokenizer13a` then `split()` on text where the
+    /// byte-level passes meet non-ASCII characters and Unicode white space.
+    #[test]
+    fn non_ascii_text_tokenizes_as_sacrebleu() {
+        let cases: [(&str, &[&str]); 6] = [
+            ("café.", &["café", "."]),
+            (".é", &[".", "é"]),
+            ("5-é", &["5", "-", "é"]),
+            ("a\u{3000}b. c", &["a", "b", ".", "c"]),
+            (
+                "é,é 3,5 é-3 x.y",
+                &["é", ",", "é", "3,5", "é-3", "x", ".", "y"],
+            ),
+            ("naïve—fin. «ok»", &["naïve—fin", ".", "«ok»"]),
+        ];
+        let mut bleu = Bleu::default();
+        for (text, want) in cases {
+            assert_eq!(toks(text), want, "{text}");
+            // The scorer's path numbers the same tokens.
+            let st = bleu.stats(text, text);
+            assert_eq!(
+                (st.hyp_len, st.correct[0]),
+                (want.len(), want.len()),
+                "{text}"
+            );
+            assert_eq!(
+                bleu.stats(text, "x"),
+                stats(&toks(text), &toks("x")),
+                "{text}"
+            );
         }
     }
 

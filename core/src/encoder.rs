@@ -390,6 +390,9 @@ struct Header {
 }
 
 const MAGIC: &[u8; 7] = b"PFEMB1\n";
+/// The magic of a file whose halves are at unit length ([`Model::unit_parts`]):
+/// a reader from before that flag refuses it rather than scoring raw halves.
+const MAGIC_UNIT_PARTS: &[u8; 7] = b"PFEMB2\n";
 
 /// An averaging embedding model. Row `words().len()` of the word table is UNK.
 #[derive(Debug, Clone)]
@@ -408,7 +411,8 @@ pub struct Model {
     /// Free-form training notes kept in the file (data, settings, losses).
     pub notes: serde_json::Value,
     /// WORD,TRIGRAM: each half of the embedding is scaled to unit length, so
-    /// that the cosine of two sentences is the mean of the halves' cosines.
+    /// that the cosine of two sentences whose halves are both non-zero is
+    /// the mean of the halves' cosines.
     /// Raw halves let the GloVe-started word half (norms of several units)
     /// outweigh the trigram half (rows of +-0.05, norms near 0.1), and the
     /// concatenation scored as WORD alone (docs/encoders.md, combinations).
@@ -588,7 +592,11 @@ impl Model {
         let tmp = path.with_extension("pfe.tmp");
         let write = || -> std::io::Result<()> {
             let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-            f.write_all(MAGIC)?;
+            f.write_all(if self.unit_parts {
+                MAGIC_UNIT_PARTS
+            } else {
+                MAGIC
+            })?;
             f.write_all(&(header.len() as u64).to_le_bytes())?;
             f.write_all(&header)?;
             for &x in self.w.iter().chain(&self.t) {
@@ -620,7 +628,7 @@ impl Model {
         let mut magic = [0u8; 7];
         f.read_exact(&mut magic)
             .map_err(|_| bad("shorter than its header".into()))?;
-        if &magic != MAGIC {
+        if &magic != MAGIC && &magic != MAGIC_UNIT_PARTS {
             return Err(bad("wrong magic bytes (expected a .pfe file)".into()));
         }
         let mut len = [0u8; 8];
@@ -692,6 +700,14 @@ impl Model {
             });
         }
         m.notes = h.notes;
+        // The flag and the magic say the same, or the file is damaged.
+        if h.unit_parts != (&magic == MAGIC_UNIT_PARTS) {
+            return Err(bad(format!(
+                "header says unit_parts {} under magic {:?}",
+                h.unit_parts,
+                String::from_utf8_lossy(&magic[..6])
+            )));
+        }
         m.unit_parts = h.unit_parts && h.kind == Kind::WordTrigram;
         Ok(m)
     }
@@ -1027,9 +1043,12 @@ mod tests {
         let len = u64::from_le_bytes(bytes[7..15].try_into().unwrap()) as usize;
         let mut h: serde_json::Value = serde_json::from_slice(&bytes[15..15 + len]).unwrap();
         assert_eq!(h["unit_parts"], true);
+        assert_eq!(&bytes[..7], MAGIC_UNIT_PARTS);
         h.as_object_mut().unwrap().remove("unit_parts");
         let h = serde_json::to_vec(&h).unwrap();
-        let mut old = bytes[..7].to_vec();
+        // A reader from before the flag knew only this magic, so it refuses
+        // the new file instead of scoring raw halves.
+        let mut old = MAGIC.to_vec();
         old.extend((h.len() as u64).to_le_bytes());
         old.extend(&h);
         old.extend(&bytes[15 + len..]);
@@ -1037,6 +1056,12 @@ mod tests {
         let legacy = Model::load(&p).unwrap();
         assert!(!legacy.unit_parts);
         assert_eq!(legacy.embed("Cat zebra"), [0.75, 0.25, 2.0]);
+        // Magic and flag disagreeing is damage.
+        let mut bad = std::fs::read(&p).unwrap();
+        bad[..7].copy_from_slice(MAGIC_UNIT_PARTS);
+        std::fs::write(&p, bad).unwrap();
+        let e = Model::load(&p).unwrap_err().to_string();
+        assert!(e.contains("unit_parts"), "{e}");
         // A single table has nothing to balance.
         let w = Model::from_tables(
             Kind::Word,

@@ -224,7 +224,9 @@ impl NeuralModel {
         write_atomic(&dir.join(WEIGHTS), &bytes)?;
         let config = Config {
             format: FORMAT.into(),
-            version: 1,
+            // Version 2 marks a combination with unit parts: a reader from
+            // before the flag refuses it instead of combining raw parts.
+            version: if self.net.shape.unit_parts { 2 } else { 1 },
             shape: self.net.shape.clone(),
             tokenization: TOKENIZATION.into(),
             words: self.words.words().to_vec(),
@@ -250,12 +252,21 @@ impl NeuralModel {
         let text = std::fs::read(&cpath).map_err(|e| ModelError::io(&cpath, e))?;
         let c: Config =
             serde_json::from_slice(&text).map_err(|e| bad(&cpath, format!("bad config: {e}")))?;
-        if c.format != FORMAT || c.version != 1 {
+        if c.format != FORMAT || !(c.version == 1 || c.version == 2) {
             return Err(bad(
                 &cpath,
                 format!(
-                    "format {:?} version {}, expected {FORMAT:?} version 1",
+                    "format {:?} version {}, expected {FORMAT:?} version 1 or 2",
                     c.format, c.version
+                ),
+            ));
+        }
+        if c.shape.unit_parts != (c.version == 2) {
+            return Err(bad(
+                &cpath,
+                format!(
+                    "version {} with unit_parts {}: version 2 is exactly a combination with unit parts",
+                    c.version, c.shape.unit_parts
                 ),
             ));
         }

@@ -40,6 +40,10 @@ pub struct RunKey {
     pub max_pairs: u64,
     /// The training rows' count: a changed dataset does not resume.
     pub rows: u64,
+    /// WORD,TRIGRAM with unit halves; absent (false) in checkpoints written
+    /// before the flag, which trained raw halves and so do not resume.
+    #[serde(default)]
+    pub unit_parts: bool,
 }
 
 /// A checkpoint's `state.json`, of either trainer: `K` is what must match

@@ -2,8 +2,8 @@
 //! 2016, section 4.4.1, Table 5): the encoder's own tables are trained
 //! with the task, not frozen as in [`crate::transfer`].
 //!
-//! Both sentences are averaged (word rows, then trigram rows, as
-//! `core::encoder::Model` embeds), h_x = h_L * h_R and h_+ = |h_L - h_R|
+//! Both sentences are averaged (word rows, then trigram rows, each half
+//! at unit length where the model's are, as `core::encoder::Model` embeds), h_x = h_L * h_R and h_+ = |h_L - h_R|
 //! feed a sigmoid layer, h_s = sigmoid(W_x h_x + W_+ h_+ + b), and a softmax
 //! over the classes. SICK-R (relatedness 1..5) minimizes KL(p || p_hat)
 //! with p the sparse distribution of Tai et al. (2015) and predicts
@@ -75,6 +75,10 @@ pub struct TuneResult {
 struct Net {
     words: Option<Param<Tensor<2>>>,
     trigrams: Option<Param<Tensor<2>>>,
+    /// Each half scaled to unit length, as the model embeds
+    /// ([`paraforge_core::Model::unit_parts`]).
+    #[module(skip)]
+    unit_parts: bool,
     w_mul: Param<Tensor<2>>,
     w_abs: Param<Tensor<2>>,
     b_hidden: Param<Tensor<2>>,
@@ -129,6 +133,14 @@ impl Net {
         }
         if let Some(t) = &self.trigrams {
             parts.push(Self::mean(t, &gather(sents, |e| &e.trigrams), n, dev));
+        }
+        if self.unit_parts {
+            // The epsilon keeps a zero half (no known trigram) zero, with a
+            // finite gradient.
+            for p in &mut parts {
+                let norm = (p.clone().powi_scalar(2).sum_dim(1) + 1e-24).sqrt();
+                *p = p.clone() / norm;
+            }
         }
         Tensor::cat(parts, 1)
     }
@@ -267,6 +279,7 @@ pub fn tune(model: &Model, task: &Task, o: &TuneOptions) -> Result<TuneResult, T
     let net = Net {
         words: table(&model.w, word_rows, model.word_dim),
         trigrams: table(&model.t, model.trigrams().len(), model.trigram_dim),
+        unit_parts: model.unit_parts,
         w_mul: glorot(dim, hidden),
         w_abs: glorot(dim, hidden),
         b_hidden: Param::from_tensor(Tensor::<2>::zeros([1, hidden], &cpu)),
@@ -340,4 +353,53 @@ pub fn tune(model: &Model, task: &Task, o: &TuneOptions) -> Result<TuneResult, T
         frozen_tables: o.freeze_tables,
         train_pairs: train.gold.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use paraforge_core::encoder::Kind;
+
+    /// The task's embedding is the model's own, unit halves included, so
+    /// that fine-tuning starts from what the encoder scores with.
+    #[test]
+    fn the_task_embeds_sentences_as_the_model_does() {
+        let model = Model::from_tables(
+            Kind::WordTrigram,
+            vec!["cat".into(), "dog".into()],
+            2,
+            vec![3.0, 1.0, -2.0, 4.0, 0.0, 0.0],
+            vec![" ca".into(), "cat".into(), "at ".into()],
+            3,
+            vec![0.1, 0.2, 0.3, -0.4, 0.5, 0.6, 0.7, 0.8, -0.9],
+        )
+        .unwrap();
+        assert!(model.unit_parts);
+        let cpu = crate::nn_model::cpu();
+        let p = |v: &[f32], r, c| Some(Param::from_tensor(t2(v.to_vec(), [r, c], &cpu)));
+        let zero = || Param::from_tensor(Tensor::<2>::zeros([1, 1], &cpu));
+        let net = Net {
+            words: p(&model.w, 3, 2),
+            trigrams: p(&model.t, 3, 3),
+            unit_parts: model.unit_parts,
+            w_mul: zero(),
+            w_abs: zero(),
+            b_hidden: zero(),
+            w_out: zero(),
+            b_out: zero(),
+        };
+        let sents: Vec<Encoded> = ["the cat", "dog cat", "zebra"]
+            .iter()
+            .map(|s| model.encode(s))
+            .collect();
+        let refs: Vec<&Encoded> = sents.iter().collect();
+        let got: Vec<f32> = net.embed(&refs, &cpu).into_data().to_vec().unwrap();
+        for (i, e) in sents.iter().enumerate() {
+            let mut want = vec![0.0; 5];
+            model.embed_into(e, &mut want);
+            for (a, b) in got[i * 5..(i + 1) * 5].iter().zip(&want) {
+                assert!((a - b).abs() < 1e-6, "{i}: {got:?} vs {want:?}");
+            }
+        }
+    }
 }

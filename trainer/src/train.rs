@@ -672,6 +672,7 @@ fn run_key(model: &Model, source: &PairSource, o: &TrainOptions) -> checkpoint::
         shuffle_buffer: o.shuffle_buffer,
         max_pairs: o.max_pairs,
         rows: source.rows(),
+        unit_parts: model.unit_parts,
     }
 }
 
