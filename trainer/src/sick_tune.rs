@@ -393,7 +393,11 @@ mod tests {
             .map(|s| model.encode(s))
             .collect();
         let refs: Vec<&Encoded> = sents.iter().collect();
-        let got: Vec<f32> = net.embed(&refs, &cpu).into_data().to_vec().unwrap();
+        let got: Vec<f32> = net
+            .embed(&refs, &cpu)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
         for (i, e) in sents.iter().enumerate() {
             let mut want = vec![0.0; 5];
             model.embed_into(e, &mut want);
