@@ -669,6 +669,18 @@ mod tests {
             assert_eq!(back.spec(), spec);
             assert_eq!(back.embed_many(&texts), m.embed_many(&texts), "{spec}");
             assert_eq!(back.words.trigrams(), m.words.trigrams());
+            // A combination (unit parts) is version 2, which a reader from
+            // before the flag refuses; a version that disagrees is damage.
+            let cpath = out.join(CONFIG);
+            let mut c: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&cpath).unwrap()).unwrap();
+            let combo = spec.arch.is_combination();
+            assert_eq!(c["version"], if combo { 2 } else { 1 }, "{spec}");
+            assert_eq!(c["unit_parts"].as_bool().unwrap_or(false), combo);
+            c["version"] = serde_json::json!(if combo { 1 } else { 2 });
+            std::fs::write(&cpath, serde_json::to_vec(&c).unwrap()).unwrap();
+            let e = NeuralModel::load(&out, &cpu()).unwrap_err().to_string();
+            assert!(e.contains("unit_parts"), "{spec}: {e}");
         }
         // A Gaussian's embedding is [mean, variance]: the variances are
         // positive.
