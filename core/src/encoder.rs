@@ -542,10 +542,7 @@ impl Model {
 
     /// The embedding before [`Model::scale_parts`]: the two means.
     pub fn means_into(&self, e: &Encoded, out: &mut [f32]) {
-        out.fill(0.0);
-        let (wo, to) = out.split_at_mut(self.word_dim);
-        mean_rows(&self.w, self.word_dim, &e.words, wo);
-        mean_rows(&self.t, self.trigram_dim, &e.trigrams, to);
+        means_of(&self.w, &self.t, self, e, out);
     }
 
     /// Scales each half of `out` to unit length where [`Model::unit_parts`]
@@ -808,6 +805,15 @@ impl Value for u16 {
     }
 }
 
+/// The word mean, then the trigram mean, of `e` from tables `w` and `t`
+/// shaped as `m`'s (its own f32 rows or a [`Bf16Model`]'s packed ones).
+fn means_of<V: Value>(w: &[V], t: &[V], m: &Model, e: &Encoded, out: &mut [f32]) {
+    out.fill(0.0);
+    let (wo, to) = out.split_at_mut(m.word_dim);
+    mean_rows(w, m.word_dim, &e.words, wo);
+    mean_rows(t, m.trigram_dim, &e.trigrams, to);
+}
+
 /// The mean of `rows` of a row-major `table`, into `out`.
 ///
 /// Blocked over the dimension so each block's sums stay in registers while
@@ -905,10 +911,7 @@ impl SentenceEncoder for Bf16Model {
         let m = &self.model;
         let unknown = m.encode_tokens(tokens, &mut scratch.encoded);
         let e = &scratch.encoded;
-        out.fill(0.0);
-        let (wo, to) = out.split_at_mut(m.word_dim);
-        mean_rows(&self.w, m.word_dim, &e.words, wo);
-        mean_rows(&self.t, m.trigram_dim, &e.trigrams, to);
+        means_of(&self.w, &self.t, m, e, out);
         m.scale_parts(out);
         Coverage {
             known: (e.words.len() + e.trigrams.len()) as u32,

@@ -495,6 +495,14 @@ impl Shape {
     }
 }
 
+/// Each row scaled to unit length, as a combination scales its parts; a
+/// zero row (a part with nothing to embed) stays zero, and the epsilon
+/// keeps sqrt's gradient finite there.
+pub fn unit_rows(g: Tensor<2>) -> Tensor<2> {
+    let norm = (g.clone().powi_scalar(2).sum_dim(1) + 1e-24).sqrt();
+    g / norm
+}
+
 /// Where the L2 regulariser pulls a compositional parameter.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Pull {
@@ -701,12 +709,7 @@ impl Net {
                     false => net.forward(b),
                 })
                 .map(|g| match self.shape.unit_parts {
-                    // A part with nothing to embed (zeros) stays zero; the
-                    // epsilon keeps sqrt's gradient finite there.
-                    true => {
-                        let norm = (g.clone().powi_scalar(2).sum_dim(1) + 1e-24).sqrt();
-                        g / norm
-                    }
+                    true => unit_rows(g),
                     false => g,
                 })
                 .collect();
@@ -1179,6 +1182,20 @@ mod tests {
         }
     }
 
+    /// Each part's own embedding of `batch`, before it is combined.
+    fn part_embeddings(net: &Net, batch: &Batch) -> Vec<Vec<f64>> {
+        net.part_nets()
+            .into_iter()
+            .map(|(p, t)| {
+                f64s(p.forward(if t {
+                    batch.trigrams.as_deref().unwrap()
+                } else {
+                    batch
+                }))
+            })
+            .collect()
+    }
+
     /// With unit parts, each part of a concatenation has length 1 (an
     /// empty trigram list stays zero) and a sum is the sum of the unit
     /// parts; a config saved before the flag reads as raw parts.
@@ -1200,17 +1217,7 @@ mod tests {
             let (emb, comp) = random_values(&shape, 3, &|_| (-0.8, 0.8));
             let net = Net::from_values(shape.clone(), &emb, &comp, &dev, DType::F64);
             let g = f64s(net.forward(&batch));
-            let parts: Vec<Vec<f64>> = net
-                .part_nets()
-                .into_iter()
-                .map(|(p, t)| {
-                    f64s(p.forward(if t {
-                        batch.trigrams.as_deref().unwrap()
-                    } else {
-                        &batch
-                    }))
-                })
-                .collect();
+            let parts = part_embeddings(&net, &batch);
             let d = 3;
             for row in 0..2 {
                 let unit: Vec<Vec<f64>> = parts
@@ -1258,17 +1265,7 @@ mod tests {
             };
             let (emb, comp) = random_values(&shape, 3, &|_| (-0.8, 0.8));
             let net = Net::from_values(shape, &emb, &comp, &dev, DType::F64);
-            let parts: Vec<Vec<f64>> = net
-                .part_nets()
-                .into_iter()
-                .map(|(p, t)| {
-                    f64s(p.forward(if t {
-                        batch.trigrams.as_deref().unwrap()
-                    } else {
-                        &batch
-                    }))
-                })
-                .collect();
+            let parts = part_embeddings(&net, &batch);
             (f64s(net.forward(&batch)), parts, emb)
         };
         let (sum, parts, emb) = embed("word+trigram+lstm");

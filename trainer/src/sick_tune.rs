@@ -26,6 +26,7 @@ use paraforge_core::encoder::{Encoded, Model};
 
 use crate::transfer::{prediction, relatedness_target, Example, Task};
 use crate::TrainError;
+use paraforge_encoders::neural::unit_rows;
 
 /// Settings of a supervised run.
 #[derive(Debug, Clone)]
@@ -135,12 +136,7 @@ impl Net {
             parts.push(Self::mean(t, &gather(sents, |e| &e.trigrams), n, dev));
         }
         if self.unit_parts {
-            // The epsilon keeps a zero half (no known trigram) zero, with a
-            // finite gradient.
-            for p in &mut parts {
-                let norm = (p.clone().powi_scalar(2).sum_dim(1) + 1e-24).sqrt();
-                *p = p.clone() / norm;
-            }
+            parts = parts.into_iter().map(unit_rows).collect();
         }
         Tensor::cat(parts, 1)
     }
