@@ -23,7 +23,7 @@ VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build wheel test-python ort image image-cuda base-image testenv test demo scorer minilm lint fmt venv fixtures bench-nmt bench-nmt-natural bench-gpu bench-score bench-bins bench-train bench-load bench-scale bench-pipeline soak clean-ort
+.PHONY: all build wheel test-python ort image image-cuda base-image testenv test demo scorer minilm lint fmt venv fixtures bench-nmt bench-nmt-natural bench-gpu bench-score bench-bins bench-train bench-load bench-scale bench-pipeline soak clean-ort check-wgpu test-wgpu
 
 all: build
 
@@ -167,6 +167,16 @@ test-python: $(ORT_LIB) $(MATURIN)
 lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all -- --check
+
+# The wgpu training build (`--device wgpu`), linted as CI does so that it
+# cannot rot; `make test-wgpu` runs its test where a Vulkan adapter exists
+# (Mesa's lavapipe: apt-get install mesa-vulkan-drivers vulkan-tools).
+WGPU_FEATURES := --features paraforge/wgpu,paraforge-tests/wgpu
+check-wgpu:
+	$(CARGO) clippy -p paraforge -p paraforge-tests --all-targets $(WGPU_FEATURES) -- -D warnings < /dev/null
+
+test-wgpu: $(ORT_LIB)
+	$(CARGO) test -p paraforge-tests --test wgpu_training --features wgpu -- --nocapture < /dev/null
 
 fmt:
 	$(CARGO) fmt --all

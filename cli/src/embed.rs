@@ -57,8 +57,9 @@ pub struct TrainArgs {
     /// Gimpel (2020) section 3.2; default 0.01).
     #[arg(long)]
     lambda_kl: Option<f64>,
-    /// Where a neural encoder trains: cpu (the default), or cuda:N with
-    /// the `cuda` build feature.
+    /// Where a neural encoder trains: cpu (the default); cuda:N with the
+    /// `cuda` build feature; wgpu, wgpu:N (the N-th discrete GPU) or
+    /// wgpu:cpu (a software Vulkan adapter) with the `wgpu` build feature.
     #[arg(long)]
     device: Option<String>,
     /// GloVe- or word2vec-format text vectors that initialise the word

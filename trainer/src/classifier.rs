@@ -440,7 +440,7 @@ pub struct ClassifierSpec {
     /// Word embedding size (default: the vectors' size, else 300).
     pub word_dim: Option<usize>,
     pub seed: u64,
-    /// cpu or cuda:N.
+    /// cpu, cuda:N or wgpu[:N|:cpu] ([`crate::nn_model::device`]).
     pub device: String,
 }
 

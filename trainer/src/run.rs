@@ -95,7 +95,8 @@ pub struct TrainSpec {
     pub lambda_c: Option<f64>,
     pub lambda_w: Option<f64>,
     pub lambda_kl: Option<f64>,
-    /// Where a neural encoder trains: cpu (the default) or cuda:N.
+    /// Where a neural encoder trains: cpu (the default), cuda:N or wgpu[:N|:cpu]
+    /// ([`crate::nn_model::device`]).
     pub device: Option<String>,
     /// Vectors that initialise the word embeddings (and, without
     /// `min_word_count`, fix the vocabulary).
