@@ -14,9 +14,10 @@ use paraforge_trainer::nn_train::{train, NeuralOptions};
 use paraforge_trainer::train::TrainOptions;
 use paraforge_trainer::Kind;
 
-/// `wgpu:cpu` when a software adapter answers, else `wgpu`; None without
-/// any adapter (burn panics when it finds none, so ask wgpu's own loader
-/// through a child process instead of here).
+/// The device to test: `wgpu:cpu` (a software adapter such as lavapipe),
+/// or `wgpu` (the adapter wgpu ranks first) with PARAFORGE_TEST_WGPU_GPU
+/// set; None where `vulkaninfo` finds no Vulkan driver (burn would panic
+/// opening a device, so the check is made outside this process).
 fn adapter() -> Option<&'static str> {
     let has_vulkan = std::process::Command::new("vulkaninfo")
         .arg("--summary")
@@ -85,6 +86,7 @@ fn training_on_wgpu_equals_training_on_the_cpu() {
         let (cpu_loss, cpu_emb) = run(&cpu());
         let (gpu_loss, gpu_emb) = run(&gpu);
         eprintln!("{spec}: cpu losses {cpu_loss:.5?}, {name} {gpu_loss:.5?}");
+        assert_eq!(cpu_loss.len(), gpu_loss.len(), "{spec}: epochs");
         for (a, b) in cpu_loss.iter().zip(&gpu_loss) {
             assert!(
                 (a - b).abs() <= 1e-3 * a.abs().max(1.0),
