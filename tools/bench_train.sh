@@ -6,7 +6,8 @@
 # run to bench-out/train/results.jsonl.
 # Usage: tools/bench_train.sh [ROWS] [VECTORS]
 # Environment: RNN_PAIRS (pairs of a neural run, default 2000), AVG_MODELS
-# and NN_MODELS (the encoders run; default all, see below), PYTHON.
+# and NN_MODELS (the encoders run; default all, see below; set empty, none),
+# PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS=${1:-100000}
@@ -15,13 +16,13 @@ OUT=bench-out/train
 BIN=target/release/paraforge
 PY=${PYTHON:-.venv/bin/python}
 # The hand-differentiated averages: M = 40, the whole data.
-AVG_MODELS=${AVG_MODELS:-word trigram word,trigram}
+AVG_MODELS=${AVG_MODELS-word trigram word,trigram}
 # The neural encoders (burn autodiff; the recurrent ones and the
 # word-operator Gaussian, a recurrence too, train hundreds of times
 # slower): the first RNN_PAIRS pairs only (both peers), M = 1 as their
 # negatives cost a forward pass of every sentence, no scrambling, no dev
 # set, file order.
-NN_MODELS=${NN_MODELS:-lstm lstm-no-o blstm blstm-concat gran rnn irnn dan proj gaussian lstm-gaussian word+trigram+lstm word,trigram,lstm}
+NN_MODELS=${NN_MODELS-lstm lstm-no-o blstm blstm-concat gran rnn irnn dan proj gaussian lstm-gaussian word+trigram+lstm word,trigram,lstm}
 RNN_PAIRS=${RNN_PAIRS:-2000}
 mkdir -p "$OUT"
 if [ ! -f bench-out/bins/pairs.tsv ]; then

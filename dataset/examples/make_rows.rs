@@ -2,7 +2,9 @@
 //! (`make bench-bins`): the pairs of a TSV (`id, source, reference,
 //! translation, translation_score`) are scored once with real vectors, then
 //! written over and over, each copy with its own id (`<id>#<copy>`), until
-//! ROWS rows fill FILES Parquet files.
+//! ROWS rows fill FILES Parquet files, then sealed as a job's output (a
+//! manifest listing every file with its rows and digest, and `_SUCCESS`),
+//! since every reader refuses a directory without one.
 //!
 //! usage: make_rows PAIRS.tsv VECTORS OUT_DIR ROWS FILES
 
@@ -60,5 +62,6 @@ fn main() {
         }
         w.close().expect("close");
     }
+    paraforge_core::dataset::testing::seal(out, paraforge_core::layout::ManifestKind::Job);
     println!("{written} rows in {files} files under {}", out.display());
 }
