@@ -286,7 +286,8 @@ fn verify_file(root: &Path, f: &ListedFile) -> Result<DatasetFile, DataError> {
     Ok(DatasetFile { path, rows: f.rows })
 }
 
-/// For tests of the crates that read datasets: turns a directory of
+/// For tests of the crates that read datasets, and for benchmark fixtures
+/// (`dataset/examples/make_rows.rs`): turns a directory of
 /// Parquet files written by hand into a finished dataset (a manifest of
 /// `kind` listing every `*.parquet` below it, with rows and digests, and
 /// `_SUCCESS`), as a command would have left it.
