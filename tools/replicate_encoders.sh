@@ -18,7 +18,9 @@
 #   env: OUT (bench-out/encoders), CORPUS ($OUT/../replication/corpus),
 #        EPOCHS (5), SEEDS ("1 2 3"), ENCODERS (all), MULTI_SEED (ENCODERS),
 #        VECTORS (the bundled
-#        GloVe), PYTHON (python3; the report needs no packages)
+#        GloVe), PYTHON (python3; the report needs no packages),
+#        TRAIN_ONLY (set: train what is missing, skip the evaluation, so
+#        that a queue of single runs evaluates once at its end)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-out/encoders}
@@ -80,6 +82,7 @@ for spec in $ENCODERS; do
   done
 done
 
+if [ -n "${TRAIN_ONLY:-}" ]; then exit 0; fi
 log "evaluating"
 models=()
 # The models: .pfe files and neural directories (not the cards beside them).
