@@ -58,6 +58,8 @@ struct Api {
     print_constituent_tree: unsafe extern "C" fn(Ptr, c_int) -> *mut c_char,
     free_constituent_tree_str: unsafe extern "C" fn(*mut c_char),
     error_set_handler: unsafe extern "C" fn(Option<ErrorHandler>, Ptr) -> Option<ErrorHandler>,
+    get_version: unsafe extern "C" fn() -> *const c_char,
+    get_dict_version: unsafe extern "C" fn(Ptr) -> *const c_char,
     _lib: Library,
 }
 
@@ -118,6 +120,8 @@ impl Api {
             print_constituent_tree: sym!(b"linkage_print_constituent_tree"),
             free_constituent_tree_str: sym!(b"linkage_free_constituent_tree_str"),
             error_set_handler: sym!(b"lg_error_set_handler"),
+            get_version: sym!(b"linkgrammar_get_version"),
+            get_dict_version: sym!(b"linkgrammar_get_dict_version"),
             _lib: l,
         })
     }
@@ -225,6 +229,7 @@ pub struct Parser {
     cache: Mutex<HashMap<String, Tree>>,
     parsed: AtomicU64,
     fallbacks: AtomicU64,
+    version: String,
 }
 
 /// The tokens as the parser sees them: a bracket word would read as one of
@@ -259,7 +264,24 @@ impl Parser {
     pub fn new() -> Result<Parser, ParserError> {
         let api = Arc::new(Api::open()?);
         let first = Instance::new(api.clone())?;
+        let text = |p: *const c_char| {
+            // SAFETY: both return a static NUL-terminated string (or null).
+            (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        };
+        // SAFETY: plain calls on the library and a live dictionary.
+        let (lib, dict) = unsafe {
+            (
+                text((api.get_version)()),
+                text((api.get_dict_version)(first.dict)),
+            )
+        };
+        let version = format!(
+            "{} (English dictionary {})",
+            lib.as_deref().unwrap_or("link-grammar, version unknown"),
+            dict.as_deref().unwrap_or("of unknown version")
+        );
         Ok(Parser {
+            version,
             api,
             idle: Mutex::new(Pool {
                 made: 1,
@@ -271,6 +293,14 @@ impl Parser {
             parsed: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
         })
+    }
+
+    /// The library's and its English dictionary's versions, e.g.
+    /// `link-grammar-5.12.0 (English dictionary 5.11.0)`: trees (and so a
+    /// tree network's embeddings) may change with either, so a tree-rnn
+    /// scorer's stamp names them.
+    pub fn version(&self) -> &str {
+        &self.version
     }
 
     /// Sentences of two tokens or more parsed so far, and how many of them
@@ -430,6 +460,11 @@ mod tests {
     #[test]
     fn parses_a_sentence_into_constituents() {
         let p = Parser::new().expect("Link Grammar (apt-get install link-grammar)");
+        let v = p.version();
+        assert!(
+            v.starts_with("link-grammar-5.") && v.contains("English dictionary 5."),
+            "{v}"
+        );
         let got = p
             .parse_all(&[
                 "a man is playing a guitar .".to_string(),

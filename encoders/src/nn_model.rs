@@ -523,13 +523,22 @@ impl NeuralEncoder {
             reason: e.to_string(),
         })?;
         let net = burn::module::Module::valid(&model.net);
-        let about = format!(
+        let mut about = format!(
             "{} neural encoder ({} words x {}, {} dimensions)",
             model.spec().name(),
             model.words.words().len(),
             model.net.shape.word_dim,
             model.dim()
         );
+        // Its trees come from the parser, so the scorer's stamp (this line)
+        // names the parser: scores made with another one do not mix.
+        if model.arch() == Arch::TreeRnn {
+            let parser = crate::link_grammar::shared().map_err(|e| EncoderError::Load {
+                path: dir.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+            about.push_str(&format!(", trees by {}", parser.version()));
+        }
         Ok(NeuralEncoder { model, net, about })
     }
 }
@@ -634,6 +643,32 @@ mod tests {
             e.contains("model.safetensors") && e.contains(name.as_str()) && e.contains("row 2"),
             "{e}"
         );
+    }
+
+    /// A tree network's description, which a scorer's stamp in every
+    /// Parquet footer carries, names the parser its trees come from (scores
+    /// made under another Link Grammar would otherwise pass for the same
+    /// model's); other encoders name none.
+    #[test]
+    fn a_tree_networks_description_names_its_parser() {
+        let words: Vec<String> = ["a", "man", "plays"].map(String::from).to_vec();
+        let wm = crate::testing::words_model(Kind::Word, words, 3, vec![], 0, 2);
+        let dir = tempfile::tempdir().unwrap();
+        for (arch, parser) in [(Arch::TreeRnn, true), (Arch::Lstm, false)] {
+            let m = NeuralModel::init(arch, wm.clone(), 3, 1, 3, &cpu()).unwrap();
+            let out = dir.path().join(format!("{arch:?}"));
+            m.save(&out).unwrap();
+            let about = NeuralEncoder::load(&out).unwrap().describe();
+            let version = crate::link_grammar::shared()
+                .expect("Link Grammar (make link-grammar)")
+                .version()
+                .to_string();
+            assert_eq!(
+                about.ends_with(&format!(", trees by {version}")),
+                parser,
+                "{about}"
+            );
+        }
     }
 
     /// A Gaussian encoder and a combination with a trigram part save and
