@@ -11,6 +11,10 @@ year the mean of its datasets), by:
   weighted means of the parts'  w_i cos_i / sum w_i, e.g. weights
   cosines                       proportional to the parts' dimensions.
 
+The datasets are read here as trainer/src/sts.rs reads them; the model's
+own figures are checked against `paraforge eval-sts` on the same data, and
+the study fails if any year or STSB differs by more than 0.05.
+
 usage: combination_parts_study.py PARAFORGE MODEL STS_DIR NAME:DIM[,NAME:DIM...] OUT.json
   STS_DIR holds semeval/STS20xx-test/ and stsbenchmark/ (as data/sts does).
 Needs numpy.
@@ -23,11 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def pearson(a, b):
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    a, b = a - a.mean(), b - b.mean()
-    return float((a * b).sum() / np.sqrt((a * a).sum() * (b * b).sum()))
+from gaussian_similarity_study import embed, pearson
 
 
 def sets(sts):
@@ -56,11 +56,11 @@ def main():
     data = sets(Path(sts))
     sentences = sorted({s for _, _, pairs in data for a, b, _ in pairs for s in (a, b)})
     with tempfile.TemporaryDirectory() as tmp:
-        txt, npy = Path(tmp) / "s.txt", Path(tmp) / "s.npy"
-        txt.write_text("\n".join(s.replace("\n", " ") for s in sentences) + "\n", encoding="utf-8")
-        subprocess.run([paraforge, "embed", "--model", model, "--input", str(txt), "--out", str(npy)],
-                       check=True, capture_output=True)
-        emb = np.load(npy)
+        emb = embed(paraforge, model, sentences, Path(tmp) / "s.npy")
+        subprocess.run([paraforge, "eval-sts", "--model", model, "--sts", sts, "--json",
+                        str(Path(tmp) / "sts.json")], check=True, capture_output=True)
+        official = {g["group"]: g["pearson"]
+                    for g in json.loads((Path(tmp) / "sts.json").read_text())[0]["groups"]}
     assert emb.shape == (len(sentences), sum(d for _, d in parts)), (emb.shape, parts)
     row = {s: i for i, s in enumerate(sentences)}
     bounds, at = [], 0
@@ -100,6 +100,10 @@ def main():
 
     total = sum(d for _, d in parts)
     results = {"model's cosine": score("model")}
+    for group, mine in results["model's cosine"]["years"].items():
+        if abs(mine - official[group]) > 0.05:
+            sys.exit(f"{group}: {mine:.2f} here, {official[group]:.2f} by eval-sts: the study "
+                     "no longer reads the data as eval-sts does")
     for pname, _, _ in bounds:
         results[f"{pname} alone"] = score({pname: 1.0})
     results["equal weights"] = score({p: 1.0 for p, _ in parts})
@@ -108,9 +112,9 @@ def main():
     for i, p in enumerate(names):
         for q in names[i + 1:]:
             results[f"{p} + {q}, equal"] = score({p: 1.0, q: 1.0})
+    strongest = max(names, key=lambda p: results[f"{p} alone"]["semeval"])
+    rest = [p for p in names if p != strongest]
     for w in (0.5, 0.6, 0.7, 0.8, 0.9):
-        strongest = max(names, key=lambda p: results[f"{p} alone"]["semeval"])
-        rest = [p for p in names if p != strongest]
         results[f"{strongest} at {w}, the rest equal"] = score(
             {strongest: w, **{p: (1 - w) / len(rest) for p in rest}})
     report = {"model": model, "parts": parts, "sentences": len(sentences), "results": results}
