@@ -772,6 +772,9 @@ for words, trigrams, tree in sents:
                 parts.append(encode(p, words, f"part{i}."))
         if c.get("unit_parts"):
             parts = [p / np.sqrt(np.sum(p ** 2) + 1e-24) for p in parts]
+        if c.get("parts_by_dimension"):
+            total = sum(len(p) for p in parts)
+            parts = [p * np.sqrt(len(p) / total) for p in parts]
         g = sum(parts) if a == "sum" else np.concatenate(parts)
     else:
         g = encode(a, words, tree=tree)

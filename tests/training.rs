@@ -121,7 +121,7 @@ fn training_learns_from_real_pairs_and_exports_vectors() {
     // WORD. (On the 84k corpus it comes within a point of TRIGRAM,
     // docs/replication.md; this run is too short for the word half.)
     let mut raw = paraforge_trainer::model::init(Kind::WordTrigram, Some(&v), tris, 50, 1).unwrap();
-    raw.unit_parts = false;
+    raw.parts = paraforge_core::PartScale::Raw;
     train(&mut raw, &source, &o, None, &mut |_| {}).unwrap();
     let raw = paraforge_trainer::sts::dev_score(&dev_sets, &|s| raw.embed(s));
     let [trigram, word, both] = dev;

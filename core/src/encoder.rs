@@ -384,15 +384,59 @@ struct Header {
     #[serde(default)]
     notes: serde_json::Value,
     /// Whether a WORD,TRIGRAM model scales each half to unit length
-    /// ([`Model::unit_parts`]); absent in files written before, which did not.
+    /// ([`PartScale::Unit`]); absent in files written before, which did not.
     #[serde(default)]
     unit_parts: bool,
+    /// Whether those unit halves are then weighted by their dimensions
+    /// ([`PartScale::ByDimension`]); absent in files written before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    parts_by_dimension: bool,
 }
 
 const MAGIC: &[u8; 7] = b"PFEMB1\n";
-/// The magic of a file whose halves are at unit length ([`Model::unit_parts`]):
+/// The magic of a file whose halves are at unit length ([`PartScale::Unit`]):
 /// a reader from before that flag refuses it rather than scoring raw halves.
 const MAGIC_UNIT_PARTS: &[u8; 7] = b"PFEMB2\n";
+/// The magic of a file whose halves are weighted by dimension
+/// ([`PartScale::ByDimension`]): a reader from before refuses it.
+const MAGIC_PARTS_BY_DIMENSION: &[u8; 7] = b"PFEMB3\n";
+
+/// How a combination scales its parts' embeddings before joining them;
+/// the cosine of two joined embeddings is then a weighted mean of the
+/// parts' cosines (docs/encoders.md, combinations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PartScale {
+    /// The parts as they come: the one with the largest norms decides the
+    /// cosine. Only files written before part scaling read this way.
+    #[default]
+    Raw,
+    /// Each part at unit length: the cosine is the plain mean of the
+    /// parts' cosines, a 50-d part weighing as much as a 300-d one.
+    Unit,
+    /// Each part at length sqrt(d_i / D), D the sum of the parts'
+    /// dimensions: the joined embedding is at unit length and each part's
+    /// cosine weighs d_i / D, as if every dimension weighed alike. Equal to
+    /// `Unit` where the parts are the same size (every part of Wieting and
+    /// Gimpel (2018) is 300-d); here the parts' sizes can differ sixfold.
+    ByDimension,
+}
+
+impl PartScale {
+    /// The length each part is scaled to, in the order of `dims` (None:
+    /// the parts stay raw). A zero part stays zero whatever its factor.
+    pub fn lengths(self, dims: &[usize]) -> Option<Vec<f32>> {
+        let total: usize = dims.iter().sum();
+        match self {
+            PartScale::Raw => None,
+            PartScale::Unit => Some(vec![1.0; dims.len()]),
+            PartScale::ByDimension => Some(
+                dims.iter()
+                    .map(|&d| (d as f64 / total.max(1) as f64).sqrt() as f32)
+                    .collect(),
+            ),
+        }
+    }
+}
 
 /// An averaging embedding model. Row `words().len()` of the word table is UNK.
 #[derive(Debug, Clone)]
@@ -410,14 +454,15 @@ pub struct Model {
     pub t: Vec<f32>,
     /// Free-form training notes kept in the file (data, settings, losses).
     pub notes: serde_json::Value,
-    /// WORD,TRIGRAM: each half of the embedding is scaled to unit length, so
-    /// that the cosine of two sentences whose halves are both non-zero is
-    /// the mean of the halves' cosines.
+    /// WORD,TRIGRAM: how each half of the embedding is scaled.
     /// Raw halves let the GloVe-started word half (norms of several units)
     /// outweigh the trigram half (rows of +-0.05, norms near 0.1), and the
-    /// concatenation scored as WORD alone (docs/encoders.md, combinations).
-    /// True for every model built now; false only for a file that predates it.
-    pub unit_parts: bool,
+    /// concatenation scored as WORD alone; unit halves let the 50-d word
+    /// half weigh as much as the 300-d trigram half (docs/encoders.md,
+    /// combinations). `ByDimension` for every WORD,TRIGRAM model built
+    /// now, `Raw` for every other kind; older files keep what they were
+    /// trained with.
+    pub parts: PartScale,
 }
 
 impl Model {
@@ -468,7 +513,11 @@ impl Model {
             w,
             t,
             notes: serde_json::Value::Null,
-            unit_parts: kind == Kind::WordTrigram,
+            parts: if kind == Kind::WordTrigram {
+                PartScale::ByDimension
+            } else {
+                PartScale::Raw
+            },
         })
     }
 
@@ -533,8 +582,8 @@ impl Model {
     }
 
     /// The sentence embedding: the mean word row, then the mean trigram
-    /// row (zeros for a part with no rows), each scaled to unit length
-    /// where [`Model::unit_parts`].
+    /// row (zeros for a part with no rows), each scaled as [`Model::parts`]
+    /// says.
     pub fn embed_into(&self, e: &Encoded, out: &mut [f32]) {
         self.means_into(e, out);
         self.scale_parts(out);
@@ -545,17 +594,25 @@ impl Model {
         means_of(&self.w, &self.t, self, e, out);
     }
 
-    /// Scales each half of `out` to unit length where [`Model::unit_parts`]
-    /// (a zero half stays zero); returns the halves' lengths before (1
-    /// where nothing was scaled), which training's backward pass divides by.
+    /// The length [`Model::scale_parts`] gives each half (word, trigram);
+    /// None where the halves stay raw.
+    pub fn part_lengths(&self) -> Option<[f32; 2]> {
+        let l = self.parts.lengths(&[self.word_dim, self.trigram_dim])?;
+        Some([l[0], l[1]])
+    }
+
+    /// Scales each half of `out` to its [`Model::part_lengths`] (a zero
+    /// half stays zero); returns the halves' lengths before (1 where
+    /// nothing was scaled), which training's backward pass divides by.
     pub fn scale_parts(&self, out: &mut [f32]) -> [f32; 2] {
         let mut norms = [1.0f32; 2];
-        if self.unit_parts {
+        if let Some(lengths) = self.part_lengths() {
             let (wo, to) = out.split_at_mut(self.word_dim);
-            for (n, half) in norms.iter_mut().zip([wo, to]) {
+            for ((n, half), len) in norms.iter_mut().zip([wo, to]).zip(lengths) {
                 *n = half.iter().map(|x| x * x).sum::<f32>().sqrt();
                 if *n > 0.0 {
-                    half.iter_mut().for_each(|x| *x /= *n);
+                    let k = len / *n;
+                    half.iter_mut().for_each(|x| *x *= k);
                 }
             }
         }
@@ -583,16 +640,17 @@ impl Model {
             trigrams: self.trigrams.clone(),
             precision,
             notes: self.notes.clone(),
-            unit_parts: self.unit_parts,
+            unit_parts: self.parts != PartScale::Raw,
+            parts_by_dimension: self.parts == PartScale::ByDimension,
         })
         .map_err(|e| EncoderError::Invalid(e.to_string()))?;
         let tmp = path.with_extension("pfe.tmp");
         let write = || -> std::io::Result<()> {
             let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-            f.write_all(if self.unit_parts {
-                MAGIC_UNIT_PARTS
-            } else {
-                MAGIC
+            f.write_all(match self.parts {
+                PartScale::Raw => MAGIC,
+                PartScale::Unit => MAGIC_UNIT_PARTS,
+                PartScale::ByDimension => MAGIC_PARTS_BY_DIMENSION,
             })?;
             f.write_all(&(header.len() as u64).to_le_bytes())?;
             f.write_all(&header)?;
@@ -625,7 +683,7 @@ impl Model {
         let mut magic = [0u8; 7];
         f.read_exact(&mut magic)
             .map_err(|_| bad("shorter than its header".into()))?;
-        if &magic != MAGIC && &magic != MAGIC_UNIT_PARTS {
+        if ![MAGIC, MAGIC_UNIT_PARTS, MAGIC_PARTS_BY_DIMENSION].contains(&&magic) {
             return Err(bad("wrong magic bytes (expected a .pfe file)".into()));
         }
         let mut len = [0u8; 8];
@@ -697,15 +755,35 @@ impl Model {
             });
         }
         m.notes = h.notes;
-        // The flag and the magic say the same, or the file is damaged.
-        if h.unit_parts != (&magic == MAGIC_UNIT_PARTS) {
+        // The flags and the magic say the same, or the file is damaged.
+        let parts = match (h.unit_parts, h.parts_by_dimension) {
+            (false, false) => PartScale::Raw,
+            (true, false) => PartScale::Unit,
+            (true, true) => PartScale::ByDimension,
+            (false, true) => {
+                return Err(bad(
+                    "header says parts_by_dimension without unit_parts".into()
+                ))
+            }
+        };
+        let want: &[u8; 7] = match parts {
+            PartScale::Raw => MAGIC,
+            PartScale::Unit => MAGIC_UNIT_PARTS,
+            PartScale::ByDimension => MAGIC_PARTS_BY_DIMENSION,
+        };
+        if &magic != want {
             return Err(bad(format!(
-                "header says unit_parts {} under magic {:?}",
+                "header says unit_parts {} and parts_by_dimension {} under magic {:?}",
                 h.unit_parts,
+                h.parts_by_dimension,
                 String::from_utf8_lossy(&magic[..6])
             )));
         }
-        m.unit_parts = h.unit_parts && h.kind == Kind::WordTrigram;
+        m.parts = if h.kind == Kind::WordTrigram {
+            parts
+        } else {
+            PartScale::Raw
+        };
         Ok(m)
     }
 
@@ -1000,7 +1078,7 @@ mod tests {
     fn unknown_words_take_the_unk_row_and_unknown_trigrams_are_left_out() {
         let mut m = model();
         // The raw means (unit halves: the next test).
-        m.unit_parts = false;
+        m.parts = PartScale::Raw;
         let e = m.encode("Cat zebra");
         assert_eq!(e.words, [0, 2]);
         // " ca", "cat", "at " known; "t z", " ze", ... not.
@@ -1020,18 +1098,22 @@ mod tests {
         );
     }
 
-    /// A WORD,TRIGRAM model built now scales each half to unit length,
-    /// keeps saying so through a save, and a file without the flag (written
-    /// before it) scores with the raw means it was trained with.
+    /// A WORD,TRIGRAM model built now scales each half to length
+    /// sqrt(d_i / D), keeps saying so through a save, and a file written
+    /// before (unit halves, or raw ones before that) scores as it was
+    /// trained.
     #[test]
-    fn word_trigram_halves_are_unit_length_unless_the_file_predates_it() {
+    fn word_trigram_halves_are_weighted_by_dimension_unless_the_file_predates_it() {
         let m = model();
-        assert!(m.unit_parts);
+        assert_eq!(m.parts, PartScale::ByDimension);
         let g = m.embed("Cat zebra");
         let n = (0.75f32 * 0.75 + 0.25 * 0.25).sqrt();
-        for (got, want) in g.iter().zip([0.75 / n, 0.25 / n, 1.0]) {
+        // word_dim 2 and trigram_dim 1: lengths sqrt(2/3) and sqrt(1/3).
+        let (lw, lt) = ((2.0f32 / 3.0).sqrt(), (1.0f32 / 3.0).sqrt());
+        for (got, want) in g.iter().zip([0.75 / n * lw, 0.25 / n * lw, lt]) {
             assert!((got - want).abs() < 1e-6, "{g:?}");
         }
+        assert!((g.iter().map(|x| x * x).sum::<f32>() - 1.0).abs() < 1e-6);
         let (mut s, mut out) = (Scratch::default(), vec![0.0; 3]);
         m.embed_tokens(&tokenize("Cat zebra"), &mut s, &mut out);
         assert_eq!(out, g);
@@ -1041,30 +1123,58 @@ mod tests {
         let p = dir.path().join("m.pfe");
         m.save(&p).unwrap();
         assert_eq!(Model::load(&p).unwrap().embed("Cat zebra"), g);
-        // The header as it was written before the flag existed.
         let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(&bytes[..7], MAGIC_PARTS_BY_DIMENSION);
         let len = u64::from_le_bytes(bytes[7..15].try_into().unwrap()) as usize;
-        let mut h: serde_json::Value = serde_json::from_slice(&bytes[15..15 + len]).unwrap();
-        assert_eq!(h["unit_parts"], true);
-        assert_eq!(&bytes[..7], MAGIC_UNIT_PARTS);
-        h.as_object_mut().unwrap().remove("unit_parts");
-        let h = serde_json::to_vec(&h).unwrap();
-        // A reader from before the flag knew only this magic, so it refuses
-        // the new file instead of scoring raw halves.
-        let mut old = MAGIC.to_vec();
-        old.extend((h.len() as u64).to_le_bytes());
-        old.extend(&h);
-        old.extend(&bytes[15 + len..]);
-        std::fs::write(&p, old).unwrap();
+        let h: serde_json::Value = serde_json::from_slice(&bytes[15..15 + len]).unwrap();
+        assert_eq!(
+            (&h["unit_parts"], &h["parts_by_dimension"]),
+            (&true.into(), &true.into())
+        );
+        // The file as each earlier writer wrote it: its magic, its header.
+        let rewrite = |magic: &[u8; 7], drop: &[&str]| {
+            let mut h = h.clone();
+            for k in drop {
+                h.as_object_mut().unwrap().remove(*k);
+            }
+            let h = serde_json::to_vec(&h).unwrap();
+            let mut b = magic.to_vec();
+            b.extend((h.len() as u64).to_le_bytes());
+            b.extend(&h);
+            b.extend(&bytes[15 + len..]);
+            std::fs::write(&p, b).unwrap();
+        };
+        // Unit halves (PFEMB2): the plain mean of the halves' cosines.
+        rewrite(MAGIC_UNIT_PARTS, &["parts_by_dimension"]);
+        let unit = Model::load(&p).unwrap();
+        assert_eq!(unit.parts, PartScale::Unit);
+        for (got, want) in unit
+            .embed("Cat zebra")
+            .iter()
+            .zip([0.75 / n, 0.25 / n, 1.0])
+        {
+            assert!((got - want).abs() < 1e-6);
+        }
+        // Raw halves (PFEMB1, no flags).
+        rewrite(MAGIC, &["parts_by_dimension", "unit_parts"]);
         let legacy = Model::load(&p).unwrap();
-        assert!(!legacy.unit_parts);
+        assert_eq!(legacy.parts, PartScale::Raw);
         assert_eq!(legacy.embed("Cat zebra"), [0.75, 0.25, 2.0]);
-        // Magic and flag disagreeing is damage.
-        let mut bad = std::fs::read(&p).unwrap();
-        bad[..7].copy_from_slice(MAGIC_UNIT_PARTS);
-        std::fs::write(&p, bad).unwrap();
+        // Magic and flags disagreeing is damage: a reader from before a
+        // flag knew only the older magic, so it refuses the newer file
+        // instead of scoring its halves the old way.
+        for (magic, drop) in [
+            (MAGIC_UNIT_PARTS, &[][..]),
+            (MAGIC_PARTS_BY_DIMENSION, &["parts_by_dimension"][..]),
+            (MAGIC, &["parts_by_dimension"][..]),
+        ] {
+            rewrite(magic, drop);
+            let e = Model::load(&p).unwrap_err().to_string();
+            assert!(e.contains("unit_parts") && e.contains("under magic"), "{e}");
+        }
+        rewrite(MAGIC_PARTS_BY_DIMENSION, &["unit_parts"]);
         let e = Model::load(&p).unwrap_err().to_string();
-        assert!(e.contains("unit_parts"), "{e}");
+        assert!(e.contains("parts_by_dimension without unit_parts"), "{e}");
         // A single table has nothing to balance.
         let w = Model::from_tables(
             Kind::Word,
@@ -1076,7 +1186,7 @@ mod tests {
             vec![],
         )
         .unwrap();
-        assert!(!w.unit_parts);
+        assert_eq!(w.parts, PartScale::Raw);
     }
 
     /// A model whose dimensions cover every path of the summing kernel

@@ -16,7 +16,7 @@ pub mod text;
 pub mod tokenize;
 pub mod vectors;
 
-pub use encoder::{load_encoder, EncoderError, Model, SentenceEncoder, TextScorer};
+pub use encoder::{load_encoder, EncoderError, Model, PartScale, SentenceEncoder, TextScorer};
 pub use lm::ArpaModel;
 pub use schema::{DataError, PairReader, PairRow, RowsBuilder};
 pub use score::{PairScores, Scorer};

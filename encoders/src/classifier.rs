@@ -160,6 +160,7 @@ impl ReferenceClassifier {
         }
         let shape = Shape {
             unit_parts: false,
+            parts_by_dimension: false,
             arch: kind.arch(),
             vocab: words.words().len() + 1,
             word_dim: words.word_dim,

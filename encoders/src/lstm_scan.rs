@@ -797,6 +797,7 @@ mod tests {
         let vocab = 30;
         let shape = Shape {
             unit_parts: false,
+            parts_by_dimension: false,
             arch,
             vocab,
             word_dim: dim,

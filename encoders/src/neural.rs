@@ -15,6 +15,8 @@ use burn::tensor::activation::sigmoid;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 
+use paraforge_core::PartScale;
+
 use crate::tree::Tree;
 use crate::ModelError;
 
@@ -259,11 +261,32 @@ pub struct Shape {
     /// Absent (false) in models saved before.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unit_parts: bool,
+    /// A concatenation then weights its unit parts by their dimensions
+    /// ([`PartScale::ByDimension`]), so that a 50-d part does not weigh as
+    /// much as a 300-d one in the cosine. Absent (false) in models saved
+    /// before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parts_by_dimension: bool,
 }
 
 impl Shape {
+    /// How the parts are scaled before they are joined.
+    pub fn part_scale(&self) -> PartScale {
+        match (self.unit_parts, self.parts_by_dimension) {
+            (false, _) => PartScale::Raw,
+            (true, false) => PartScale::Unit,
+            (true, true) => PartScale::ByDimension,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ModelError> {
         let bad = |m: String| Err(ModelError::Invalid(m));
+        if self.parts_by_dimension && !(self.unit_parts && self.arch == Arch::Concat) {
+            return bad(format!(
+                "{}: parts_by_dimension is for a concatenation with unit_parts",
+                self.arch
+            ));
+        }
         if self.vocab < 1 || self.word_dim < 1 || self.hidden < 1 {
             return bad(format!(
                 "{}: the vocabulary, word dimension and hidden size must be at least 1",
@@ -366,6 +389,7 @@ impl Shape {
         if p == Arch::Trigram {
             Shape {
                 unit_parts: false,
+                parts_by_dimension: false,
                 arch: Arch::Avg,
                 vocab: self.trigrams,
                 word_dim: self.trigram_dim,
@@ -378,6 +402,7 @@ impl Shape {
         } else {
             Shape {
                 unit_parts: false,
+                parts_by_dimension: false,
                 arch: p,
                 parts: Vec::new(),
                 trigrams: 0,
@@ -712,11 +737,16 @@ impl Net {
                     true => net.forward(b.trigrams.as_deref().expect("a trigram part's ids")),
                     false => net.forward(b),
                 })
-                .map(|g| match self.shape.unit_parts {
-                    true => unit_rows(g),
-                    false => g,
-                })
                 .collect();
+            let dims: Vec<usize> = outs.iter().map(|g| g.dims()[1]).collect();
+            let outs: Vec<Tensor<2>> = match self.shape.part_scale().lengths(&dims) {
+                None => outs,
+                Some(lengths) => outs
+                    .into_iter()
+                    .zip(lengths)
+                    .map(|(g, len)| unit_rows(g) * len)
+                    .collect(),
+            };
             let g = match self.shape.arch {
                 Arch::Sum => outs.into_iter().reduce(|a, b| a + b).expect("parts"),
                 _ => Tensor::cat(outs, 1),
@@ -1175,6 +1205,7 @@ mod tests {
     fn small_shape(arch: Arch) -> Shape {
         Shape {
             unit_parts: false,
+            parts_by_dimension: false,
             arch,
             vocab: 6,
             word_dim: 3,
@@ -1202,54 +1233,91 @@ mod tests {
 
     /// With unit parts, each part of a concatenation has length 1 (an
     /// empty trigram list stays zero) and a sum is the sum of the unit
-    /// parts; a config saved before the flag reads as raw parts.
+    /// parts; weighted by dimension, a concatenation's part of d_i of D
+    /// dimensions has length sqrt(d_i / D); a config saved before a flag
+    /// reads as what was saved then.
     #[test]
-    fn unit_parts_scale_each_part_and_old_configs_read_raw() {
+    fn parts_are_scaled_as_the_shape_says_and_old_configs_read_as_before() {
         let dev = Device::flex();
         let tri: [&[u32]; 2] = [&[0, 1], &[]];
         let batch = Batch::with_trigrams(&SENTS[..2], &tri);
-        for spec in ["word,trigram,lstm", "word+trigram+lstm"] {
+        for (spec, by_dimension) in [
+            ("word,trigram,lstm", false),
+            ("word,trigram,lstm", true),
+            ("word+trigram+lstm", false),
+        ] {
             let spec: Spec = spec.parse().unwrap();
+            let concat = spec.arch == Arch::Concat;
             let shape = Shape {
                 unit_parts: true,
+                parts_by_dimension: by_dimension,
                 arch: spec.arch,
                 parts: spec.parts.clone(),
                 trigrams: 2,
-                trigram_dim: 3,
+                // Parts of 3, 5 and 3 dimensions where they may differ.
+                trigram_dim: if concat { 5 } else { 3 },
                 ..small_shape(Arch::Lstm)
             };
+            shape.validate().unwrap();
             let (emb, comp) = random_values(&shape, 3, &|_| (-0.8, 0.8));
             let net = Net::from_values(shape.clone(), &emb, &comp, &dev, DType::F64);
             let g = f64s(net.forward(&batch));
             let parts = part_embeddings(&net, &batch);
-            let d = 3;
+            let dims: Vec<usize> = parts.iter().map(|p| p.len() / 2).collect();
+            let total: usize = dims.iter().sum();
             for row in 0..2 {
-                let unit: Vec<Vec<f64>> = parts
+                let scaled: Vec<Vec<f64>> = parts
                     .iter()
-                    .map(|p| {
+                    .zip(&dims)
+                    .map(|(p, &d)| {
                         let p = &p[row * d..(row + 1) * d];
                         let n = (p.iter().map(|x| x * x).sum::<f64>() + 1e-24).sqrt();
-                        p.iter().map(|x| x / n).collect()
+                        let len = match by_dimension {
+                            true => (d as f64 / total as f64).sqrt(),
+                            false => 1.0,
+                        };
+                        p.iter().map(|x| x / n * len).collect()
                     })
                     .collect();
-                let want: Vec<f64> = if spec.arch == Arch::Concat {
-                    unit.concat()
+                let want: Vec<f64> = if concat {
+                    scaled.concat()
                 } else {
-                    (0..d).map(|k| unit.iter().map(|u| u[k]).sum()).collect()
+                    (0..dims[0])
+                        .map(|k| scaled.iter().map(|u| u[k]).sum())
+                        .collect()
                 };
                 let got = &g[row * want.len()..(row + 1) * want.len()];
                 for (a, b) in got.iter().zip(&want) {
-                    assert!((a - b).abs() < 1e-9, "{spec}: {got:?} vs {want:?}");
+                    assert!((a - b).abs() < 1e-6, "{spec}: {got:?} vs {want:?}");
                 }
             }
             // Row 1 has no trigram: its trigram part is zero, not NaN.
             assert!(g.iter().all(|x| x.is_finite()));
             let mut v = serde_json::to_value(&shape).unwrap();
             assert_eq!(v["unit_parts"], true);
+            assert_eq!(v.get("parts_by_dimension").is_some(), by_dimension);
+            v.as_object_mut().unwrap().remove("parts_by_dimension");
+            let unit: Shape = serde_json::from_value(v.clone()).unwrap();
+            assert_eq!(unit.part_scale(), PartScale::Unit);
             v.as_object_mut().unwrap().remove("unit_parts");
             let old: Shape = serde_json::from_value(v).unwrap();
-            assert!(!old.unit_parts);
+            assert_eq!(old.part_scale(), PartScale::Raw);
         }
+        // By dimension is for a concatenation of unit parts only.
+        let sum: Spec = "word+trigram".parse().unwrap();
+        let e = Shape {
+            unit_parts: true,
+            parts_by_dimension: true,
+            arch: sum.arch,
+            parts: sum.parts,
+            trigrams: 2,
+            trigram_dim: 3,
+            ..small_shape(Arch::Lstm)
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("parts_by_dimension"), "{e}");
     }
 
     /// A combination's embedding is its parts' own, summed or concatenated.
@@ -1416,6 +1484,7 @@ mod tests {
         assert!(e.contains("trigram table"), "{e}");
         let s = Shape {
             unit_parts: false,
+            parts_by_dimension: false,
             arch: Arch::Irnn,
             vocab: 5,
             word_dim: 4,

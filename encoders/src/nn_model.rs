@@ -10,7 +10,7 @@ use std::path::Path;
 use burn::module::Param;
 use burn::tensor::{DType, Tensor};
 use paraforge_core::encoder::{Coverage, Encoded, Kind, Scratch, SentenceEncoder};
-use paraforge_core::{EncoderError, Tokens};
+use paraforge_core::{EncoderError, PartScale, Tokens};
 
 use paraforge_core::Model;
 
@@ -20,6 +20,17 @@ use crate::ModelError;
 pub const WEIGHTS: &str = "model.safetensors";
 pub const CONFIG: &str = "config.json";
 const FORMAT: &str = "paraforge-neural-encoder";
+
+/// The config version that says how a model's parts are scaled: a reader
+/// from before a scaling refuses the newer version instead of joining the
+/// parts the old way.
+fn version_of(parts: PartScale) -> u32 {
+    match parts {
+        PartScale::Raw => 1,
+        PartScale::Unit => 2,
+        PartScale::ByDimension => 3,
+    }
+}
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Config {
@@ -105,6 +116,8 @@ impl NeuralModel {
         }
         let shape = Shape {
             unit_parts: spec.arch.is_combination(),
+            // A sum's parts share one size: by dimension is equal there.
+            parts_by_dimension: spec.arch == Arch::Concat,
             arch: spec.arch,
             vocab: words.words().len() + 1,
             word_dim: words.word_dim,
@@ -224,9 +237,7 @@ impl NeuralModel {
         write_atomic(&dir.join(WEIGHTS), &bytes)?;
         let config = Config {
             format: FORMAT.into(),
-            // Version 2 marks a combination with unit parts: a reader from
-            // before the flag refuses it instead of combining raw parts.
-            version: if self.net.shape.unit_parts { 2 } else { 1 },
+            version: version_of(self.net.shape.part_scale()),
             shape: self.net.shape.clone(),
             tokenization: TOKENIZATION.into(),
             words: self.words.words().to_vec(),
@@ -252,21 +263,21 @@ impl NeuralModel {
         let text = std::fs::read(&cpath).map_err(|e| ModelError::io(&cpath, e))?;
         let c: Config =
             serde_json::from_slice(&text).map_err(|e| bad(&cpath, format!("bad config: {e}")))?;
-        if c.format != FORMAT || !(c.version == 1 || c.version == 2) {
+        if c.format != FORMAT || !(1..=3).contains(&c.version) {
             return Err(bad(
                 &cpath,
                 format!(
-                    "format {:?} version {}, expected {FORMAT:?} version 1 or 2",
+                    "format {:?} version {}, expected {FORMAT:?} version 1, 2 or 3",
                     c.format, c.version
                 ),
             ));
         }
-        if c.shape.unit_parts != (c.version == 2) {
+        if version_of(c.shape.part_scale()) != c.version {
             return Err(bad(
                 &cpath,
                 format!(
-                    "version {} with unit_parts {}: version 2 is exactly a combination with unit parts",
-                    c.version, c.shape.unit_parts
+                    "version {} with unit_parts {} and parts_by_dimension {}: version 2 is exactly a combination with unit parts, 3 one with parts weighted by dimension",
+                    c.version, c.shape.unit_parts, c.shape.parts_by_dimension
                 ),
             ));
         }
@@ -704,15 +715,19 @@ mod tests {
             assert_eq!(back.spec(), spec);
             assert_eq!(back.embed_many(&texts), m.embed_many(&texts), "{spec}");
             assert_eq!(back.words.trigrams(), m.words.trigrams());
-            // A combination (unit parts) is version 2, which a reader from
-            // before the flag refuses; a version that disagrees is damage.
+            // A sum (unit parts) is version 2, a concatenation (parts by
+            // dimension) 3, which a reader from before the flag refuses; a
+            // version that disagrees is damage.
             let cpath = out.join(CONFIG);
             let mut c: serde_json::Value =
                 serde_json::from_slice(&std::fs::read(&cpath).unwrap()).unwrap();
             let combo = spec.arch.is_combination();
-            assert_eq!(c["version"], if combo { 2 } else { 1 }, "{spec}");
+            let concat = spec.arch == Arch::Concat;
+            let version = [1, 2, 3][usize::from(combo) + usize::from(concat)];
+            assert_eq!(c["version"], version, "{spec}");
             assert_eq!(c["unit_parts"].as_bool().unwrap_or(false), combo);
-            c["version"] = serde_json::json!(if combo { 1 } else { 2 });
+            assert_eq!(c["parts_by_dimension"].as_bool().unwrap_or(false), concat);
+            c["version"] = serde_json::json!(if version == 3 { 2 } else { version + 1 });
             std::fs::write(&cpath, serde_json::to_vec(&c).unwrap()).unwrap();
             let e = NeuralModel::load(&out, &cpu()).unwrap_err().to_string();
             assert!(e.contains("unit_parts"), "{spec}: {e}");

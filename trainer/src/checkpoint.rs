@@ -44,6 +44,10 @@ pub struct RunKey {
     /// before the flag, which trained raw halves and so do not resume.
     #[serde(default)]
     pub unit_parts: bool,
+    /// Those halves weighted by dimension; absent (false) in checkpoints
+    /// written before, which trained equal unit halves and so do not resume.
+    #[serde(default)]
+    pub parts_by_dimension: bool,
 }
 
 /// A checkpoint's `state.json`, of either trainer: `K` is what must match

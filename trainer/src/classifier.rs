@@ -618,6 +618,7 @@ mod tests {
         for kind in [ClassifierKind::Avg, ClassifierKind::Lstm] {
             let shape = Shape {
                 unit_parts: false,
+                parts_by_dimension: false,
                 arch: kind.arch(),
                 vocab: 6,
                 word_dim: 3,

@@ -191,7 +191,7 @@ mod tests {
         // " cat , zebra ! " only " ca", "cat" and "at " are known.
         assert_eq!(e.words, [0, 3, 3, 3]);
         assert_eq!(e.trigrams, [0, 1, 2]);
-        // The means before each half is scaled to unit length.
+        // The means before each half is scaled to its length.
         let mut g = vec![0.0; 5];
         m.means_into(&e, &mut g);
         assert!((g[0] - 0.25).abs() < 1e-6 && g[1] == 0.0 && g[2] == 0.0);
@@ -199,7 +199,9 @@ mod tests {
         assert!((g[3] - mean_t0).abs() < 1e-6);
         let g = m.embed("Cat, zebra!");
         assert_eq!(g.len(), 5);
-        assert!((g[0] - 1.0).abs() < 1e-6 && g[1] == 0.0 && g[2] == 0.0);
+        // Weighted by dimension: the 3-d word half at length sqrt(3/5).
+        let len = (3.0f32 / 5.0).sqrt();
+        assert!((g[0] - len).abs() < 1e-6 && g[1] == 0.0 && g[2] == 0.0);
 
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("m.pfe");

@@ -304,6 +304,7 @@ mod tests {
     fn small_shape(arch: Arch) -> Shape {
         Shape {
             unit_parts: false,
+            parts_by_dimension: false,
             arch,
             vocab: 6,
             word_dim: 3,
@@ -405,15 +406,19 @@ mod tests {
         let batch = Batch::with_trigrams(&SENTS, &tri);
         // With and without each part scaled to unit length (empty trigram
         // lists above give a zero part, the case the epsilon is for).
-        for (spec, unit_parts) in [
-            ("word+trigram+lstm", true),
-            ("word,trigram,gran", true),
-            ("trigram+dan", false),
-            ("word,trigram,lstm", false),
+        // By dimension (parts of 3, 3 and 3 here) scales each unit part
+        // by sqrt(1/3).
+        for (spec, unit_parts, parts_by_dimension) in [
+            ("word+trigram+lstm", true, false),
+            ("word,trigram,gran", true, false),
+            ("word,trigram,gran", true, true),
+            ("trigram+dan", false, false),
+            ("word,trigram,lstm", false, false),
         ] {
             let spec: Spec = spec.parse().unwrap();
             let shape = Shape {
                 unit_parts,
+                parts_by_dimension,
                 arch: spec.arch,
                 parts: spec.parts.clone(),
                 trigrams: 5,

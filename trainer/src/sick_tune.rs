@@ -76,10 +76,10 @@ pub struct TuneResult {
 struct Net {
     words: Option<Param<Tensor<2>>>,
     trigrams: Option<Param<Tensor<2>>>,
-    /// Each half scaled to unit length, as the model embeds
-    /// ([`paraforge_core::Model::unit_parts`]).
+    /// The length each half is scaled to, as the model embeds
+    /// ([`paraforge_core::Model::part_lengths`]); None: raw halves.
     #[module(skip)]
-    unit_parts: bool,
+    part_lengths: Option<[f32; 2]>,
     w_mul: Param<Tensor<2>>,
     w_abs: Param<Tensor<2>>,
     b_hidden: Param<Tensor<2>>,
@@ -135,8 +135,12 @@ impl Net {
         if let Some(t) = &self.trigrams {
             parts.push(Self::mean(t, &gather(sents, |e| &e.trigrams), n, dev));
         }
-        if self.unit_parts {
-            parts = parts.into_iter().map(unit_rows).collect();
+        if let Some(lengths) = self.part_lengths {
+            parts = parts
+                .into_iter()
+                .zip(lengths)
+                .map(|(p, len)| unit_rows(p) * len)
+                .collect();
         }
         Tensor::cat(parts, 1)
     }
@@ -275,7 +279,7 @@ pub fn tune(model: &Model, task: &Task, o: &TuneOptions) -> Result<TuneResult, T
     let net = Net {
         words: table(&model.w, word_rows, model.word_dim),
         trigrams: table(&model.t, model.trigrams().len(), model.trigram_dim),
-        unit_parts: model.unit_parts,
+        part_lengths: model.part_lengths(),
         w_mul: glorot(dim, hidden),
         w_abs: glorot(dim, hidden),
         b_hidden: Param::from_tensor(Tensor::<2>::zeros([1, hidden], &cpu)),
@@ -370,14 +374,14 @@ mod tests {
             vec![0.1, 0.2, 0.3, -0.4, 0.5, 0.6, 0.7, 0.8, -0.9],
         )
         .unwrap();
-        assert!(model.unit_parts);
+        assert_eq!(model.parts, paraforge_core::PartScale::ByDimension);
         let cpu = crate::nn_model::cpu();
         let p = |v: &[f32], r, c| Some(Param::from_tensor(t2(v.to_vec(), [r, c], &cpu)));
         let zero = || Param::from_tensor(Tensor::<2>::zeros([1, 1], &cpu));
         let net = Net {
             words: p(&model.w, 3, 2),
             trigrams: p(&model.t, 3, 3),
-            unit_parts: model.unit_parts,
+            part_lengths: model.part_lengths(),
             w_mul: zero(),
             w_abs: zero(),
             b_hidden: zero(),

@@ -21,6 +21,7 @@ use crate::data::{PairSource, ReadStats};
 use crate::epochs::{check_finite, Epochs, Saved};
 use crate::model::{cosine, for_each_trigram, trigram_text, Encoded, Model};
 use crate::{check_pairs, limits, no_usable_pairs, TrainError};
+use paraforge_core::PartScale;
 
 #[derive(Debug, Clone)]
 pub struct TrainOptions {
@@ -532,19 +533,20 @@ fn pair_grad(
         add_dcos(&ga, &gn, 1.0, &mut dg[a]);
         add_dcos(&gn, &ga, 1.0, &mut dg[negi]);
     }
-    if model.unit_parts {
-        // Through u = m / |m| of each half: d/dm = (d/du - u (u . d/du)) / |m|.
+    if let Some(lengths) = model.part_lengths() {
+        // Each half is v = l u with u = m / |m|: with û = v / l,
+        // d/dm = l (d/dv - û (û . d/dv)) / |m|.
         let wd = model.word_dim;
-        for ((u, du), n) in g.iter().zip(&mut dg).zip(norms) {
-            for (range, n) in [(0..wd, n[0]), (wd..d, n[1])] {
-                let (u, du) = (&u[range.clone()], &mut du[range]);
+        for ((v, dv), n) in g.iter().zip(&mut dg).zip(norms) {
+            for ((range, n), l) in [(0..wd, n[0]), (wd..d, n[1])].into_iter().zip(lengths) {
+                let (v, dv) = (&v[range.clone()], &mut dv[range]);
                 if n == 0.0 {
-                    du.fill(0.0);
+                    dv.fill(0.0);
                     continue;
                 }
-                let dot: f32 = u.iter().zip(du.iter()).map(|(a, b)| a * b).sum();
-                for (x, &ui) in du.iter_mut().zip(u) {
-                    *x = (*x - ui * dot) / n;
+                let dot: f32 = v.iter().zip(dv.iter()).map(|(a, b)| a * b).sum::<f32>() / l;
+                for (x, &vi) in dv.iter_mut().zip(v) {
+                    *x = l * (*x - vi / l * dot) / n;
                 }
             }
         }
@@ -672,7 +674,8 @@ fn run_key(model: &Model, source: &PairSource, o: &TrainOptions) -> checkpoint::
         shuffle_buffer: o.shuffle_buffer,
         max_pairs: o.max_pairs,
         rows: source.rows(),
-        unit_parts: model.unit_parts,
+        unit_parts: model.parts != PartScale::Raw,
+        parts_by_dimension: model.parts == PartScale::ByDimension,
     }
 }
 
@@ -818,10 +821,18 @@ mod tests {
     }
 
     /// The analytic gradient of the mini-batch loss equals central finite
-    /// differences on every touched parameter (negatives held fixed).
+    /// differences on every touched parameter (negatives held fixed),
+    /// whatever the halves' scaling.
     #[test]
     fn gradients_match_finite_differences() {
-        let mut m = tiny_model();
+        for parts in [PartScale::Raw, PartScale::Unit, PartScale::ByDimension] {
+            let mut m = tiny_model();
+            m.parts = parts;
+            gradients_match_finite_differences_of(m);
+        }
+    }
+
+    fn gradients_match_finite_differences_of(mut m: Model) {
         let texts = [
             ("a man plays guitar", "the man plays a guitar"),
             ("a woman cooks", "woman cooking"),
@@ -867,13 +878,14 @@ mod tests {
                     let an = grads.values[off + k] as f64;
                     assert!(
                         (fd - an).abs() < 2e-3,
-                        "table {table} row {row} k {k}: fd {fd} analytic {an}"
+                        "{:?} table {table} row {row} k {k}: fd {fd} analytic {an}",
+                        m.parts
                     );
                     checked += 1;
                 }
             }
         }
-        assert!(checked > 20, "{checked}");
+        assert!(checked > 20, "{:?}: {checked}", m.parts);
     }
 
     #[test]
