@@ -810,7 +810,9 @@ for words, trigrams, tree in sents:
             4,
             Some(&vectors),
             trigrams,
-            4,
+            // A concatenation's trigram part wider than the others, so
+            // that weights by dimension differ; a sum's parts share a size.
+            if spec.arch == Arch::Concat { 6 } else { 4 },
             3,
         )
         .unwrap();

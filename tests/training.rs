@@ -115,10 +115,11 @@ fn training_learns_from_real_pairs_and_exports_vectors() {
             rescore_with(dir.path(), "--model", &p, &m, &rows);
         }
     }
-    // Each half at unit length is what lets the trigram half count: with
+    // Each half scaled to a set length (unit, then by dimension: equal
+    // here, both halves 50-d) is what lets the trigram half count: with
     // raw halves (as models saved before it are read) the GloVe-started
     // word half outweighs the trigram half and WORD,TRIGRAM scores about as
-    // WORD. (On the 84k corpus it comes within a point of TRIGRAM,
+    // WORD. (On the 84k corpus, 300-d trigrams, it comes above TRIGRAM,
     // docs/replication.md; this run is too short for the word half.)
     let mut raw = paraforge_trainer::model::init(Kind::WordTrigram, Some(&v), tris, 50, 1).unwrap();
     raw.parts = paraforge_core::PartScale::Raw;

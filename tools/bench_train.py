@@ -227,8 +227,10 @@ def average(model, pairs, words, rows, unk, dim, tri, M, threads):
                 flat += e[k]
             parts.append(table(torch.tensor(flat, dtype=torch.long), torch.tensor(offs, dtype=torch.long)))
         if len(parts) > 1:
-            # As paraforge's WORD,TRIGRAM: each half at unit length.
-            parts = [p / (p.pow(2).sum(1, keepdim=True) + 1e-24).sqrt() for p in parts]
+            # As paraforge's WORD,TRIGRAM: each half at unit length, then
+            # at sqrt(d_i / D) (weighted by dimension).
+            total = sum(p.shape[1] for p in parts)
+            parts = [p / (p.pow(2).sum(1, keepdim=True) + 1e-24).sqrt() * (p.shape[1] / total) ** 0.5 for p in parts]
         return torch.cat(parts, 1)
 
     t0 = time.time()
@@ -385,7 +387,8 @@ class Net(nn.Module):
     """The word table (GloVe rows, unknown word a zero row last), a trigram
     table for a combination with a trigram part (uniform +-0.05, as wide as
     the words), and the parts, each at unit length, summed ('+') or
-    concatenated (',')."""
+    concatenated (','; each part then at sqrt(d_i / D), weighted by
+    dimension)."""
 
     def __init__(self, combine, parts, rows, unk, dim, ntri):
         super().__init__()
@@ -406,8 +409,12 @@ class Net(nn.Module):
         outs = [p(self, b, x) for p in self.parts]
         if self.combine is None:
             return outs[0]
-        # Each part at unit length, as paraforge's combinations.
+        # Each part at unit length, as paraforge's combinations; a
+        # concatenation's then at sqrt(d_i / D).
         gs = [g / (g.pow(2).sum(1, keepdim=True) + 1e-24).sqrt() for g, _ in outs]
+        if self.combine == ",":
+            total = sum(g.shape[1] for g in gs)
+            gs = [g * (g.shape[1] / total) ** 0.5 for g in gs]
         return (sum(gs[1:], gs[0]) if self.combine == "+" else torch.cat(gs, 1)), None
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """How a concatenated combination's parts add up (docs/replication.md,
-"Every encoder"): one trained combination (e.g. WORD,TRIGRAM,LSTM, each part
-at unit length, so the model's cosine is the mean of its parts' cosines)
+"Every encoder"): one trained combination (e.g. WORD,TRIGRAM,LSTM; with
+equal unit parts the model's cosine is the mean of its parts' cosines, with
+parts weighted by dimension their mean weighted by d_i / D)
 scored on SemEval 2012-2016 and STS Benchmark test from its own embeddings
 (`paraforge embed`), as eval-sts scores them (Pearson x 100 per dataset, a
 year the mean of its datasets), by:

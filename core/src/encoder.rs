@@ -424,14 +424,14 @@ pub enum PartScale {
 impl PartScale {
     /// The length each part is scaled to, in the order of `dims` (None:
     /// the parts stay raw). A zero part stays zero whatever its factor.
-    pub fn lengths(self, dims: &[usize]) -> Option<Vec<f32>> {
+    pub fn lengths(self, dims: &[usize]) -> Option<Vec<f64>> {
         let total: usize = dims.iter().sum();
         match self {
             PartScale::Raw => None,
             PartScale::Unit => Some(vec![1.0; dims.len()]),
             PartScale::ByDimension => Some(
                 dims.iter()
-                    .map(|&d| (d as f64 / total.max(1) as f64).sqrt() as f32)
+                    .map(|&d| (d as f64 / total.max(1) as f64).sqrt())
                     .collect(),
             ),
         }
@@ -598,7 +598,7 @@ impl Model {
     /// None where the halves stay raw.
     pub fn part_lengths(&self) -> Option<[f32; 2]> {
         let l = self.parts.lengths(&[self.word_dim, self.trigram_dim])?;
-        Some([l[0], l[1]])
+        Some([l[0] as f32, l[1] as f32])
     }
 
     /// Scales each half of `out` to its [`Model::part_lengths`] (a zero

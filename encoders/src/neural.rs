@@ -1288,7 +1288,7 @@ mod tests {
                 };
                 let got = &g[row * want.len()..(row + 1) * want.len()];
                 for (a, b) in got.iter().zip(&want) {
-                    assert!((a - b).abs() < 1e-6, "{spec}: {got:?} vs {want:?}");
+                    assert!((a - b).abs() < 1e-9, "{spec}: {got:?} vs {want:?}");
                 }
             }
             // Row 1 has no trigram: its trigram part is zero, not NaN.

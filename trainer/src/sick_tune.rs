@@ -3,7 +3,7 @@
 //! with the task, not frozen as in [`crate::transfer`].
 //!
 //! Both sentences are averaged (word rows, then trigram rows, each half
-//! at unit length where the model's are, as `core::encoder::Model` embeds), h_x = h_L * h_R and h_+ = |h_L - h_R|
+//! scaled as the model's are, as `core::encoder::Model` embeds), h_x = h_L * h_R and h_+ = |h_L - h_R|
 //! feed a sigmoid layer, h_s = sigmoid(W_x h_x + W_+ h_+ + b), and a softmax
 //! over the classes. SICK-R (relatedness 1..5) minimizes KL(p || p_hat)
 //! with p the sparse distribution of Tai et al. (2015) and predicts
@@ -360,7 +360,7 @@ mod tests {
     use super::*;
     use paraforge_core::encoder::Kind;
 
-    /// The task's embedding is the model's own, unit halves included, so
+    /// The task's embedding is the model's own, scaled halves included, so
     /// that fine-tuning starts from what the encoder scores with.
     #[test]
     fn the_task_embeds_sentences_as_the_model_does() {
