@@ -779,11 +779,14 @@ impl Model {
                 String::from_utf8_lossy(&magic[..6])
             )));
         }
-        m.parts = if h.kind == Kind::WordTrigram {
-            parts
-        } else {
-            PartScale::Raw
-        };
+        // One table has no parts to scale: no writer sets the flags on it.
+        if h.kind != Kind::WordTrigram && parts != PartScale::Raw {
+            return Err(bad(format!(
+                "header says unit_parts for a {} model, which has one table",
+                h.kind.name()
+            )));
+        }
+        m.parts = parts;
         Ok(m)
     }
 
@@ -1175,7 +1178,28 @@ mod tests {
         rewrite(MAGIC_PARTS_BY_DIMENSION, &["unit_parts"]);
         let e = Model::load(&p).unwrap_err().to_string();
         assert!(e.contains("parts_by_dimension without unit_parts"), "{e}");
-        // A single table has nothing to balance.
+        // A single table has nothing to balance, and a file that says
+        // otherwise is damaged.
+        let mut t = m.clone();
+        t.kind = Kind::Trigram;
+        t.word_dim = 0;
+        t.w.clear();
+        t.words.clear();
+        t.parts = PartScale::Raw;
+        t.save(&p).unwrap();
+        assert_eq!(Model::load(&p).unwrap().parts, PartScale::Raw);
+        let bytes = std::fs::read(&p).unwrap();
+        let len = u64::from_le_bytes(bytes[7..15].try_into().unwrap()) as usize;
+        let mut h: serde_json::Value = serde_json::from_slice(&bytes[15..15 + len]).unwrap();
+        h["unit_parts"] = true.into();
+        let h = serde_json::to_vec(&h).unwrap();
+        let mut b = MAGIC_UNIT_PARTS.to_vec();
+        b.extend((h.len() as u64).to_le_bytes());
+        b.extend(&h);
+        b.extend(&bytes[15 + len..]);
+        std::fs::write(&p, b).unwrap();
+        let e = Model::load(&p).unwrap_err().to_string();
+        assert!(e.contains("one table"), "{e}");
         let w = Model::from_tables(
             Kind::Word,
             vec!["cat".into()],
