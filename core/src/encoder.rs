@@ -422,18 +422,14 @@ pub enum PartScale {
 }
 
 impl PartScale {
-    /// The length each part is scaled to, in the order of `dims` (None:
-    /// the parts stay raw). A zero part stays zero whatever its factor.
-    pub fn lengths(self, dims: &[usize]) -> Option<Vec<f64>> {
-        let total: usize = dims.iter().sum();
+    /// The length a part of `dim` of the joined `total` dimensions is
+    /// scaled to (None: the parts stay raw). A zero part stays zero
+    /// whatever its length. No allocation: it runs once per embedding.
+    pub fn length(self, dim: usize, total: usize) -> Option<f64> {
         match self {
             PartScale::Raw => None,
-            PartScale::Unit => Some(vec![1.0; dims.len()]),
-            PartScale::ByDimension => Some(
-                dims.iter()
-                    .map(|&d| (d as f64 / total.max(1) as f64).sqrt())
-                    .collect(),
-            ),
+            PartScale::Unit => Some(1.0),
+            PartScale::ByDimension => Some((dim as f64 / total.max(1) as f64).sqrt()),
         }
     }
 }
@@ -597,8 +593,9 @@ impl Model {
     /// The length [`Model::scale_parts`] gives each half (word, trigram);
     /// None where the halves stay raw.
     pub fn part_lengths(&self) -> Option<[f32; 2]> {
-        let l = self.parts.lengths(&[self.word_dim, self.trigram_dim])?;
-        Some([l[0] as f32, l[1] as f32])
+        let total = self.dim();
+        let l = |d| self.parts.length(d, total).map(|l| l as f32);
+        Some([l(self.word_dim)?, l(self.trigram_dim)?])
     }
 
     /// Scales each half of `out` to its [`Model::part_lengths`] (a zero
@@ -1101,6 +1098,16 @@ mod tests {
         );
     }
 
+    /// Writes a `.pfe` of `magic`, `header` and the tables' bytes `tables`.
+    fn write_with_header(p: &Path, magic: &[u8; 7], header: &serde_json::Value, tables: &[u8]) {
+        let h = serde_json::to_vec(header).unwrap();
+        let mut b = magic.to_vec();
+        b.extend((h.len() as u64).to_le_bytes());
+        b.extend(&h);
+        b.extend(tables);
+        std::fs::write(p, b).unwrap();
+    }
+
     /// A WORD,TRIGRAM model built now scales each half to length
     /// sqrt(d_i / D), keeps saying so through a save, and a file written
     /// before (unit halves, or raw ones before that) scores as it was
@@ -1140,12 +1147,7 @@ mod tests {
             for k in drop {
                 h.as_object_mut().unwrap().remove(*k);
             }
-            let h = serde_json::to_vec(&h).unwrap();
-            let mut b = magic.to_vec();
-            b.extend((h.len() as u64).to_le_bytes());
-            b.extend(&h);
-            b.extend(&bytes[15 + len..]);
-            std::fs::write(&p, b).unwrap();
+            write_with_header(&p, magic, &h, &bytes[15 + len..]);
         };
         // Unit halves (PFEMB2): the plain mean of the halves' cosines.
         rewrite(MAGIC_UNIT_PARTS, &["parts_by_dimension"]);
@@ -1192,12 +1194,7 @@ mod tests {
         let len = u64::from_le_bytes(bytes[7..15].try_into().unwrap()) as usize;
         let mut h: serde_json::Value = serde_json::from_slice(&bytes[15..15 + len]).unwrap();
         h["unit_parts"] = true.into();
-        let h = serde_json::to_vec(&h).unwrap();
-        let mut b = MAGIC_UNIT_PARTS.to_vec();
-        b.extend((h.len() as u64).to_le_bytes());
-        b.extend(&h);
-        b.extend(&bytes[15 + len..]);
-        std::fs::write(&p, b).unwrap();
+        write_with_header(&p, MAGIC_UNIT_PARTS, &h, &bytes[15 + len..]);
         let e = Model::load(&p).unwrap_err().to_string();
         assert!(e.contains("one table"), "{e}");
         let w = Model::from_tables(

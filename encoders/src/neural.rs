@@ -738,15 +738,15 @@ impl Net {
                     false => net.forward(b),
                 })
                 .collect();
-            let dims: Vec<usize> = outs.iter().map(|g| g.dims()[1]).collect();
-            let outs: Vec<Tensor<2>> = match self.shape.part_scale().lengths(&dims) {
-                None => outs,
-                Some(lengths) => outs
-                    .into_iter()
-                    .zip(lengths)
-                    .map(|(g, len)| unit_rows(g) * len)
-                    .collect(),
-            };
+            let total: usize = outs.iter().map(|g| g.dims()[1]).sum();
+            let scale = self.shape.part_scale();
+            let outs: Vec<Tensor<2>> = outs
+                .into_iter()
+                .map(|g| match scale.length(g.dims()[1], total) {
+                    None => g,
+                    Some(len) => unit_rows(g) * len,
+                })
+                .collect();
             let g = match self.shape.arch {
                 Arch::Sum => outs.into_iter().reduce(|a, b| a + b).expect("parts"),
                 _ => Tensor::cat(outs, 1),
