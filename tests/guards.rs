@@ -736,6 +736,7 @@ fn train_refuses_an_option_its_encoder_does_not_use() {
         ("lstm", "--lambda-kl", "0.1"),
         // Shuffled words are not the leaves of their parse.
         ("tree-rnn", "--scramble", "0.3"),
+        ("lstm", "--parse-cache", "trees.jsonl"),
         // Read only with --min-word-count: --init-vectors fixes the words.
         ("word", "--max-words", "10"),
     ] {
@@ -762,6 +763,64 @@ fn train_refuses_an_option_its_encoder_does_not_use() {
         );
         assert!(!out.exists(), "{model} {opt}: a model was written");
     }
+}
+
+/// tree-rnn's `--parse-cache`: the first run writes the trees it parsed,
+/// a second run (another seed) reads them and parses nothing, and a damaged
+/// file is refused naming its line before anything is trained.
+#[test]
+fn tree_rnn_reads_the_trees_an_earlier_run_parsed() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = pairs_dataset(dir.path());
+    let cache = dir.path().join("trees.jsonl");
+    let train = |seed: &str, out: &str| {
+        let out = dir.path().join(out);
+        let o = paraforge(
+            &[
+                "train",
+                "--model",
+                "tree-rnn",
+                "--no-dev",
+                "--epochs",
+                "1",
+                "--min-word-count",
+                "1",
+                "--seed",
+                seed,
+                "--data",
+                data.to_str().unwrap(),
+                "--parse-cache",
+                cache.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            120,
+        );
+        (o, out)
+    };
+    let (o, _) = train("1", "m1");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("trees: 8 sentences parsed"), "{out}");
+    let lines = std::fs::read_to_string(&cache).unwrap().lines().count();
+    assert_eq!(lines, 1 + 8, "a header and the 8 sentences' trees");
+
+    let (o, _) = train("2", "m2");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("trees: 0 sentences parsed"), "{out}");
+    assert!(
+        stderr(&o).contains("8 parse trees read from"),
+        "{}",
+        stderr(&o)
+    );
+
+    let text = std::fs::read_to_string(&cache).unwrap();
+    std::fs::write(&cache, text.replacen("[[", "[[9,", 1)).unwrap();
+    let (o, m3) = train("3", "m3");
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("line 2"), "{}", stderr(&o));
+    assert!(!m3.exists(), "a model was written");
 }
 
 /// A command whose reader has gone (`paraforge eval-sts ... | head -1`)

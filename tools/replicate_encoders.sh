@@ -63,6 +63,9 @@ train() { # spec seed
     # At the default rate the iRNN's weights blew up within its first
     # epoch (its recurrence starts at the identity, with ReLU).
     irnn) extra=(--lr "${IRNN_LR:-0.0002}") ;;
+    # Parsing is most of the tree network's first epoch: its seeds share
+    # one file of trees.
+    tree-rnn) extra=(--parse-cache "$OUT/tree-rnn-parses.jsonl") ;;
   esac
   # Trigram alone has no word table (its flags would be refused).
   [ "$spec" = trigram ] || extra+=(--min-word-count 2)

@@ -155,6 +155,12 @@ pub struct TrainArgs {
     /// uninterrupted one gives).
     #[arg(long)]
     resume: bool,
+    /// tree-rnn: a file of parse trees, read at the start if it exists and
+    /// written as the run parses (every 5 minutes and after each epoch), so
+    /// that another seed or a resumed run does not parse its sentences again.
+    /// Refused if made by another Link Grammar version, dictionary or limits.
+    #[arg(long, value_name = "FILE")]
+    parse_cache: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -256,6 +262,7 @@ impl TrainArgs {
             dev: (!self.no_dev).then_some(self.dev),
             checkpoint: self.checkpoint,
             resume: self.resume,
+            parse_cache: self.parse_cache,
             command: Some(paraforge_trainer::card::command_line(std::env::args_os())),
         })
     }
@@ -291,6 +298,7 @@ impl TrainArgs {
             ),
             ("--no-dev", self.no_dev),
             ("--checkpoint", self.checkpoint.is_some()),
+            ("--parse-cache", self.parse_cache.is_some()),
             ("--resume", self.resume),
         ]
         .into_iter()

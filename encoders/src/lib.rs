@@ -17,6 +17,7 @@ pub mod link_grammar;
 pub mod lstm_scan;
 pub mod neural;
 pub mod nn_model;
+pub mod parse_cache;
 pub mod st_export;
 pub mod tree;
 

@@ -76,7 +76,7 @@ const SINGLE_LINE: c_int = 3;
 /// Seconds a sentence may take in each of the two passes (without, then
 /// with, words left unlinked) before the parser gives its best partial
 /// result; a few corpus sentences take minutes otherwise.
-const MAX_PARSE_SECONDS: c_int = 2;
+pub const MAX_PARSE_SECONDS: c_int = 2;
 
 /// Longer sentences are not parsed (they get the right-branching tree,
 /// counted): a 200-word one took 4.5 s and 877 MB and found no linkage.
@@ -213,7 +213,7 @@ impl Drop for Instance {
 
 /// Sentences whose trees are kept: training reads its pairs every epoch
 /// and scores the same dev sets after each. About 200 bytes a sentence.
-const MAX_CACHED: usize = 1 << 20;
+pub const MAX_CACHED: usize = 1 << 20;
 
 /// Parses sentences on several threads, each with its own dictionary
 /// (about 30 MB, kept for the next call; at most one per core, so that
@@ -450,6 +450,29 @@ impl Parser {
             .map(|(t, s)| t.unwrap_or_else(|| Tree::right_branching(s.len())))
             .collect();
         Ok((trees, fallbacks))
+    }
+
+    /// Every tree kept, by the text the parser saw (its tokens joined by
+    /// single spaces), in no particular order.
+    pub fn kept(&self) -> Vec<(String, Tree)> {
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.iter().map(|(k, t)| (k.clone(), t.clone())).collect()
+    }
+
+    /// Keeps trees made earlier (by this parser's version: the caller
+    /// checks), so that their sentences are not parsed again; returns how
+    /// many were taken (none once [`MAX_CACHED`] are kept).
+    pub fn keep(&self, trees: impl IntoIterator<Item = (String, Tree)>) -> usize {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut taken = 0;
+        for (text, tree) in trees {
+            if cache.len() >= MAX_CACHED {
+                break;
+            }
+            cache.insert(text, tree);
+            taken += 1;
+        }
+        taken
     }
 }
 

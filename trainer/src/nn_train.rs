@@ -35,7 +35,16 @@ pub struct NeuralOptions {
     /// Weight of the Gaussian encoders' KL prior (the
     /// lambda of Chen and Gimpel, 2020, section 3.2); ignored by the others.
     pub lambda_kl: f64,
+    /// tree-rnn: where the parser's trees are written as the run goes
+    /// (after each epoch, and every [`PARSE_CACHE_EVERY`] while parsing), so
+    /// that another run (a seed, a resume) need not parse them again.
+    pub parse_cache: Option<std::path::PathBuf>,
 }
+
+/// How often a tree network's run writes its new trees mid-epoch: its first
+/// epoch on a large corpus is mostly parsing (an hour on 2 cores for 84k
+/// pairs), which a kill would otherwise lose.
+pub const PARSE_CACHE_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
 
 impl Default for NeuralOptions {
     fn default() -> Self {
@@ -47,6 +56,7 @@ impl Default for NeuralOptions {
             lambda_w: 0.0,
             max_tokens: 100,
             lambda_kl: DEFAULT_LAMBDA_KL,
+            parse_cache: None,
         }
     }
 }
@@ -215,6 +225,10 @@ pub fn train(
     let ad = device.clone().autodiff();
     let mut net = model.net.clone().fork(&ad).train();
     let start = (o.lambda_c > 0.0 || o.lambda_w > 0.0).then(|| initial.fork(&ad));
+    let mut trees = match &o.parse_cache {
+        Some(path) if model.net.shape.arch == Arch::TreeRnn => Some(TreeSaver::new(path)?),
+        _ => None,
+    };
     for epoch in run.remaining(b.epochs) {
         let started = Instant::now();
         let (mut pairs, mut loss_sum) = (0u64, 0f64);
@@ -304,6 +318,9 @@ pub fn train(
                 }
             }
             pairs += mb.len() as u64;
+            if let Some(t) = &mut trees {
+                t.save(false)?;
+            }
             progress(Progress {
                 epoch,
                 pairs,
@@ -318,6 +335,10 @@ pub fn train(
         }
         model.net = net.valid();
         let score = dev_score.map(|f| f(model));
+        // The dev sets' trees included.
+        if let Some(t) = &mut trees {
+            t.save(true)?;
+        }
         let row = EpochReport::logged(epoch, pairs, loss_sum, secs, score);
         run.end_epoch(row, || model.net.clone())?;
         if let Some(dir) = &b.checkpoint {
@@ -344,6 +365,41 @@ pub fn train(
     let report = run.finish(|n| model.net = n);
     check_finite(&report, first_non_finite(&named_params(&model.net)), b.lr)?;
     Ok(report)
+}
+
+/// Writes the parser's trees to `--parse-cache` when it has parsed more
+/// since the last write.
+struct TreeSaver<'a> {
+    path: &'a std::path::Path,
+    parser: &'static paraforge_encoders::link_grammar::Parser,
+    parsed: u64,
+    at: Instant,
+}
+
+impl<'a> TreeSaver<'a> {
+    fn new(path: &'a std::path::Path) -> Result<TreeSaver<'a>, TrainError> {
+        let parser = paraforge_encoders::link_grammar::shared()
+            .map_err(|e| TrainError::Invalid(e.to_string()))?;
+        Ok(TreeSaver {
+            path,
+            parser,
+            parsed: parser.counts().0,
+            at: Instant::now(),
+        })
+    }
+
+    /// Writes if anything was parsed since, and (unless `now`) the last
+    /// write is [`PARSE_CACHE_EVERY`] old.
+    fn save(&mut self, now: bool) -> Result<(), TrainError> {
+        let parsed = self.parser.counts().0;
+        if parsed == self.parsed || (!now && self.at.elapsed() < PARSE_CACHE_EVERY) {
+            return Ok(());
+        }
+        paraforge_encoders::parse_cache::save(self.parser, self.path)
+            .map_err(|e| TrainError::Invalid(e.to_string()))?;
+        (self.parsed, self.at) = (parsed, Instant::now());
+        Ok(())
+    }
 }
 
 #[cfg(test)]

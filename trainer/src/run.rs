@@ -141,6 +141,9 @@ pub struct TrainSpec {
     /// Checkpoint directory (default: OUT.ckpt).
     pub checkpoint: Option<PathBuf>,
     pub resume: bool,
+    /// tree-rnn: a file of parse trees, read at the start (if it exists)
+    /// and written as the run parses (`paraforge_encoders::parse_cache`).
+    pub parse_cache: Option<PathBuf>,
     /// The command line that asked for this run, for the model card.
     pub command: Option<String>,
 }
@@ -305,6 +308,12 @@ impl TrainSpec {
             ),
             ("--device", self.device.is_some(), neural.is_some(), NEURAL),
             (
+                "--parse-cache",
+                self.parse_cache.is_some(),
+                has(Arch::TreeRnn),
+                "tree-rnn",
+            ),
+            (
                 "--trigram-dim",
                 self.trigram_dim.is_some(),
                 trigrams,
@@ -357,6 +366,9 @@ impl TrainSpec {
         }
         if let Some(p) = &self.sts {
             v.push(("--sts", p.clone()));
+        }
+        if let Some(p) = &self.parse_cache {
+            v.push(("--parse-cache", p.clone()));
         }
         v
     }
@@ -782,8 +794,20 @@ fn train_neural(
         lambda_c: s.lambda_c.unwrap_or(crate::neural::default_lambdas(spec).0),
         lambda_w: s.lambda_w.unwrap_or(crate::neural::default_lambdas(spec).1),
         lambda_kl: s.lambda_kl.unwrap_or(crate::nn_train::DEFAULT_LAMBDA_KL),
+        parse_cache: s.parse_cache.clone(),
         ..NeuralOptions::default()
     };
+    if let Some(path) = &o.parse_cache {
+        // The parser was opened when the model was made.
+        let parser = paraforge_encoders::link_grammar::shared()
+            .map_err(|e| TrainError::Invalid(e.to_string()))?;
+        let n = paraforge_encoders::parse_cache::load(parser, path)
+            .map_err(|e| TrainError::Invalid(e.to_string()))?;
+        events(Event::Note(format!(
+            "{n} parse trees read from {} (those sentences are not parsed again)",
+            path.display()
+        )));
+    }
     let dev_sets = s.dev_sets(events)?;
     let dev_fn = |m: &NeuralModel| {
         let sets = dev_sets.as_deref().unwrap_or_default();
