@@ -823,6 +823,53 @@ fn tree_rnn_reads_the_trees_an_earlier_run_parsed() {
     assert!(!m3.exists(), "a model was written");
 }
 
+/// `eval-transfer --fine-tune --vectors` reads the vectors once, for the
+/// frozen runs and the model it fine-tunes alike: given through a named
+/// pipe that can be read once, it finishes (it read them twice before, and
+/// waited for ever on the second open).
+#[test]
+fn eval_transfer_fine_tune_reads_its_vectors_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let sick = paraforge_tests::repo_root().join("data/sts/sick2014");
+    for (file, keep) in [
+        ("SICK_train.txt", 200),
+        ("SICK_trial.txt", 50),
+        ("SICK_test_annotated.txt", 100),
+    ] {
+        let text = std::fs::read_to_string(sick.join(file)).unwrap();
+        let part: Vec<&str> = text.lines().take(keep + 1).collect();
+        std::fs::write(dir.path().join(file), part.join("\n") + "\n").unwrap();
+    }
+    let fifo = dir.path().join("glove.txt.gz");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let glove = paraforge_tests::repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
+    let writer = {
+        let fifo = fifo.clone();
+        // Opening blocks until paraforge opens the pipe to read.
+        std::thread::spawn(move || std::fs::write(&fifo, std::fs::read(glove).unwrap()))
+    };
+    let o = paraforge(
+        &[
+            "eval-transfer",
+            "--vectors",
+            fifo.to_str().unwrap(),
+            "--tasks",
+            dir.path().to_str().unwrap(),
+            "--fine-tune",
+            "--fine-tune-epochs",
+            "1",
+        ],
+        90,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("supervised"));
+    writer.join().unwrap().unwrap();
+}
+
 /// A command whose reader has gone (`paraforge eval-sts ... | head -1`)
 /// ends by SIGPIPE, as other Unix tools do, not by a panic in `println!`
 /// (exit 101 before): the read end is closed before the command prints.

@@ -438,38 +438,35 @@ pub struct EvalTransferArgs {
     fine_tune_epochs: u64,
 }
 
-/// The averaging model --fine-tune trains: the `.pfe`, or GloVe vectors
-/// as a WORD model (their words, a zero row for unknown words).
-fn averaging_model(model: Option<&Path>, vectors: Option<&Path>) -> Result<Model> {
-    match (model, vectors) {
-        (Some(m), _) => Model::load(m).with_context(|| {
-            format!(
-                "--fine-tune trains averaging models (a .pfe file or --vectors); --model {} is not one",
-                m.display()
-            )
-        }),
-        (_, Some(v)) => {
-            let (vec, _) = paraforge_core::Vectors::load(v)
-                .with_context(|| format!("--vectors {}", v.display()))?;
-            let dim = vec.dim();
-            let words: Vec<String> = (0..vec.len()).map(|i| vec.word(i).to_string()).collect();
-            let mut w = Vec::with_capacity((words.len() + 1) * dim);
-            for i in 0..vec.len() {
-                w.extend_from_slice(vec.row(i));
-            }
-            w.extend(std::iter::repeat_n(0.0, dim));
-            Ok(Model::from_tables(
-                paraforge_core::encoder::Kind::Word,
-                words,
-                dim,
-                w,
-                Vec::new(),
-                0,
-                Vec::new(),
-            )?)
-        }
-        (None, None) => unreachable!("clap requires one"),
+/// The averaging model `--fine-tune --model` trains: a `.pfe`.
+fn averaging_model(model: &Path) -> Result<Model> {
+    Model::load(model).with_context(|| {
+        format!(
+            "--fine-tune trains averaging models (a .pfe file or --vectors); --model {} is not one",
+            model.display()
+        )
+    })
+}
+
+/// `--vectors` as the WORD model `--fine-tune` trains: their words and a
+/// zero row for unknown words.
+fn word_model(vec: &paraforge_core::Vectors) -> Result<Model> {
+    let dim = vec.dim();
+    let words: Vec<String> = (0..vec.len()).map(|i| vec.word(i).to_string()).collect();
+    let mut w = Vec::with_capacity((words.len() + 1) * dim);
+    for i in 0..vec.len() {
+        w.extend_from_slice(vec.row(i));
     }
+    w.extend(std::iter::repeat_n(0.0, dim));
+    Ok(Model::from_tables(
+        paraforge_core::encoder::Kind::Word,
+        words,
+        dim,
+        w,
+        Vec::new(),
+        0,
+        Vec::new(),
+    )?)
 }
 
 /// `paraforge eval-transfer`: frozen embeddings as the features of a
@@ -477,7 +474,6 @@ fn averaging_model(model: Option<&Path>, vectors: Option<&Path>) -> Result<Model
 pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
     use paraforge_trainer::transfer::{self, TransferOptions};
     crate::threads(a.threads)?;
-    let (what, encoder) = encoder_of(a.model.as_deref(), a.vectors.as_deref())?;
     let (tasks, absent) =
         transfer::load(&a.tasks).with_context(|| format!("--tasks {}", a.tasks.display()))?;
     if tasks.is_empty() {
@@ -487,19 +483,34 @@ pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
         );
     }
     // --fine-tune's inputs are checked before the frozen runs take their time.
-    let fine_model = if a.fine_tune {
-        if !tasks
+    if a.fine_tune
+        && !tasks
             .iter()
             .any(|t| t.name == "SICK-R" || t.name == "SICK-E")
-        {
-            bail!(
-                "--fine-tune: no SICK task under --tasks {} (SICK_train.txt, SICK_trial.txt, SICK_test_annotated.txt)",
-                a.tasks.display()
-            );
+    {
+        bail!(
+            "--fine-tune: no SICK task under --tasks {} (SICK_train.txt, SICK_trial.txt, SICK_test_annotated.txt)",
+            a.tasks.display()
+        );
+    }
+    // Vectors are read once, for the frozen runs and the model --fine-tune
+    // trains alike (GloVe 840B is 5.6 GB of text).
+    let (what, encoder, fine_model) = match (a.fine_tune, a.model.as_deref(), a.vectors.as_deref())
+    {
+        (true, None, Some(v)) => {
+            let what = format!("--vectors {}", v.display());
+            let (vec, _) = paraforge_core::Vectors::load(v).with_context(|| what.clone())?;
+            let model = word_model(&vec)?;
+            (what, Box::new(vec) as Box<dyn SentenceEncoder>, Some(model))
         }
-        Some(averaging_model(a.model.as_deref(), a.vectors.as_deref())?)
-    } else {
-        None
+        (fine, model, vectors) => {
+            let (what, encoder) = encoder_of(model, vectors)?;
+            let fine_model = match (fine, model) {
+                (true, Some(m)) => Some(averaging_model(m)?),
+                _ => None,
+            };
+            (what, encoder, fine_model)
+        }
     };
     let o = TransferOptions {
         folds: a.folds as usize,

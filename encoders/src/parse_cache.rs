@@ -158,7 +158,9 @@ pub fn load(parser: &Parser, path: &Path) -> Result<usize, ParseCacheError> {
 
 /// Writes every tree `parser` keeps to `path` (through a temporary file
 /// beside it, renamed: a run killed while writing leaves the previous
-/// file); returns how many.
+/// file, and two runs writing at once each rename a whole file of their
+/// own, named by process id, rather than interleave in one); returns how
+/// many.
 pub fn save(parser: &Parser, path: &Path) -> Result<usize, ParseCacheError> {
     let io = |source| ParseCacheError::Io {
         path: path.to_path_buf(),
@@ -167,7 +169,7 @@ pub fn save(parser: &Parser, path: &Path) -> Result<usize, ParseCacheError> {
     let mut trees = parser.kept();
     trees.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
+    tmp.push(format!(".tmp.{}", std::process::id()));
     let tmp = PathBuf::from(tmp);
     let write = || -> std::io::Result<()> {
         let mut w = BufWriter::new(std::fs::File::create(&tmp)?);
@@ -215,7 +217,11 @@ mod tests {
         let (trees, _) = first.trees(&sents).unwrap();
         assert_eq!(first.counts().0, 2);
         assert_eq!(save(&first, &path).unwrap(), 2);
-        assert!(!dir.path().join("trees.jsonl.tmp").exists());
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temporary file left"
+        );
 
         let second = parser();
         assert_eq!(load(&second, &path).unwrap(), 2);
