@@ -821,6 +821,32 @@ fn tree_rnn_reads_the_trees_an_earlier_run_parsed() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("line 2"), "{}", stderr(&o));
     assert!(!m3.exists(), "a model was written");
+
+    // A file that cannot be written (its directory is missing) fails the
+    // run at its start, not after an epoch of parsing.
+    std::fs::remove_file(&cache).unwrap();
+    std::fs::create_dir(&cache).unwrap();
+    let cache = cache.join("missing").join("trees.jsonl");
+    let o = paraforge(
+        &[
+            "train",
+            "--model",
+            "tree-rnn",
+            "--no-dev",
+            "--min-word-count",
+            "1",
+            "--data",
+            data.to_str().unwrap(),
+            "--parse-cache",
+            cache.to_str().unwrap(),
+            "--out",
+            dir.path().join("m4").to_str().unwrap(),
+        ],
+        120,
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--parse-cache"), "{}", stderr(&o));
+    assert!(!dir.path().join("m4").exists(), "a model was written");
 }
 
 /// `eval-transfer --fine-tune --vectors` reads the vectors once, for the

@@ -424,10 +424,15 @@ impl Parser {
             .partition(|&i| shown[i].len() <= MAX_PARSE_TOKENS);
         let parsed = self.parse_all(&todo.iter().map(|&i| texts[i].clone()).collect::<Vec<_>>())?;
         let mut fallbacks = too_long.len();
-        for &i in &too_long {
-            out[i] = Some(Tree::right_branching(shown[i].len()));
-        }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        // Kept too, so that each is counted once, not once an epoch.
+        for &i in &too_long {
+            let t = Tree::right_branching(shown[i].len());
+            if cache.len() < MAX_CACHED {
+                cache.insert(texts[i].clone(), t.clone());
+            }
+            out[i] = Some(t);
+        }
         for (&i, p) in todo.iter().zip(parsed) {
             let t = p
                 .and_then(|p| tree::from_constituents(&p, &shown[i]))
@@ -457,6 +462,11 @@ impl Parser {
     pub fn kept(&self) -> Vec<(String, Tree)> {
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         cache.iter().map(|(k, t)| (k.clone(), t.clone())).collect()
+    }
+
+    /// How many trees are kept.
+    pub fn kept_len(&self) -> usize {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Keeps trees made earlier (by this parser's version: the caller
@@ -528,6 +538,16 @@ mod tests {
         }
         assert_eq!(p.counts(), (2, 0), "kept, not parsed again");
         assert!(p.parse_all(&[]).unwrap().is_empty());
+        // A sentence too long to parse gets the right-branching tree, and
+        // is kept too: counted once, not once an epoch (before, each call
+        // counted it again).
+        let long: Vec<String> = (0..=MAX_PARSE_TOKENS).map(|i| format!("w{i}")).collect();
+        let long: Vec<&str> = long.iter().map(String::as_str).collect();
+        for _ in 0..3 {
+            let (t, _) = p.trees(std::slice::from_ref(&long)).unwrap();
+            assert_eq!(t[0], Tree::right_branching(long.len()));
+        }
+        assert_eq!(p.counts(), (3, 1));
         assert!(p.parse_all(&["a man sleeps".to_string()]).unwrap()[0].is_some());
     }
 }

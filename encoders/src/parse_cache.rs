@@ -6,8 +6,10 @@
 //!
 //! The file is JSON lines: a header naming the parser and the limits the
 //! trees were made under, then one `{"text", "merges"}` per sentence,
-//! sorted by text. Trees change with the library, its dictionary and the
-//! limits, so a file made under others is refused rather than mixed in.
+//! sorted by text. Trees change with the library, its dictionary, the
+//! limits and how paraforge reads the parse ([`TREES_VERSION`]), so a file
+//! made under others is refused rather than mixed in. Two runs writing one
+//! file at once each replace it whole: the last writer's trees stay.
 
 use std::io::{BufRead, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -32,6 +34,8 @@ pub enum ParseCacheError {
         line: usize,
         what: String,
     },
+    #[error("parse cache {}: not a parse cache (its first line is no {FORMAT:?} header): name another file, or a new one", path.display())]
+    NotACache { path: PathBuf },
     #[error("parse cache {}: its trees were made by {found}, this run's are made by {expected} (trees differ between them: remove the file or name another)", path.display())]
     OtherParser {
         path: PathBuf,
@@ -42,6 +46,10 @@ pub enum ParseCacheError {
 
 const FORMAT: &str = "paraforge-parse-cache";
 const VERSION: u32 = 1;
+/// Bumped whenever paraforge turns a parse into a tree otherwise (the
+/// parse options in `link_grammar.rs`, the words shown to the parser,
+/// `tree::from_constituents`): earlier files' trees are then refused.
+pub const TREES_VERSION: u32 = 1;
 /// A line longer than this is damage: a sentence the parser reads has at
 /// most [`MAX_PARSE_TOKENS`] tokens, far below it.
 const MAX_LINE: u64 = 1 << 20;
@@ -63,7 +71,7 @@ struct Entry {
 /// The parser and limits the trees depend on.
 fn made_by(parser: &Parser) -> String {
     format!(
-        "{}, at most {MAX_PARSE_TOKENS} tokens and {MAX_PARSE_SECONDS} s a pass",
+        "{}, at most {MAX_PARSE_TOKENS} tokens and {MAX_PARSE_SECONDS} s a pass, trees version {TREES_VERSION}",
         parser.version()
     )
 }
@@ -101,17 +109,24 @@ pub fn load(parser: &Parser, path: &Path) -> Result<usize, ParseCacheError> {
         }
         Ok(n > 0)
     };
-    if !read_line(&mut buf, 1)? {
-        return Err(damaged(1, "empty: no header".into()));
-    }
-    let header: Header = serde_json::from_str(&buf)
-        .map_err(|e| damaged(1, format!("not a parse cache header: {e}")))?;
-    if header.format != FORMAT || header.version != VERSION {
+    let not_a_cache = || ParseCacheError::NotACache {
+        path: path.to_path_buf(),
+    };
+    // Any first line but this format's header: another file was named.
+    let header = match read_line(&mut buf, 1) {
+        Ok(true) => serde_json::from_str::<Header>(&buf)
+            .ok()
+            .filter(|h| h.format == FORMAT)
+            .ok_or_else(not_a_cache)?,
+        Ok(false) | Err(ParseCacheError::Damaged { .. }) => return Err(not_a_cache()),
+        Err(e) => return Err(e),
+    };
+    if header.version != VERSION {
         return Err(damaged(
             1,
             format!(
-                "format {:?} version {}, expected {FORMAT:?} version {VERSION}",
-                header.format, header.version
+                "format version {}, this build reads version {VERSION}",
+                header.version
             ),
         ));
     }
@@ -137,19 +152,43 @@ pub fn load(parser: &Parser, path: &Path) -> Result<usize, ParseCacheError> {
             ));
         }
         let e: Entry = serde_json::from_str(&buf).map_err(|e| damaged(line, e.to_string()))?;
+        // Sorted as `save` writes it: a repeat, whose trees could differ,
+        // would otherwise be taken silently.
+        if let Some((last, _)) = trees.last() {
+            if e.text <= *last {
+                return Err(damaged(
+                    line,
+                    format!(
+                        "{:?} is not after the line before (the file is sorted)",
+                        e.text
+                    ),
+                ));
+            }
+        }
         // The key is the tokens joined by single spaces, as `Parser::trees`
         // makes it: a tree over another number of tokens would put words
         // out of range.
-        let tokens = e.text.split(' ').count();
+        let words: Vec<&str> = e.text.split(' ').collect();
+        let tokens = words.len();
         let tree = Tree {
             tokens: tokens as u32,
             merges: e.merges,
         };
-        if e.text.is_empty() || !tree.is_valid() {
-            return Err(damaged(
-                line,
-                format!("not a binary tree over the {tokens} tokens of {:?}", e.text),
-            ));
+        let why = if words.iter().any(|w| w.is_empty() || *w == "(" || *w == ")") {
+            Some("an empty token or a bracket, which the parser is never shown".to_string())
+        } else if tokens < 2 {
+            Some("one token, which is never parsed".to_string())
+        } else if !tree.is_valid() {
+            Some(format!("not a binary tree over its {tokens} tokens"))
+        } else if tokens > MAX_PARSE_TOKENS && tree != Tree::right_branching(tokens) {
+            Some(format!(
+                "{tokens} tokens, above the {MAX_PARSE_TOKENS} parsed, and not right-branching"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(damaged(line, format!("{:?}: {why}", e.text)));
         }
         trees.push((e.text, tree));
     }
@@ -168,11 +207,16 @@ pub fn save(parser: &Parser, path: &Path) -> Result<usize, ParseCacheError> {
     };
     let mut trees = parser.kept();
     trees.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp.{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
     let write = || -> std::io::Result<()> {
-        let mut w = BufWriter::new(std::fs::File::create(&tmp)?);
+        // A name of its own beside the file, removed unless persisted.
+        let tmp = tempfile::Builder::new()
+            .prefix(".parse-cache-")
+            .tempfile_in(dir)?;
+        let mut w = BufWriter::new(tmp);
         let header = Header {
             format: FORMAT.into(),
             version: VERSION,
@@ -190,8 +234,10 @@ pub fn save(parser: &Parser, path: &Path) -> Result<usize, ParseCacheError> {
             )?;
             w.write_all(b"\n")?;
         }
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, path)
+        let tmp = w.into_inner().map_err(|e| e.into_error())?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(path).map_err(|e| e.error)?;
+        Ok(())
     };
     write().map_err(io)?;
     Ok(trees.len())
@@ -262,8 +308,61 @@ mod tests {
         assert!(e.contains("line 2"), "{e}");
         let e = refused(&format!("{header}\n{body}{{\"text\":"));
         assert!(e.contains("line 3") && e.contains("damaged"), "{e}");
-        assert!(refused("").contains("no header"));
-        assert!(refused("{\"format\":\"x\",\"version\":1,\"parser\":\"y\"}\n").contains("format"));
+        // Another file named: not called damaged, not to be removed.
+        for other in [
+            "",
+            "{\"format\":\"x\",\"version\":1,\"parser\":\"y\"}\n",
+            "a\tb\n",
+        ] {
+            let e = refused(other);
+            assert!(
+                e.contains("not a parse cache") && !e.contains("remove"),
+                "{e}"
+            );
+        }
+        // Out of order or repeated (its tree might differ), a bracket the
+        // parser never sees, one token, and a long sentence's tree that is
+        // not the right-branching one such sentences get.
+        let entry =
+            |text: &str, merges: &str| format!("{{\"text\":\"{text}\",\"merges\":{merges}}}\n");
+        let e = refused(&format!(
+            "{header}\n{}{}",
+            entry("b c", "[[0,1]]"),
+            entry("a c", "[[0,1]]")
+        ));
+        assert!(e.contains("line 3") && e.contains("sorted"), "{e}");
+        let e = refused(&format!(
+            "{header}\n{}{}",
+            entry("b c", "[[0,1]]"),
+            entry("b c", "[[0,1]]")
+        ));
+        assert!(e.contains("line 3"), "{e}");
+        let e = refused(&format!("{header}\n{}", entry("( a", "[[0,1]]")));
+        assert!(e.contains("bracket"), "{e}");
+        let e = refused(&format!("{header}\n{}", entry("a", "[]")));
+        assert!(e.contains("one token"), "{e}");
+        let long: Vec<String> = (0..61).map(|i| format!("w{i}")).collect();
+        let left: Vec<String> = (0..60)
+            .map(|k| {
+                if k == 0 {
+                    "[0,1]".to_string()
+                } else {
+                    format!("[{},{}]", 60 + k, k + 1)
+                }
+            })
+            .collect();
+        let e = refused(&format!(
+            "{header}\n{}",
+            entry(&long.join(" "), &format!("[{}]", left.join(",")))
+        ));
+        assert!(e.contains("not right-branching"), "{e}");
+        let right = Tree::right_branching(61).merges;
+        let ok = format!(
+            "{header}\n{}",
+            entry(&long.join(" "), &serde_json::to_string(&right).unwrap())
+        );
+        std::fs::write(&path, ok).unwrap();
+        assert_eq!(load(&parser(), &path).unwrap(), 1);
         // Trees of another parser or other limits.
         let other = header.replace("2 s a pass", "5 s a pass");
         assert_ne!(other, header);

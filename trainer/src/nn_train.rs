@@ -319,7 +319,7 @@ pub fn train(
             }
             pairs += mb.len() as u64;
             if let Some(t) = &mut trees {
-                t.save(false)?;
+                t.save(false);
             }
             progress(Progress {
                 epoch,
@@ -337,7 +337,7 @@ pub fn train(
         let score = dev_score.map(|f| f(model));
         // The dev sets' trees included.
         if let Some(t) = &mut trees {
-            t.save(true)?;
+            t.save(true);
         }
         let row = EpochReport::logged(epoch, pairs, loss_sum, secs, score);
         run.end_epoch(row, || model.net.clone())?;
@@ -367,38 +367,49 @@ pub fn train(
     Ok(report)
 }
 
-/// Writes the parser's trees to `--parse-cache` when it has parsed more
-/// since the last write.
+/// Writes the parser's trees to `--parse-cache` when it keeps more than at
+/// the last write.
 struct TreeSaver<'a> {
     path: &'a std::path::Path,
     parser: &'static paraforge_encoders::link_grammar::Parser,
-    parsed: u64,
+    kept: usize,
     at: Instant,
+    /// A write failed mid-run: said once, then no more tried.
+    failed: bool,
 }
 
 impl<'a> TreeSaver<'a> {
+    /// Writes the trees kept so far once, so that a path that cannot be
+    /// written fails the run now, not an epoch in.
     fn new(path: &'a std::path::Path) -> Result<TreeSaver<'a>, TrainError> {
         let parser = paraforge_encoders::link_grammar::shared()
             .map_err(|e| TrainError::Invalid(e.to_string()))?;
+        paraforge_encoders::parse_cache::save(parser, path)
+            .map_err(|e| TrainError::Invalid(format!("--parse-cache: {e}")))?;
         Ok(TreeSaver {
             path,
             parser,
-            parsed: parser.counts().0,
+            kept: parser.kept_len(),
             at: Instant::now(),
+            failed: false,
         })
     }
 
-    /// Writes if anything was parsed since, and (unless `now`) the last
-    /// write is [`PARSE_CACHE_EVERY`] old.
-    fn save(&mut self, now: bool) -> Result<(), TrainError> {
-        let parsed = self.parser.counts().0;
-        if parsed == self.parsed || (!now && self.at.elapsed() < PARSE_CACHE_EVERY) {
-            return Ok(());
+    /// Writes if more trees are kept, and (unless `now`) the last write is
+    /// [`PARSE_CACHE_EVERY`] old. A failed write is a warning: the trees
+    /// are a cache, and the training goes on without it.
+    fn save(&mut self, now: bool) {
+        let kept = self.parser.kept_len();
+        if self.failed || kept == self.kept || (!now && self.at.elapsed() < PARSE_CACHE_EVERY) {
+            return;
         }
-        paraforge_encoders::parse_cache::save(self.parser, self.path)
-            .map_err(|e| TrainError::Invalid(e.to_string()))?;
-        (self.parsed, self.at) = (parsed, Instant::now());
-        Ok(())
+        match paraforge_encoders::parse_cache::save(self.parser, self.path) {
+            Ok(_) => (self.kept, self.at) = (kept, Instant::now()),
+            Err(e) => {
+                tracing::warn!("{e}; the run goes on without writing its trees");
+                self.failed = true;
+            }
+        }
     }
 }
 
