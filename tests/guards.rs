@@ -773,7 +773,7 @@ fn tree_rnn_reads_the_trees_an_earlier_run_parsed() {
     let dir = tempfile::tempdir().unwrap();
     let data = pairs_dataset(dir.path());
     let cache = dir.path().join("trees.jsonl");
-    let train = |seed: &str, out: &str| {
+    let train_with = |cache: &Path, seed: &str, out: &str| {
         let out = dir.path().join(out);
         let o = paraforge(
             &[
@@ -798,6 +798,7 @@ fn tree_rnn_reads_the_trees_an_earlier_run_parsed() {
         );
         (o, out)
     };
+    let train = |seed: &str, out: &str| train_with(&cache, seed, out);
     let (o, _) = train("1", "m1");
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
@@ -826,27 +827,10 @@ fn tree_rnn_reads_the_trees_an_earlier_run_parsed() {
     // run at its start, not after an epoch of parsing.
     std::fs::remove_file(&cache).unwrap();
     std::fs::create_dir(&cache).unwrap();
-    let cache = cache.join("missing").join("trees.jsonl");
-    let o = paraforge(
-        &[
-            "train",
-            "--model",
-            "tree-rnn",
-            "--no-dev",
-            "--min-word-count",
-            "1",
-            "--data",
-            data.to_str().unwrap(),
-            "--parse-cache",
-            cache.to_str().unwrap(),
-            "--out",
-            dir.path().join("m4").to_str().unwrap(),
-        ],
-        120,
-    );
+    let (o, m4) = train_with(&cache.join("missing").join("trees.jsonl"), "4", "m4");
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--parse-cache"), "{}", stderr(&o));
-    assert!(!dir.path().join("m4").exists(), "a model was written");
+    assert!(!m4.exists(), "a model was written");
 }
 
 /// `eval-transfer --fine-tune --vectors` reads the vectors once, for the
@@ -856,16 +840,7 @@ fn tree_rnn_reads_the_trees_an_earlier_run_parsed() {
 #[test]
 fn eval_transfer_fine_tune_reads_its_vectors_once() {
     let dir = tempfile::tempdir().unwrap();
-    let sick = paraforge_tests::repo_root().join("data/sts/sick2014");
-    for (file, keep) in [
-        ("SICK_train.txt", 200),
-        ("SICK_trial.txt", 50),
-        ("SICK_test_annotated.txt", 100),
-    ] {
-        let text = std::fs::read_to_string(sick.join(file)).unwrap();
-        let part: Vec<&str> = text.lines().take(keep + 1).collect();
-        std::fs::write(dir.path().join(file), part.join("\n") + "\n").unwrap();
-    }
+    paraforge_tests::sick_slice(dir.path(), [200, 50, 100]);
     let fifo = dir.path().join("glove.txt.gz");
     assert!(Command::new("mkfifo")
         .arg(&fifo)

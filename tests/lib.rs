@@ -346,3 +346,21 @@ pub fn card_metric(
         .find(|m| m["type"] == metric)?["value"]
         .as_f64()
 }
+
+/// The first `keep` pairs of the bundled SICK train, trial and test files
+/// (after their header line) written into `dir` under their own names.
+pub fn sick_slice(dir: &Path, keep: [usize; 3]) {
+    let sick = repo_root().join("data/sts/sick2014");
+    for (file, keep) in [
+        "SICK_train.txt",
+        "SICK_trial.txt",
+        "SICK_test_annotated.txt",
+    ]
+    .into_iter()
+    .zip(keep)
+    {
+        let text = std::fs::read_to_string(sick.join(file)).unwrap();
+        let part: Vec<&str> = text.lines().take(keep + 1).collect();
+        std::fs::write(dir.join(file), part.join("\n") + "\n").unwrap();
+    }
+}

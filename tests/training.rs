@@ -1762,16 +1762,7 @@ fn eval_transfer_trains_classifiers_on_frozen_embeddings() {
 #[test]
 fn eval_transfer_fine_tune_trains_the_encoder_on_sick() {
     let dir = tempfile::tempdir().unwrap();
-    let sick = repo_root().join("data/sts/sick2014");
-    for (file, keep) in [
-        ("SICK_train.txt", 2000),
-        ("SICK_trial.txt", 300),
-        ("SICK_test_annotated.txt", 600),
-    ] {
-        let text = std::fs::read_to_string(sick.join(file)).unwrap();
-        let part: Vec<&str> = text.lines().take(keep + 1).collect();
-        std::fs::write(dir.path().join(file), part.join("\n") + "\n").unwrap();
-    }
+    paraforge_tests::sick_slice(dir.path(), [2000, 300, 600]);
     let glove = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
     let json = dir.path().join("t.json");
     let out = paraforge_ok(&[

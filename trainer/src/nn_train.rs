@@ -42,8 +42,8 @@ pub struct NeuralOptions {
 }
 
 /// How often a tree network's run writes its new trees mid-epoch: its first
-/// epoch on a large corpus is mostly parsing (an hour on 2 cores for 84k
-/// pairs), which a kill would otherwise lose.
+/// epoch on a large corpus is mostly parsing (over an hour on 2 cores for
+/// 84k pairs), which a kill would otherwise lose.
 pub const PARSE_CACHE_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
 
 impl Default for NeuralOptions {
@@ -379,12 +379,11 @@ struct TreeSaver<'a> {
 }
 
 impl<'a> TreeSaver<'a> {
-    /// Writes the trees kept so far once, so that a path that cannot be
-    /// written fails the run now, not an epoch in.
+    /// Fails now, not an epoch in, where the path cannot be written.
     fn new(path: &'a std::path::Path) -> Result<TreeSaver<'a>, TrainError> {
         let parser = paraforge_encoders::link_grammar::shared()
             .map_err(|e| TrainError::Invalid(e.to_string()))?;
-        paraforge_encoders::parse_cache::save(parser, path)
+        paraforge_encoders::parse_cache::writable(path)
             .map_err(|e| TrainError::Invalid(format!("--parse-cache: {e}")))?;
         Ok(TreeSaver {
             path,
