@@ -27,12 +27,16 @@ bench-out/nmt-natural.json.
 
 usage: tools/bench_nmt.py --natural --paraforge target/release/paraforge [--sentences 200] [--repeats 3]
 
---gpu: the same setting on a GPU (`--device cuda:N`): paraforge's fp32
-graphs with its CUDA defaults (four streams) and with one stream, its fp16
-graphs (`tools/marian_model.py export --fp16`), against transformers'
-generate (fp16, fp32) and CTranslate2 (float16 at the same batch and at
-512, int8_float16, float32) (`make bench-gpu`, which runs it only where
-nvidia-smi finds a GPU). Writes bench-out/nmt-gpu.json.
+--gpu: on a GPU (`--device cuda:N`), two models: the demo model at
+natural lengths, as --natural, and opus-mt-cs-en's shape at the fixed 24
+new tokens above (weights of random signs, which compress; see
+`tools/marian_model.py random --weights signs`). paraforge's fp32 graphs
+with its CUDA defaults (four streams) and with one stream, its fp16
+graphs (`tools/marian_model.py export --fp16`), against CTranslate2
+(float16 at the same batch and at 512, int8_float16; float32 for the demo
+model) and, for the demo model, transformers' generate (fp16, fp32)
+(`make bench-gpu`, which runs it only where nvidia-smi finds a GPU).
+Writes bench-out/nmt-gpu-MODEL.json per model.
 """
 from __future__ import annotations
 
@@ -244,18 +248,24 @@ def run_paraforge(binary, model, src, threads, batch, quantized, out, device="cp
 
 class Ct2:
     def __init__(self, variant, threads, batch, max_length, device="cpu", compute_type="default", device_index=0,
-                 split=False):
+                 split=False, cache=None, fixed=None):
         import ctranslate2
         from transformers import MarianTokenizer
 
-        self.tok = MarianTokenizer.from_pretrained(DEMO_CACHE / "hf")
+        cache = cache or DEMO_CACHE
+        self.tok = MarianTokenizer.from_pretrained(cache / "hf")
         # split: one single-threaded replica per thread, batches in parallel.
         inter, intra = (threads, 1) if split else (1, threads)
-        self.tr = ctranslate2.Translator(str(DEMO_CACHE / variant), device=device, device_index=device_index,
+        self.tr = ctranslate2.Translator(str(cache / variant), device=device, device_index=device_index,
                                          inter_threads=inter, intra_threads=intra, compute_type=compute_type)
-        # transformers' max_length counts the decoder start token.
-        self.kw = dict(beam_size=12, max_batch_size=batch, max_decoding_length=max_length - 1,
-                       suppress_sequences=[["<pad>"]])
+        if fixed:
+            # Random weights: every engine makes exactly `fixed` tokens.
+            self.kw = dict(beam_size=12, max_batch_size=batch, min_decoding_length=fixed,
+                           max_decoding_length=fixed)
+        else:
+            # transformers' max_length counts the decoder start token.
+            self.kw = dict(beam_size=12, max_batch_size=batch, max_decoding_length=max_length - 1,
+                           suppress_sequences=[["<pad>"]])
 
     def run(self, sents):
         # Tokenizing and detokenizing stay outside the timed part (in
@@ -478,37 +488,104 @@ def gpu_description(dev: str) -> str:
         return "unknown GPU"
 
 
-def main_gpu(args) -> None:
-    """paraforge (fp16 and fp32 graphs, --device cuda:N) against transformers'
-    generate and CTranslate2 (float16 and float32) on one GPU, the
-    natural-length setting of main_natural. Run by `make bench-gpu` only where
-    nvidia-smi finds a GPU; `--device cpu` runs the same code on the CPU (a
-    check of the script and of the fp16 graphs, not a GPU figure).
+OPUS_GPU_CACHE = ROOT / ".cache" / "bench" / "opus-mt-cs-en-signs"
 
-    --prepared: the checkpoint, graphs and conversions are already in
-    .cache/bench/demo-cs-en (made on another machine: a GPU host without the
-    export tooling); nothing is built. A peer that cannot run on this host
-    (CTranslate2 built against another CUDA than the host's, say) is left out
-    with its reason printed and recorded, never silently."""
+
+def build_opus_gpu(tokenizer_from: Path) -> None:
+    """opus-mt-cs-en's shape (bench-nmt's model) with sign weights
+    (`marian_model.py random --weights signs`: the same work, but graphs
+    that compress, so that they can be carried to a GPU host without an
+    exporter): fp32 and fp16 graphs and a CTranslate2 float16 conversion
+    (int8_float16 is a compute type CTranslate2 applies to it at load), in
+    .cache/bench/opus-mt-cs-en-signs (built once)."""
+    tool = [sys.executable, str(ROOT / "tools" / "marian_model.py")]
+    c = OPUS_GPU_CACHE
+    if not (c / "onnx" / "decoder_with_past_model.onnx").exists():
+        log(f"building opus-mt-cs-en's shape with sign weights in {c} (once)")
+        subprocess.run(tool + ["random", "--out", str(c), "--tokenizer-from", str(tokenizer_from),
+                               "--weights", "signs"], check=True)
+    if not (c / "onnx-fp16" / "decoder_with_past_model.onnx").exists():
+        subprocess.run(tool + ["export", "--model", str(c / "hf"), "--out", str(c / "onnx-fp16"), "--fp16"],
+                       check=True)
+    if not (c / "ct2-fp16" / "model.bin").exists():
+        import ctranslate2.converters
+
+        ctranslate2.converters.TransformersConverter(str(c / "hf")).convert(
+            str(c / "ct2-fp16"), quantization="float16", force=True)
+
+
+# The models `--gpu` runs: the trained demo model at natural lengths,
+# checked against transformers, and opus-mt-cs-en's shape at bench-nmt's
+# fixed 24 new tokens (its weights are random, so only the speed means
+# anything). CTranslate2 rows: (name, conversion, compute type, batch or
+# None for --batch-size).
+GPU_MODELS = {
+    "demo-cs-en": dict(cache=DEMO_CACHE, fixed=None, transformers=True,
+                       ct2=(("ct2-fp16", "ct2-fp16", "float16", None),
+                            ("ct2-fp16-batch512", "ct2-fp16", "float16", 512),
+                            ("ct2-int8-fp16", "ct2-int8-fp16", "int8_float16", None),
+                            ("ct2-fp32", "ct2-fp32", "float32", None))),
+    "opus-mt-cs-en-shape": dict(cache=OPUS_GPU_CACHE, fixed=NEW_TOKENS, transformers=False,
+                                ct2=(("ct2-fp16", "ct2-fp16", "float16", None),
+                                     ("ct2-fp16-batch512", "ct2-fp16", "float16", 512),
+                                     ("ct2-int8-fp16", "ct2-fp16", "int8_float16", None))),
+}
+
+
+def main_gpu(args) -> None:
+    """paraforge (fp16 and fp32 graphs, --device cuda:N) against CTranslate2
+    (float16 at the same batch and at 512, int8_float16) and, for the demo
+    model, transformers' generate, on one GPU, for each model of --models
+    (GPU_MODELS). Run by `make bench-gpu` only where nvidia-smi finds a GPU;
+    `--device cpu` runs the same code on the CPU (a check of the script and
+    of the fp16 graphs, not a GPU figure). Writes
+    bench-out/nmt-gpu-MODEL.json (with a "model" field) for each model.
+
+    --prepared: the checkpoints, graphs and conversions are already in
+    .cache/bench/ (made on another machine by `tools/gpu_stage.sh`: a GPU
+    host without the export tooling); nothing is built. A peer that cannot
+    run on this host (CTranslate2 built against another CUDA than the
+    host's, say) is left out with its reason printed and recorded, never
+    silently."""
+    models = [m for m in args.models.split(",") if m]
+    for m in models:
+        if m not in GPU_MODELS:
+            sys.exit(f"--models: unknown model {m} (known: {', '.join(GPU_MODELS)})")
+    if not args.prepared:
+        tool = [sys.executable, str(ROOT / "tools" / "marian_model.py")]
+        if "demo-cs-en" in models:
+            build_demo()
+            fp16 = DEMO_CACHE / "onnx-fp16"
+            if not (fp16 / "decoder_with_past_model.onnx").exists():
+                subprocess.run(tool + ["export", "--model", str(DEMO_CACHE / "hf"), "--out", str(fp16), "--fp16"],
+                               check=True)
+            for d, q in (("ct2-fp16", "float16"), ("ct2-int8-fp16", "int8_float16")):
+                if not (DEMO_CACHE / d / "model.bin").exists():
+                    convert_ct2_marian(DEMO_CACHE / "hf", DEMO_CACHE / d, q)
+        if "opus-mt-cs-en-shape" in models:
+            build_opus_gpu(Path(args.tokenizer_from))
+    if args.build_only:
+        return
+    for m in models:
+        gpu_one_model(args, m, **GPU_MODELS[m])
+
+
+def gpu_one_model(args, name, cache, fixed, transformers, ct2) -> None:
     import statistics
 
-    tool = [sys.executable, str(ROOT / "tools" / "marian_model.py")]
-    fp16 = DEMO_CACHE / "onnx-fp16"
-    if not args.prepared:
-        build_demo()
-        if not (fp16 / "decoder_with_past_model.onnx").exists():
-            subprocess.run(tool + ["export", "--model", str(DEMO_CACHE / "hf"), "--out", str(fp16), "--fp16"],
-                           check=True)
-        for d, q in (("ct2-fp16", "float16"), ("ct2-int8-fp16", "int8_float16")):
-            if not (DEMO_CACHE / d / "model.bin").exists():
-                convert_ct2_marian(DEMO_CACHE / "hf", DEMO_CACHE / d, q)
     dev = args.device
     ct2_dev = "cuda" if dev.startswith("cuda") else "cpu"
     ct2_idx = int(dev.split(":")[1]) if ":" in dev else 0
-    gen = json.loads((DEMO / "generation_config.json").read_text())
-    max_length = gen["max_length"]
+    if fixed:
+        max_length = fixed
+        length = f"{fixed} new tokens for every sentence and engine (random weights)"
+        pf_length = ("--min-new-tokens", str(fixed), "--max-new-tokens", str(fixed))
+    else:
+        max_length = json.loads((DEMO / "generation_config.json").read_text())["max_length"]
+        length = f"natural lengths, max_length {max_length}"
+        pf_length = ()
     sents, step = held_out_sentences(args.sentences)
-    out_dir = ROOT / "bench-out" / "nmt-gpu"
+    out_dir = ROOT / "bench-out" / f"nmt-gpu-{name}"
     out_dir.mkdir(parents=True, exist_ok=True)
     src = out_dir / "input.txt"
     src.write_text("\n".join(sents) + "\n", encoding="utf-8")
@@ -517,41 +594,39 @@ def main_gpu(args) -> None:
     # kernels), the same with one stream, and the fp16 graphs (fp16 cache).
     # On the CPU (a check of the script) the fp16 graphs need the device
     # path, which --io-binding gives there.
-    fp32 = DEMO_CACHE / "onnx"
     fp16_extra = ("--io-binding",) if dev == "cpu" else ()
-    pf = {"paraforge-fp32": (fp32, ()), "paraforge-fp32-1-stream": (fp32, ("--streams", "1")),
-          "paraforge-fp16": (fp16, fp16_extra)}
+    pf = {"paraforge-fp32": (cache / "onnx", pf_length),
+          "paraforge-fp32-1-stream": (cache / "onnx", pf_length + ("--streams", "1")),
+          "paraforge-fp16": (cache / "onnx-fp16", pf_length + fp16_extra)}
     # The search runs on the host's cores: all of them unless --threads is
     # given (the CPU modes' default of 2 would starve it on a GPU host).
     pf_threads = args.threads if args.threads_given else 0
     peers, not_run = {}, {}
-    for name, dtype in (("transformers-fp16", "float16"), ("transformers-fp32", "float32")):
-        if ct2_dev == "cpu" and dtype == "float16":
+    for hf_name, dtype in (("transformers-fp16", "float16"), ("transformers-fp32", "float32")):
+        if not transformers or (ct2_dev == "cpu" and dtype == "float16"):
             continue  # fp16 generate on the CPU is not a configuration anyone runs
         try:
             import torch
 
             h = HfGpu(getattr(torch, dtype), dev, args.batch_size)
             h.run(sents[: args.batch_size])  # warm-up
-            peers[name] = h
+            peers[hf_name] = h
         except Exception as e:  # noqa: BLE001 - the reason is the result
-            not_run[name] = f"{type(e).__name__}: {e}"
+            not_run[hf_name] = f"{type(e).__name__}: {e}"
     # CTranslate2 at the same batch, and float16 at 512, its fastest batch
     # on an H200 (2026-11-27: 2,107 sentences/s against 1,227 at 64).
-    for name, variant, ctype, batch in (("ct2-fp16", "ct2-fp16", "float16", args.batch_size),
-                                        ("ct2-fp16-batch512", "ct2-fp16", "float16", 512),
-                                        ("ct2-int8-fp16", "ct2-int8-fp16", "int8_float16", args.batch_size),
-                                        ("ct2-fp32", "ct2-fp32", "float32", args.batch_size)):
+    for peer, variant, ctype, batch in ct2:
+        batch = batch or args.batch_size
         if ct2_dev == "cpu" and ctype in ("float16", "int8_float16"):
             ctype = "default"  # CTranslate2 has no fp16 compute on CPU
         try:
-            c = Ct2(variant, args.threads, batch, max_length, ct2_dev, ctype, ct2_idx)
+            c = Ct2(variant, args.threads, batch, max_length, ct2_dev, ctype, ct2_idx, cache=cache, fixed=fixed)
             c.run(sents[:batch])  # warm-up
-            peers[name] = c
+            peers[peer] = c
         except Exception as e:  # noqa: BLE001 - the reason is the result
-            not_run[name] = f"{type(e).__name__}: {e}"
-    for name, why in not_run.items():
-        log(f"NOT RUN: {name}: {why}")
+            not_run[peer] = f"{type(e).__name__}: {e}"
+    for peer, why in not_run.items():
+        log(f"NOT RUN: {name}: {peer}: {why}")
     engines = list(pf) + list(peers)
     times = {e: [] for e in engines}
     texts, timings = {}, {}
@@ -567,24 +642,23 @@ def main_gpu(args) -> None:
                 secs, out = peers[e].run(sents)
             times[e].append(secs)
             texts[e] = out
-            log(f"  repeat {rep + 1}: {e} on {dev}: {secs:.2f} s, {len(sents) / secs:.2f} sentences/s")
+            log(f"  {name} repeat {rep + 1}: {e} on {dev}: {secs:.2f} s, {len(sents) / secs:.2f} sentences/s")
     base = "paraforge-fp32"
     # transformers fp32 is the reference paraforge is token-exact with on
-    # the CPU; without it the second column repeats paraforge fp32's.
-    ref = "transformers-fp32" if "transformers-fp32" in texts else base
+    # the CPU; without it (or with random weights) there is no such column.
+    ref = "transformers-fp32" if "transformers-fp32" in texts else None
     rows = {}
     for e in engines:
         med = statistics.median(times[e])
         rows[e] = {"seconds": times[e], "sentences_per_second": len(sents) / med,
                    "identical_to_paraforge_fp32": sum(a == b for a, b in zip(texts[e], texts[base])),
                    "identical_to_transformers_fp32": (sum(a == b for a, b in zip(texts[e], texts[ref]))
-                                                      if ref != base else None)}
+                                                      if ref else None)}
         if e in timings:
             rows[e]["timing"] = timings[e]  # the last repeat's --timing breakdown
     gpu = gpu_description(dev)
-    print(f"\n{len(sents)} held-out Czech sentences (every {step}th line), demo-cs-en, beam 12, "
-          f"max_length {max_length}, batch {args.batch_size}, device {dev}: {gpu}, "
-          f"{args.repeats} interleaved repeats (median)\n")
+    print(f"\n{name}: {len(sents)} held-out Czech sentences (every {step}th line), beam 12, {length}, "
+          f"batch {args.batch_size}, device {dev}: {gpu}, {args.repeats} interleaved repeats (median)\n")
     print("| engine | sentences/s | paraforge fp32 / engine | identical to paraforge fp32 | identical to transformers-fp32 |")
     print("|---|---:|---:|---:|---:|")
     for e in engines:
@@ -592,20 +666,21 @@ def main_gpu(args) -> None:
         same = rows[e]["identical_to_transformers_fp32"]
         print(f"| {e} | {v:.2f} | {rows[base]['sentences_per_second'] / v:.2f} | "
               f"{rows[e]['identical_to_paraforge_fp32']}/{len(sents)} | "
-              f"{'not run' if same is None else f'{same}/{len(sents)}'} |")
-    for name, why in not_run.items():
-        print(f"\nnot run: {name}: {why}")
+              f"{'-' if same is None else f'{same}/{len(sents)}'} |")
+    for peer, why in not_run.items():
+        print(f"\nnot run: {peer}: {why}")
     versions = {}
     for mod in ("ctranslate2", "transformers", "torch"):
         try:
             versions[mod] = __import__(mod).__version__
         except ImportError:
             versions[mod] = None
-    out = {"mode": "gpu", "model": "demo-cs-en", "device": dev, "gpu": gpu, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "sentences": len(sents), "batch_size": args.batch_size, "beam": 12, "max_length": max_length,
+    out = {"mode": "gpu", "model": name, "device": dev, "gpu": gpu,
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "sentences": len(sents),
+           "batch_size": args.batch_size, "beam": 12, "max_length": max_length, "fixed_new_tokens": fixed,
            "repeats": args.repeats, "paraforge_threads": pf_threads, **versions, "engines": rows,
            "not_run": not_run}
-    (ROOT / "bench-out" / "nmt-gpu.json").write_text(json.dumps(out, indent=1))
+    (ROOT / "bench-out" / f"nmt-gpu-{name}.json").write_text(json.dumps(out, indent=1))
     for e, t in texts.items():
         (out_dir / f"{e}.out.txt").write_text("\n".join(t) + "\n", encoding="utf-8")
 
@@ -623,7 +698,11 @@ def main() -> None:
     ap.add_argument("--gpu", action="store_true", help="fp16 on a GPU against CTranslate2 (make bench-gpu)")
     ap.add_argument("--device", default="cuda:0", help="gpu mode: cuda:N (cpu only to check the script)")
     ap.add_argument("--prepared", action="store_true",
-                    help="gpu mode: models already in .cache/bench/demo-cs-en; build nothing")
+                    help="gpu mode: models already in .cache/bench/ (tools/gpu_stage.sh); build nothing")
+    ap.add_argument("--build-only", action="store_true",
+                    help="gpu mode: build the models into .cache/bench/ and stop (tools/gpu_stage.sh)")
+    ap.add_argument("--models", default=",".join(GPU_MODELS),
+                    help="gpu mode: which models, comma-separated (default: all of " + ", ".join(GPU_MODELS) + ")")
     args = ap.parse_args()
     args.engines_given = any(a.startswith("--engines") for a in sys.argv[1:])
     args.threads_given = any(a.startswith("--threads") for a in sys.argv[1:])
