@@ -41,11 +41,14 @@ the expected-likelihood similarity, margin 1, hardest negative by it,
 
 Prints one JSON line with pairs/s.
 Usage: bench_train.py DATA_DIR VECTORS MODEL M THREADS [MAX_PAIRS]
+Environment: TORCH_DEVICE (cpu; cuda or cuda:N trains on that GPU, every
+tensor created there, the clock read after the device has finished).
 """
 
 import glob
 import gzip
 import json
+import os
 import re
 import sys
 import time
@@ -60,6 +63,7 @@ AVERAGES = ("word", "trigram", "word,trigram")
 NEURAL = ("lstm", "lstm-no-o", "blstm", "blstm-concat", "gran", "rnn", "irnn", "dan", "proj", "gaussian", "lstm-gaussian")
 GAUSSIANS = ("gaussian", "lstm-gaussian")
 MAX_TOKENS = 100
+DEVICE = os.environ.get("TORCH_DEVICE", "cpu")
 
 
 def tokens(s):
@@ -93,7 +97,7 @@ def hardest(x):
     sim = x @ x.T
     own = torch.arange(len(x)) // 2
     sim[own[:, None] == own[None, :]] = -2
-    return sim.argmax(1)
+    return sim.argmax(1).tolist()
 
 
 def likelihood(x, y):
@@ -110,7 +114,7 @@ def most_likely(x):
     sims = [likelihood(x[i : i + 128, None], x[None]) for i in range(0, len(x), 128)]
     sim = torch.cat(sims)
     sim[own[:, None] == own[None, :]] = -float("inf")
-    return sim.argmax(1)
+    return sim.argmax(1).tolist()
 
 
 def margin(s, s2, n1, n2):
@@ -132,11 +136,15 @@ def gaussian_margin(g, pairs, delta=1.0):
     return (torch.relu(likelihood(s, n1) - pos + delta) + torch.relu(likelihood(s2, n2) - pos + delta)).sum() / pairs
 
 
-def report(model, M, threads, done, secs, loss_sum):
+def report(model, M, threads, done, t0, loss_sum):
     """The result line; mean_loss as paraforge's: the margin loss (no KL
     prior) summed over the pairs, divided by them."""
-    print(json.dumps({"peer": "pytorch", "model": model, "M": M, "threads": threads, "pairs": done, "seconds": secs,
-                      "pairs_per_second": done / secs, "mean_loss": loss_sum / max(done, 1)}))
+    if DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()
+    secs = time.time() - t0
+    print(json.dumps({"peer": "pytorch", "model": model, "M": M, "threads": threads, "device": DEVICE,
+                      "pairs": done, "seconds": secs, "pairs_per_second": done / secs,
+                      "mean_loss": loss_sum / max(done, 1)}))
 
 
 def main():
@@ -144,6 +152,7 @@ def main():
     max_pairs = int(sys.argv[6]) if len(sys.argv) > 6 else 0
     M, threads = int(M), int(threads)
     torch.set_num_threads(threads)
+    torch.set_default_device(DEVICE)
     torch.manual_seed(1)
     combine, parts = parse(model)
     all_pairs = []
@@ -251,7 +260,7 @@ def average(model, pairs, words, rows, unk, dim, tri, M, threads):
             loss.backward()
             opt.step()
         done += len(mb)
-    report(model, M, threads, done, time.time() - t0, loss_sum)
+    report(model, M, threads, done, t0, loss_sum)
 
 
 class Batch:
@@ -327,7 +336,8 @@ class Part(nn.Module):
 
     def states(self, x, b):
         """Every step's output of the recurrent cell, zero at padding."""
-        pack = nn.utils.rnn.pack_padded_sequence(x, b.lens, batch_first=True, enforce_sorted=False)
+        # Packing wants the lengths on the host, wherever the data is.
+        pack = nn.utils.rnn.pack_padded_sequence(x, b.lens.cpu(), batch_first=True, enforce_sorted=False)
         out, _ = self.rnn(pack)
         return nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
 
@@ -353,7 +363,7 @@ class Part(nn.Module):
             gate = torch.sigmoid(self.gx(x) + self.gh(h))
             return (x * gate * b.mask[:, :, None]).sum(1) / lens, None
         if a == "rnn":
-            pack = nn.utils.rnn.pack_padded_sequence(x, b.lens, batch_first=True, enforce_sorted=False)
+            pack = nn.utils.rnn.pack_padded_sequence(x, b.lens.cpu(), batch_first=True, enforce_sorted=False)
             return self.rnn(pack)[1][0], None
         if a == "irnn":
             xw = x @ self.wx + self.b
@@ -454,7 +464,7 @@ def neural(model, combine, parts, pairs, words, rows, unk, dim, tri, M, threads)
             loss.backward()
             opt.step()
         done += len(mb)
-    report(model, M, threads, done, time.time() - t0, loss_sum)
+    report(model, M, threads, done, t0, loss_sum)
 
 
 if __name__ == "__main__":

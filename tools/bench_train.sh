@@ -7,13 +7,16 @@
 # Usage: tools/bench_train.sh [ROWS] [VECTORS]
 # Environment: RNN_PAIRS (pairs of a neural run, default 2000), AVG_MODELS
 # and NN_MODELS (the encoders run; default all, see below; set empty, none),
-# PYTHON.
+# PYTHON; on a GPU, DEVICE (paraforge's neural encoders: `train --device`,
+# e.g. wgpu, which needs the wgpu build as PARAFORGE_BIN) and TORCH_DEVICE
+# (PyTorch's, e.g. cuda); the averages are paraforge's CPU code whatever
+# DEVICE says, and their rows say so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS=${1:-100000}
 VECTORS=${2:-data/vectors/glove.6B.50d.top25k.txt.gz}
 OUT=bench-out/train
-BIN=target/release/paraforge
+BIN=${PARAFORGE_BIN:-target/release/paraforge}
 PY=${PYTHON:-.venv/bin/python}
 # The hand-differentiated averages: M = 40, the whole data.
 AVG_MODELS=${AVG_MODELS-word trigram word,trigram}
@@ -32,7 +35,7 @@ if [ ! -f bench-out/bins/pairs.tsv ]; then
   paste <(cut -f1,3,4 data/sample/czeng16-heldout.cs-en.tsv) <(cut -f2 bench-out/bins/en.tsv) <(cut -f1 bench-out/bins/en.tsv) > bench-out/bins/pairs.tsv
 fi
 rm -rf "$OUT/data" && mkdir -p "$OUT/data"
-target/release/examples/make_rows bench-out/bins/pairs.tsv "$VECTORS" "$OUT/data" "$ROWS" 4 > /dev/null
+${MAKE_ROWS:-target/release/examples/make_rows} bench-out/bins/pairs.tsv "$VECTORS" "$OUT/data" "$ROWS" 4 > /dev/null
 : > "$OUT/results.jsonl"
 
 # paraforge train MODEL M THREADS OUTPUT [ARGS...]: its result line.
@@ -51,7 +54,9 @@ paraforge() {
   pairs=$(echo "$line" | sed -E 's/^epoch 1: ([0-9]+) pairs.*/\1/')
   loss=$(echo "$line" | sed -E 's/.*mean loss ([0-9.]+),.*/\1/')
   rate=$(echo "$line" | sed -E 's/.* ([0-9]+) pairs\/s.*/\1/')
-  echo "{\"peer\": \"paraforge\", \"model\": \"$model\", \"M\": $m, \"threads\": $t, \"pairs\": $pairs, \"pairs_per_second\": $rate, \"mean_loss\": $loss}" >> "$OUT/results.jsonl"
+  local dev=cpu prev=""
+  for a in "$@"; do [ "$prev" = --device ] && dev=$a; prev=$a; done
+  echo "{\"peer\": \"paraforge\", \"model\": \"$model\", \"M\": $m, \"threads\": $t, \"device\": \"$dev\", \"pairs\": $pairs, \"pairs_per_second\": $rate, \"mean_loss\": $loss}" >> "$OUT/results.jsonl"
 }
 
 for model in $AVG_MODELS; do
@@ -62,13 +67,17 @@ for model in $AVG_MODELS; do
 done
 for model in $NN_MODELS; do
   for t in 1 2; do
-    paraforge "$model" 1 "$t" "$OUT/m.model" --scramble 0 --no-dev --max-pairs "$RNN_PAIRS" --shuffle-buffer 1
+    paraforge "$model" 1 "$t" "$OUT/m.model" --scramble 0 --no-dev --max-pairs "$RNN_PAIRS" --shuffle-buffer 1 \
+      ${DEVICE:+--device "$DEVICE"}
     $PY tools/bench_train.py "$OUT/data" "$VECTORS" "$model" 1 "$t" "$RNN_PAIRS" >> "$OUT/results.jsonl"
   done
 done
 $PY - "$OUT/results.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+devices = {(x["peer"], x.get("device", "cpu")) for x in rows}
+if any(d != "cpu" for _, d in devices):
+    print("devices: " + ", ".join(f"{p} {d}" for p, d in sorted(devices)) + " (per core: per host thread)\n")
 print("| model | M | threads | paraforge pairs/s | per core | PyTorch pairs/s | per core | ratio |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for m in dict.fromkeys(x["model"] for x in rows):

@@ -7,10 +7,13 @@
 #      last:  carry [".gpu/stage/p.NN", ".gpu/stage/SHA256SUMS"],
 #      command  mkdir -p /root/stage && cp .gpu/stage/* /root/stage/
 #   2. the measuring call:  bash tools/gpu_bench.sh
-#      (about 5 minutes on an H200: both models of tools/bench_nmt.py --gpu,
-#      three interleaved repeats, then the demo job on cuda:0 with its
-#      /metrics), leaving under $OUT: bench-gpu-log.txt, nmt-gpu-*.json,
-#      demo-log.txt, demo-metrics.txt, outputs.tar.gz (the translations).
+#      (both models of tools/bench_nmt.py --gpu, three interleaved repeats;
+#      the demo job on cuda:0 with its /metrics; if staged, the training
+#      rows: LSTM and BLSTM, `paraforge train --device wgpu` against
+#      PyTorch on cuda, tools/bench_train.sh), leaving under $OUT:
+#      bench-gpu-log.txt, nmt-gpu-*.json, demo-log.txt, demo-metrics.txt,
+#      outputs.tar.gz (the translations), train-gpu.md, train-gpu.jsonl.
+#      Untried on a GPU: give it a timeout_s of 600 and read the log.
 #
 # The joined pieces are checked against SHA256SUMS before anything is
 # unpacked; a missing or damaged piece stops the run with exit 3.
@@ -83,5 +86,25 @@ echo "demo job rc $DEMO_RC (_SUCCESS: $([ -f out/demo-gpu/_SUCCESS ] && echo yes
 wait
 tar -czf "$R/outputs.tar.gz" bench-out/nmt-gpu-*/*.out.txt 2>/dev/null
 cat "$R/bench-gpu-log.txt"
-# Fails where either part failed: a benchmark that did not run is no figure.
-[ "$BENCH_RC" = 0 ] && [ "$DEMO_RC" = 0 ]
+
+# Training on the GPU: paraforge's wgpu backend (Vulkan) against PyTorch on
+# CUDA, same pairs, one epoch each (tools/bench_train.sh).
+TRAIN_RC=skipped
+if [ -x "$X/paraforge-wgpu" ]; then
+  if ! /sbin/ldconfig -p 2>/dev/null | grep -q libvulkan.so.1; then
+    for f in "$X"/debs/*.deb; do dpkg -x "$f" /; done
+    /sbin/ldconfig
+  fi
+  for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json; do
+    [ -f "$icd" ] && export VK_DRIVER_FILES=$icd && break
+  done
+  export ORT_DYLIB_PATH
+  PARAFORGE_BIN=$X/paraforge-wgpu MAKE_ROWS=$X/make_rows DEVICE=wgpu TORCH_DEVICE=cuda PYTHON=python3 \
+    AVG_MODELS= NN_MODELS="lstm blstm" timeout 240 tools/bench_train.sh 100000 > "$R/train-gpu.md" 2>&1
+  TRAIN_RC=$?
+  cp bench-out/train/results.jsonl "$R/train-gpu.jsonl" 2>/dev/null
+  echo "training rc $TRAIN_RC (VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset})" >> "$R/bench-gpu-log.txt"
+  cat "$R/train-gpu.md"
+fi
+# Fails where a part failed: a benchmark that did not run is no figure.
+[ "$BENCH_RC" = 0 ] && [ "$DEMO_RC" = 0 ] && { [ "$TRAIN_RC" = 0 ] || [ "$TRAIN_RC" = skipped ]; }

@@ -11,6 +11,10 @@
 #     cuBLAS keeps: gpu_bench.sh points that name at the host's CUDA 13
 #     library; CUBLAS12=1 also stages CUDA 12's own cuBLAS, whose
 #     libcublasLt.so.12 alone is 397 MB compressed);
+#   - for the training rows (TRAIN=0 leaves them out): the wgpu build of
+#     `paraforge` (`train --device wgpu`, burn's wgpu backend on the GPU's
+#     Vulkan driver; built into target/wgpu), the examples' `make_rows`, and
+#     Debian's Vulkan loader (libvulkan1) in case the host lacks one;
 #   - both benchmark models (tools/bench_nmt.py --gpu --build-only): the demo
 #     model's fp32 and fp16 graphs, checkpoint and CTranslate2 conversions,
 #     and opus-mt-cs-en's shape with sign weights (its graphs compress; normal
@@ -20,7 +24,7 @@
 # 2026-11-27) and .gpu/stage/SHA256SUMS
 # (the joined archive's checksum, which gpu_bench.sh checks before it unpacks).
 #
-# usage: tools/gpu_stage.sh      env: PIECE_MB (53), PYVER (3.12, the host's), CUBLAS12 (0)
+# usage: tools/gpu_stage.sh      env: PIECE_MB (53), PYVER (3.12, the host's), CUBLAS12 (0), TRAIN (1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PIECE_MB=${PIECE_MB:-53}
@@ -35,6 +39,14 @@ make ort ORT_WHEEL=onnxruntime-gpu
 .venv/bin/python tools/bench_nmt.py --gpu --build-only --paraforge target/release/paraforge
 
 strip -o "$B/paraforge" target/release/paraforge
+if [ "${TRAIN:-1}" = 1 ]; then
+  cargo build --release -p paraforge --features paraforge/wgpu --target-dir target/wgpu
+  cargo build --release -p paraforge-dataset --examples
+  strip -o "$B/paraforge-wgpu" target/wgpu/release/paraforge
+  strip -o "$B/make_rows" target/release/examples/make_rows
+  mkdir -p "$B/debs"
+  (cd "$B/debs" && apt-get download libvulkan1)
+fi
 cp .cache/ort/onnxruntime-gpu-*/libonnxruntime*.so* "$B/"
 CT2=$(.venv/bin/python -c 'import ctranslate2; print(ctranslate2.__version__)')
 PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
