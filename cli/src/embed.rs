@@ -432,25 +432,35 @@ pub fn train(a: TrainArgs) -> Result<()> {
         overwrite,
         &[paraforge_trainer::card::CARD_SUFFIX],
     )?;
-    crate::threads(threads)?;
+    crate::training_threads(threads)?;
     let target = spec.out.clone();
     let mut bar: Option<(ProgressBar, u64)> = None;
-    let run = paraforge_trainer::run(spec, &out.path(), &mut |e| match e {
-        Event::Note(n) => eprintln!("{n}"),
-        Event::Started {
-            pairs_per_epoch,
-            epochs,
-        } => bar = Some((progress_bar(pairs_per_epoch, epochs), pairs_per_epoch)),
-        Event::Progress(p) => {
-            if let Some((bar, per_epoch)) = &bar {
-                show(bar, *per_epoch, p);
+    let path = out.path();
+    // The run goes onto a pool thread, so that its parallel steps (the
+    // scan's sentence groups, twice a batch) start on a worker that takes
+    // its share and wakes one sleeping worker, where the main thread would
+    // queue them, sleep and be woken at the end. Rayon's workers sleep
+    // between steps and a VM's idle vCPUs wake slowly: LSTM training at 2
+    // threads on short sentences went from a median 0.79x PyTorch to 1.08x
+    // (docs/bench/HISTORY.md, "Training speed, 2026-11-29").
+    let run = rayon::scope(|_| {
+        paraforge_trainer::run(spec, &path, &mut |e| match e {
+            Event::Note(n) => eprintln!("{n}"),
+            Event::Started {
+                pairs_per_epoch,
+                epochs,
+            } => bar = Some((progress_bar(pairs_per_epoch, epochs), pairs_per_epoch)),
+            Event::Progress(p) => {
+                if let Some((bar, per_epoch)) = &bar {
+                    show(bar, *per_epoch, p);
+                }
             }
-        }
-        Event::Trained => {
-            if let Some((bar, _)) = &bar {
-                bar.finish_and_clear();
+            Event::Trained => {
+                if let Some((bar, _)) = &bar {
+                    bar.finish_and_clear();
+                }
             }
-        }
+        })
     });
     // A model that trained is kept even when scoring it or writing its
     // card failed after; the failure is reported once it is in place.

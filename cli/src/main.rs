@@ -206,6 +206,23 @@ fn threads(n: Option<usize>) -> Result<()> {
     Ok(())
 }
 
+/// The stack of a training run's pool threads: the run itself goes onto
+/// one of them (`embed::train`), so it gets the main thread's size.
+const TRAINING_STACK: usize = 8 << 20;
+
+/// The pool a training run works in: --threads workers (rayon's own
+/// default without it), each with a main thread's stack, since the run
+/// itself is moved onto one of them (`embed::train`).
+fn training_threads(n: Option<usize>) -> Result<()> {
+    use anyhow::Context;
+    let mut b = rayon::ThreadPoolBuilder::new().stack_size(TRAINING_STACK);
+    if let Some(n) = n {
+        check_threads(n)?;
+        b = b.num_threads(n.max(1));
+    }
+    b.build_global().context("starting the thread pool")
+}
+
 fn init_logging(filter: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
