@@ -38,13 +38,15 @@ rm -rf "$OUT/data" && mkdir -p "$OUT/data"
 ${MAKE_ROWS:-target/release/examples/make_rows} bench-out/bins/pairs.tsv "$VECTORS" "$OUT/data" "$ROWS" 4 > /dev/null
 : > "$OUT/results.jsonl"
 
-# paraforge train MODEL M THREADS OUTPUT [ARGS...]: its result line.
+# paraforge train MODEL M THREADS DEVICE OUTPUT [ARGS...]: its result line.
 paraforge() {
-  local model=$1 m=$2 t=$3 out=$4
-  shift 4
-  local line
+  local model=$1 m=$2 t=$3 dev=$4 out=$5
+  shift 5
+  local line on=()
+  # The averages take no --device (they are CPU code): only another device is named.
+  [ "$dev" = cpu ] || on=(--device "$dev")
   if ! line=$($BIN train --data "$OUT/data" --model "$model" --init-vectors "$VECTORS" --megabatch "$m" \
-      --epochs 1 --threads "$t" --out "$out" --overwrite "$@" 2>"$OUT/paraforge.err" | grep '^epoch 1'); then
+      --epochs 1 --threads "$t" "${on[@]}" --out "$out" --overwrite "$@" 2>"$OUT/paraforge.err" | grep '^epoch 1'); then
     echo "paraforge train --model $model failed:" >&2
     cat "$OUT/paraforge.err" >&2
     exit 1
@@ -54,21 +56,19 @@ paraforge() {
   pairs=$(echo "$line" | sed -E 's/^epoch 1: ([0-9]+) pairs.*/\1/')
   loss=$(echo "$line" | sed -E 's/.*mean loss ([0-9.]+),.*/\1/')
   rate=$(echo "$line" | sed -E 's/.* ([0-9]+) pairs\/s.*/\1/')
-  local dev=cpu prev=""
-  for a in "$@"; do [ "$prev" = --device ] && dev=$a; prev=$a; done
   echo "{\"peer\": \"paraforge\", \"model\": \"$model\", \"M\": $m, \"threads\": $t, \"device\": \"$dev\", \"pairs\": $pairs, \"pairs_per_second\": $rate, \"mean_loss\": $loss}" >> "$OUT/results.jsonl"
 }
 
 for model in $AVG_MODELS; do
   for t in 1 2; do
-    paraforge "$model" 40 "$t" "$OUT/m.pfe"
+    paraforge "$model" 40 "$t" cpu "$OUT/m.pfe"
     $PY tools/bench_train.py "$OUT/data" "$VECTORS" "$model" 40 "$t" >> "$OUT/results.jsonl"
   done
 done
 for model in $NN_MODELS; do
   for t in 1 2; do
-    paraforge "$model" 1 "$t" "$OUT/m.model" --scramble 0 --no-dev --max-pairs "$RNN_PAIRS" --shuffle-buffer 1 \
-      ${DEVICE:+--device "$DEVICE"}
+    paraforge "$model" 1 "$t" "${DEVICE:-cpu}" "$OUT/m.model" --scramble 0 --no-dev --max-pairs "$RNN_PAIRS" \
+      --shuffle-buffer 1
     $PY tools/bench_train.py "$OUT/data" "$VECTORS" "$model" 1 "$t" "$RNN_PAIRS" >> "$OUT/results.jsonl"
   done
 done

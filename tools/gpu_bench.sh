@@ -42,11 +42,14 @@ if [ ! -e "$X/cublas/libcublas.so.12" ]; then
   if [ -n "$C13" ]; then
     mkdir -p "$X/cublas" && ln -sf "$C13" "$X/cublas/libcublas.so.12"
     echo "gpu_bench: libcublas.so.12 -> $C13 (CUDA 13's cuBLAS under CTranslate2's name)"
-    command -v nm > /dev/null || echo "gpu_bench: no nm here to check its functions"
-    command -v nm > /dev/null && for f in cublasCreate_v2 cublasDestroy_v2 cublasGemmEx cublasGemmStridedBatchedEx cublasGetMathMode \
-             cublasGetProperty cublasSetStream_v2 cublasSgemmStridedBatched cublasSgemm_v2; do
-      nm -D --defined-only "$C13" 2>/dev/null | grep -q " $f\(@\|$\)" || echo "gpu_bench: $C13 lacks $f"
-    done
+    if command -v nm > /dev/null; then
+      for f in cublasCreate_v2 cublasDestroy_v2 cublasGemmEx cublasGemmStridedBatchedEx cublasGetMathMode \
+               cublasGetProperty cublasSetStream_v2 cublasSgemmStridedBatched cublasSgemm_v2; do
+        nm -D --defined-only "$C13" | grep -q " $f\(@\|$\)" || echo "gpu_bench: $C13 lacks $f"
+      done
+    else
+      echo "gpu_bench: no nm here to check its functions"
+    fi
   fi
 fi
 export LD_LIBRARY_PATH=$X/cublas:$X${NV:+:$NV/cu13/lib:$NV/cudnn/lib}:${LD_LIBRARY_PATH:-}
@@ -69,9 +72,9 @@ P=$X/paraforge
   "$P" --version
   timeout 420 python3 tools/bench_nmt.py --gpu --prepared --paraforge "$P" --device cuda:0 \
     --repeats "${REPEATS:-3}" --sentences "${SENTENCES:-500}"
-  echo "bench_nmt rc $?"
+  BENCH_RC=$?
+  echo "bench_nmt rc $BENCH_RC"
 } > "$R/bench-gpu-log.txt" 2>&1
-BENCH_RC=$(sed -n 's/^bench_nmt rc //p' "$R/bench-gpu-log.txt")
 cp bench-out/nmt-gpu-*.json "$R/" 2>/dev/null
 
 # The demo job on cuda:0 with the CUDA defaults, and its /metrics while it runs.

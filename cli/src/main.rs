@@ -195,30 +195,30 @@ fn check_threads(n: usize) -> Result<()> {
 
 /// Sizes rayon's global pool (training, rescoring); default: all cores.
 fn threads(n: Option<usize>) -> Result<()> {
-    use anyhow::Context;
-    if let Some(n) = n {
-        check_threads(n)?;
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n.max(1))
-            .build_global()
-            .context("starting the thread pool")?;
+    match n {
+        Some(_) => pool(n, None),
+        None => Ok(()),
     }
-    Ok(())
 }
 
-/// The stack of a training run's pool threads: the run itself goes onto
-/// one of them (`embed::train`), so it gets the main thread's size.
-const TRAINING_STACK: usize = 8 << 20;
-
 /// The pool a training run works in: --threads workers (rayon's own
-/// default without it), each with a main thread's stack, since the run
-/// itself is moved onto one of them (`embed::train`).
+/// default without it), each with a main thread's 8 MiB stack, since the
+/// run itself is moved onto one of them (`embed::train`).
 fn training_threads(n: Option<usize>) -> Result<()> {
+    pool(n, Some(8 << 20))
+}
+
+/// The global thread pool: `n` threads (rayon's default without it) with
+/// `stack` bytes of stack each (rayon's default without it).
+fn pool(n: Option<usize>, stack: Option<usize>) -> Result<()> {
     use anyhow::Context;
-    let mut b = rayon::ThreadPoolBuilder::new().stack_size(TRAINING_STACK);
+    let mut b = rayon::ThreadPoolBuilder::new();
     if let Some(n) = n {
         check_threads(n)?;
         b = b.num_threads(n.max(1));
+    }
+    if let Some(s) = stack {
+        b = b.stack_size(s);
     }
     b.build_global().context("starting the thread pool")
 }
