@@ -19,7 +19,13 @@ use clap::{Parser, Subcommand};
 /// megabyte tensors every step (burn's dense embedding gradient, the LSTM
 /// op's buffers), which glibc hands back to the kernel and faults in again;
 /// LSTM training ran ~20% faster (BENCHMARKS.md, "Training speed,
-/// 2026-11-25").
+/// 2026-11-25"). Built with `no_thp`: mimalloc otherwise asks for
+/// transparent huge pages, and each page it hands back and faults in again
+/// is then a 2 MiB clear. That made LSTM training's speed depend on the
+/// host's memory state: on the benchmark's 2,000 pairs, 2 threads, 1,442 to
+/// 3,433 pairs/s depending on whether PyTorch had just run, and 2,894 to
+/// 3,811 without huge pages (docs/bench/HISTORY.md, "Training speed,
+/// 2026-11-29").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -241,6 +247,46 @@ fn init_logging(filter: &str, json: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where the kernel gives huge pages only to memory that asks for them
+    /// (`madvise`, the common default), the allocator's memory has none.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_allocator_asks_for_no_huge_pages() {
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if !mode.contains("[madvise]") {
+            eprintln!("transparent huge pages {mode:?}: the kernel's choice, not the allocator's");
+            return;
+        }
+        // Written, so that every page of it is faulted in.
+        let v = std::hint::black_box(vec![1u8; 64 << 20]);
+        let at = v.as_ptr() as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        let mut huge_kb = None;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = first.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = (a..b).contains(&at);
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(kb) = line.strip_prefix("AnonHugePages:") {
+                    huge_kb = kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok();
+                }
+            }
+        }
+        assert_eq!(
+            huge_kb,
+            Some(0),
+            "huge pages under the allocation at {at:#x}"
+        );
+        drop(v);
+    }
 
     #[test]
     fn a_cause_already_in_the_message_is_not_repeated() {
