@@ -322,11 +322,8 @@ fn the_coordinators_start_line_names_the_schemes_it_serves() {
         let cfg = dir.path().join("job.toml");
         let input = dir.path().join("input.tsv");
         std::fs::write(&input, sample_lines(4).0.join("\n") + "\n").unwrap();
-        let listen = format!(
-            "listen = \"127.0.0.1:{}\"\nmetrics = \"127.0.0.1:{}\"\n",
-            paraforge_tests::procs::free_port(),
-            paraforge_tests::procs::free_port()
-        );
+        let [grpc, pages] = paraforge_tests::procs::free_ports();
+        let listen = format!("listen = \"127.0.0.1:{grpc}\"\nmetrics = \"127.0.0.1:{pages}\"\n");
         let text = job_toml(
             "start-line",
             &input.display().to_string(),

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use paraforge_core::schema::PairReader;
-use paraforge_tests::procs::{coordinator, free_port, worker, Proc};
+use paraforge_tests::procs::{coordinator, free_ports, worker, Proc};
 use paraforge_tests::{job_toml, output_rows, sample_lines};
 use rand::{Rng, SeedableRng};
 use sha2::Digest;
@@ -262,6 +262,7 @@ fn write_job(
     let input = dir.join("input.tsv");
     std::fs::write(&input, rows.join("\n") + "\n").unwrap();
     let shards = (lines + DIRTY + FILTERED).div_ceil(50);
+    let [grpc, pages] = free_ports();
     let text = job_toml(
         "faults",
         &input.display().to_string(),
@@ -269,8 +270,7 @@ fn write_job(
         &format!("shard_pairs = 50\nlease_seconds = {LEASE_SECONDS}\nmax_attempts = {attempts}"),
         "beam = 4\nbatch_size = 16\nmax_new_tokens = 24",
         &format!(
-            "[filters]\n{FILTERS}\n[coordinator]\nlisten = \"127.0.0.1:{}\"\nmetrics = \"127.0.0.1:0\"",
-            free_port()
+            "[filters]\n{FILTERS}\n[coordinator]\nlisten = \"127.0.0.1:{grpc}\"\nmetrics = \"127.0.0.1:{pages}\"",
         ),
     );
     let cfg = dir.join("job.toml");
@@ -432,8 +432,19 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usi
                 restarted = true;
             }
             Fault::SecondJob => {
-                // Another job (its own name and state) on the same output.
-                let text = std::fs::read_to_string(&cfg).unwrap();
+                // Another job (its own name and state) on the same output,
+                // on addresses of its own: the job's coordinator holds its.
+                let text: String = std::fs::read_to_string(&cfg)
+                    .unwrap()
+                    .lines()
+                    .map(|l| {
+                        if l.starts_with("metrics = ") {
+                            "metrics = \"127.0.0.1:0\"\n".to_string()
+                        } else {
+                            format!("{l}\n")
+                        }
+                    })
+                    .collect();
                 let other = dir.path().join("other.toml");
                 let state = dir.path().join("other.redb");
                 std::fs::write(

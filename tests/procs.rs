@@ -120,11 +120,22 @@ pub fn worker(url: &str, name: &str) -> Proc {
     }
 }
 
+/// `N` distinct TCP ports free right now on loopback, for a process to
+/// bind as fixed addresses. Every address of a process is fixed this way:
+/// one left at port 0 may be handed the port just picked for another (the
+/// soak lost a round to that on 2026-11-29: the coordinator's pages, bound
+/// first at port 0, took the gRPC port the test had picked, and its gRPC
+/// side then found it in use).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    // All held at once, so that no two are the same port.
+    let held: Vec<std::net::TcpListener> = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
+}
+
 /// A TCP port free right now on loopback.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let [p] = free_ports();
+    p
 }
