@@ -166,9 +166,14 @@ async fn three_workers_write_each_valid_pair_exactly_once() {
     assert_eq!(rej, rejects);
 }
 
-fn free_port() -> std::net::SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+/// The coordinator's gRPC and pages addresses, both fixed
+/// (`procs::free_ports`): pages at port 0 could be handed the gRPC port.
+fn free_addrs() -> (std::net::SocketAddr, std::net::SocketAddr) {
+    let [grpc, pages] = paraforge_tests::procs::free_ports();
+    (
+        ([127, 0, 0, 1], grpc).into(),
+        ([127, 0, 0, 1], pages).into(),
+    )
 }
 
 /// A worker that dies holding a lease (it never heartbeats nor completes),
@@ -182,11 +187,9 @@ async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (mut cfg, valid_ids, _) = job(dir.path(), 2000);
     cfg.job.lease_seconds = 5;
-    let grpc = free_port();
+    let (grpc, pages) = free_addrs();
     let url = format!("http://{grpc}");
-    let coord = start(&cfg, Some(grpc), Some("127.0.0.1:0".parse().unwrap()))
-        .await
-        .unwrap();
+    let coord = start(&cfg, Some(grpc), Some(pages)).await.unwrap();
 
     // The doomed worker leases shard 0 and vanishes.
     let mut c = CoordinatorClient::connect(url.clone()).await.unwrap();
@@ -240,9 +243,7 @@ async fn a_dead_worker_and_a_coordinator_restart_lose_and_duplicate_nothing() {
     let before = paraforge_coordinator::shared::status(&coord.shared).shards_committed;
     coord.stop().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let coord = start(&cfg, Some(grpc), Some("127.0.0.1:0".parse().unwrap()))
-        .await
-        .unwrap();
+    let coord = start(&cfg, Some(grpc), Some(pages)).await.unwrap();
     let after = paraforge_coordinator::shared::status(&coord.shared);
     assert!(
         after.shards_committed >= before,

@@ -22,10 +22,10 @@ use clap::{Parser, Subcommand};
 /// 2026-11-25"). Built with `no_thp`: mimalloc otherwise asks for
 /// transparent huge pages, and each page it hands back and faults in again
 /// is then a 2 MiB clear. That made LSTM training's speed depend on the
-/// host's memory state: on the benchmark's 2,000 pairs, 2 threads, 1,442 to
-/// 3,433 pairs/s depending on whether PyTorch had just run, and 2,894 to
-/// 3,811 without huge pages (docs/bench/HISTORY.md, "Training speed,
-/// 2026-11-29").
+/// host's memory state: on the benchmark's 2,000 pairs at 2 threads, right
+/// after a PyTorch run, 1,442 to 2,087 pairs/s with huge pages and 3,361
+/// to 3,817 without (docs/bench/HISTORY.md, "Training speed, 2026-11-29:
+/// huge pages").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
