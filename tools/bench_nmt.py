@@ -491,6 +491,14 @@ def gpu_description(dev: str) -> str:
 OPUS_GPU_CACHE = ROOT / ".cache" / "bench" / "opus-mt-cs-en-signs"
 
 
+def export_fp16(cache: Path) -> None:
+    """The fp16 graphs of the checkpoint in cache/hf, in cache/onnx-fp16
+    (made once)."""
+    if not (cache / "onnx-fp16" / "decoder_with_past_model.onnx").exists():
+        subprocess.run([sys.executable, str(ROOT / "tools" / "marian_model.py"), "export", "--model",
+                        str(cache / "hf"), "--out", str(cache / "onnx-fp16"), "--fp16"], check=True)
+
+
 def build_opus_gpu(tokenizer_from: Path) -> None:
     """opus-mt-cs-en's shape (bench-nmt's model) with sign weights
     (`marian_model.py random --weights signs`: the same work, but graphs
@@ -498,15 +506,12 @@ def build_opus_gpu(tokenizer_from: Path) -> None:
     exporter): fp32 and fp16 graphs and a CTranslate2 float16 conversion
     (int8_float16 is a compute type CTranslate2 applies to it at load), in
     .cache/bench/opus-mt-cs-en-signs (built once)."""
-    tool = [sys.executable, str(ROOT / "tools" / "marian_model.py")]
     c = OPUS_GPU_CACHE
     if not (c / "onnx" / "decoder_with_past_model.onnx").exists():
         log(f"building opus-mt-cs-en's shape with sign weights in {c} (once)")
-        subprocess.run(tool + ["random", "--out", str(c), "--tokenizer-from", str(tokenizer_from),
-                               "--weights", "signs"], check=True)
-    if not (c / "onnx-fp16" / "decoder_with_past_model.onnx").exists():
-        subprocess.run(tool + ["export", "--model", str(c / "hf"), "--out", str(c / "onnx-fp16"), "--fp16"],
-                       check=True)
+        subprocess.run([sys.executable, str(ROOT / "tools" / "marian_model.py"), "random", "--out", str(c),
+                        "--tokenizer-from", str(tokenizer_from), "--weights", "signs"], check=True)
+    export_fp16(c)
     if not (c / "ct2-fp16" / "model.bin").exists():
         import ctranslate2.converters
 
@@ -552,13 +557,9 @@ def main_gpu(args) -> None:
         if m not in GPU_MODELS:
             sys.exit(f"--models: unknown model {m} (known: {', '.join(GPU_MODELS)})")
     if not args.prepared:
-        tool = [sys.executable, str(ROOT / "tools" / "marian_model.py")]
         if "demo-cs-en" in models:
             build_demo()
-            fp16 = DEMO_CACHE / "onnx-fp16"
-            if not (fp16 / "decoder_with_past_model.onnx").exists():
-                subprocess.run(tool + ["export", "--model", str(DEMO_CACHE / "hf"), "--out", str(fp16), "--fp16"],
-                               check=True)
+            export_fp16(DEMO_CACHE)
             for d, q in (("ct2-fp16", "float16"), ("ct2-int8-fp16", "int8_float16")):
                 if not (DEMO_CACHE / d / "model.bin").exists():
                     convert_ct2_marian(DEMO_CACHE / "hf", DEMO_CACHE / d, q)
