@@ -111,7 +111,13 @@ pub fn train(a: TrainClassifierArgs) -> Result<()> {
     let inputs = spec.inputs();
     let inputs: Vec<(&str, &std::path::Path)> =
         inputs.iter().map(|(n, p)| (*n, p.as_path())).collect();
-    let out = crate::out::Out::claim("--out", &target, &inputs, overwrite)?;
+    let out = crate::out::Out::claim(
+        "--out",
+        &target,
+        crate::out::Artifact::Model,
+        &inputs,
+        overwrite,
+    )?;
     crate::threads(threads)?;
     let mut bar: Option<(ProgressBar, u64)> = None;
     classifier::run(&spec, &out.path(), &mut |e| match e {

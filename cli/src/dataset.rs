@@ -172,14 +172,26 @@ pub struct ReportArgs {
     /// Word frequencies (`word count` per line) for the IDF column.
     #[arg(long, default_value = "data/freq/enwiki_vocab_top50k.txt")]
     freq: PathBuf,
-    /// Output directory for report.md, report.html, report.json and the SVG figures.
+    /// Output directory for report.md, report.html, report.json and the SVG
+    /// figures (made beside it and renamed there at the end).
     #[arg(long)]
     out: PathBuf,
+    /// Replace an existing report at --out (nothing else is replaced).
+    #[arg(long)]
+    overwrite: bool,
 }
 
 pub fn report(a: ReportArgs) -> Result<()> {
-    let r = paraforge_dataset::report::run(&a.data, &a.freq, &a.out)
+    let out = crate::out::Out::claim(
+        "--out",
+        &a.out,
+        crate::out::Artifact::Report,
+        &[("--data", a.data.as_path()), ("--freq", a.freq.as_path())],
+        a.overwrite,
+    )?;
+    let r = paraforge_dataset::report::run(&a.data, &a.freq, &out.path())
         .with_context(|| format!("reporting on {}", a.data.display()))?;
+    out.commit()?;
     println!(
         "{} pairs; mean para_score {:.3}, mean trigram overlap {:.3}; report in {}",
         r.pairs,

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::out::Artifact;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use paraforge_trainer::nn_model::{self, NeuralModel};
@@ -180,6 +181,10 @@ pub struct EvalArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Replace an existing --json (a JSON result; anything else is refused
+    /// even so).
+    #[arg(long)]
+    overwrite: bool,
 }
 
 #[derive(clap::Args)]
@@ -324,6 +329,7 @@ fn train_paragram(a: TrainArgs) -> Result<()> {
     let out = crate::out::Out::claim_with(
         "--out",
         &a.out,
+        crate::out::Artifact::Vectors,
         &[("--data", a.data.as_path()), ("--init-vectors", init_path)],
         a.overwrite,
         &[paraforge_trainer::card::CARD_SUFFIX],
@@ -425,9 +431,24 @@ pub fn train(a: TrainArgs) -> Result<()> {
     let inputs = spec.inputs();
     let inputs: Vec<(&str, &std::path::Path)> =
         inputs.iter().map(|(n, p)| (*n, p.as_path())).collect();
+    // The two paths the run writes as it goes: each is also read (to
+    // resume, to skip parsing), so the rule's "existing" is expected; any
+    // other input, and anything sealed around them, is still refused.
+    let checkpoint = spec.checkpoint_dir();
+    let mut written = vec![("--checkpoint", checkpoint.as_path(), Artifact::Checkpoint)];
+    if let Some(p) = &spec.parse_cache {
+        written.push(("--parse-cache", p.as_path(), Artifact::ParseCache));
+    }
+    for (flag, path, writes) in written {
+        let others: Vec<(&str, &std::path::Path)> =
+            inputs.iter().copied().filter(|(f, _)| *f != flag).collect();
+        let target = paraforge_core::outputs::Target { flag, path, writes };
+        paraforge_core::outputs::check(target, &others, true)?;
+    }
     let out = crate::out::Out::claim_with(
         "--out",
         &spec.out,
+        crate::out::Artifact::Model,
         &inputs,
         overwrite,
         &[paraforge_trainer::card::CARD_SUFFIX],
@@ -551,6 +572,16 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
         !a.model.is_empty() || !a.vectors.is_empty(),
         "give at least one --model or --vectors"
     );
+    let mut inputs = vec![("--sts", a.sts.as_path())];
+    inputs.extend(a.model.iter().map(|p| ("--model", p.as_path())));
+    inputs.extend(a.vectors.iter().map(|p| ("--vectors", p.as_path())));
+    let json = crate::out::Out::claim_opt(
+        "--json",
+        a.json.as_deref(),
+        crate::out::Artifact::Json,
+        &inputs,
+        a.overwrite,
+    )?;
     let sets = sts::load(&a.sts)?;
     let mut columns: Vec<(String, Vec<sts::SetResult>)> = Vec::new();
     // Every encoder as para_score loads and embeds it: the scorer's
@@ -600,7 +631,7 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
             }
         }
     }
-    if let Some(j) = &a.json {
+    if let Some(j) = json {
         let v: Vec<serde_json::Value> = columns
             .iter()
             .map(|(n, r)| {
@@ -613,8 +644,7 @@ pub fn eval_sts(a: EvalArgs) -> Result<()> {
                 })
             })
             .collect();
-        std::fs::write(j, serde_json::to_string_pretty(&v)?)
-            .with_context(|| format!("writing {}", j.display()))?;
+        j.write_all(serde_json::to_string_pretty(&v)?.as_bytes())?;
     }
     Ok(())
 }
@@ -630,6 +660,7 @@ pub fn export_vectors(a: ExportArgs) -> Result<()> {
     let out = crate::out::Out::claim(
         "--out",
         &a.out,
+        crate::out::Artifact::Vectors,
         &[("--model", a.model.as_path())],
         a.overwrite,
     )?;
@@ -674,6 +705,10 @@ pub struct EvalWordsArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Replace an existing --json (a JSON result; anything else is refused
+    /// even so).
+    #[arg(long)]
+    overwrite: bool,
 }
 
 /// The averaging model holding a trained model's word table (a neural
@@ -710,6 +745,17 @@ pub fn eval_words(a: EvalWordsArgs) -> Result<()> {
         !a.model.is_empty() || !a.vectors.is_empty() || !a.lexicon.is_empty(),
         "give at least one --model, --vectors or --lexicon"
     );
+    let mut inputs = vec![("--words", a.words.as_path())];
+    inputs.extend(a.model.iter().map(|p| ("--model", p.as_path())));
+    inputs.extend(a.vectors.iter().map(|p| ("--vectors", p.as_path())));
+    inputs.extend(a.lexicon.iter().map(|p| ("--lexicon", p.as_path())));
+    let json = crate::out::Out::claim_opt(
+        "--json",
+        a.json.as_deref(),
+        crate::out::Artifact::Json,
+        &inputs,
+        a.overwrite,
+    )?;
     let sets = words::load(&a.words)?;
     let mut columns: Vec<(String, Vec<words::WordResult>)> = Vec::new();
     let given =
@@ -751,13 +797,12 @@ pub fn eval_words(a: EvalWordsArgs) -> Result<()> {
         }
         println!();
     }
-    if let Some(j) = &a.json {
+    if let Some(j) = json {
         let v: Vec<serde_json::Value> = columns
             .iter()
             .map(|(n, r)| serde_json::json!({"table": n, "results": r}))
             .collect();
-        std::fs::write(j, serde_json::to_string_pretty(&v)?)
-            .with_context(|| format!("--json {}", j.display()))?;
+        j.write_all(serde_json::to_string_pretty(&v)?.as_bytes())?;
     }
     Ok(())
 }

@@ -89,7 +89,11 @@ pub fn export(a: ExportArgs) -> Result<()> {
     if a.format == Format::Glove && a.vectors.is_some() {
         bail!("{what}: --format glove writes a model's word table; word vectors are GloVe text already");
     }
-    let out = crate::out::Out::claim("--out", &a.out, &[(flag, input)], a.overwrite)?;
+    let writes = match a.format {
+        Format::SentenceTransformers => crate::out::Artifact::Model,
+        Format::Glove => crate::out::Artifact::Vectors,
+    };
+    let out = crate::out::Out::claim("--out", &a.out, writes, &[(flag, input)], a.overwrite)?;
     match a.format {
         Format::SentenceTransformers => {
             let loaded = load(a.model.as_deref(), a.vectors.as_deref(), &what)?;

@@ -30,7 +30,13 @@ pub struct LmTrainArgs {
 pub fn train(a: LmTrainArgs) -> Result<()> {
     let inputs: Vec<(&str, &std::path::Path)> =
         a.inputs.iter().map(|p| ("file", p.as_path())).collect();
-    let out = crate::out::Out::claim("--out", &a.out, &inputs, a.overwrite)?;
+    let out = crate::out::Out::claim(
+        "--out",
+        &a.out,
+        crate::out::Artifact::Arpa,
+        &inputs,
+        a.overwrite,
+    )?;
     let (s, skipped) =
         paraforge_core::lm::train_files(&a.inputs, a.column, a.order as usize, &out.path())
             .with_context(|| format!("training a {}-gram model", a.order))?;

@@ -12,6 +12,9 @@ mod pipeline;
 mod translate;
 mod vectors;
 
+#[cfg(test)]
+mod output_rule_tests;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
@@ -140,7 +143,15 @@ fn main() {
     let cli = Cli::parse();
     default_sigpipe(&cli.command);
     init_logging(&cli.log, cli.log_json);
-    let result: Result<()> = match cli.command {
+    if let Err(e) = dispatch(cli.command) {
+        eprintln!("paraforge: error: {}", error_text(&e));
+        std::process::exit(1);
+    }
+}
+
+/// Runs one command.
+fn dispatch(command: Command) -> Result<()> {
+    match command {
         Command::Translate(a) => translate::run(a),
         Command::Run(a) => pipeline::run(a),
         Command::Plan(a) => pipeline::plan(a),
@@ -164,10 +175,6 @@ fn main() {
         Command::EvalTransfer(a) => vectors::eval_transfer(a),
         Command::Embed(a) => vectors::embed(a),
         Command::Parse(a) => parse::run(a),
-    };
-    if let Err(e) = result {
-        eprintln!("paraforge: error: {}", error_text(&e));
-        std::process::exit(1);
     }
 }
 

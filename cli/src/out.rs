@@ -1,15 +1,19 @@
 //! Where a command writes what it makes (`train`, `train-classifier`,
-//! `export-vectors`, `lm-train`): never over one of its own inputs, nor into
-//! one or around one, whatever it is told; over an existing file or a
-//! directory that holds something only with `--overwrite`; and never half
-//! written: the artifact is made under a temporary name beside its place
-//! and renamed there at the end, so a killed run leaves what was there
-//! before (and a hidden `.NAME.*.partial` directory), not a partial model.
+//! `export`, `lm-train`, `embed`, every `--json` and `-o`): whether it may
+//! write there at all is [`paraforge_core::outputs`]' one rule; this module
+//! makes it never half written: the artifact is made under a temporary name
+//! beside its place and renamed there at the end, so a killed run leaves
+//! what was there before (and a hidden `.NAME.*.partial` directory, which
+//! the next run writing there removes once no live run holds its lock),
+//! not a partial artifact.
 
 use std::ffi::OsString;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+pub use paraforge_core::outputs::Artifact;
+use paraforge_core::outputs::{self, Target};
 
 /// An output claimed for one run: see the module docs.
 pub struct Out {
@@ -18,6 +22,9 @@ pub struct Out {
     /// and, at the end, what it replaced; removed with its contents when
     /// dropped, so a failed run leaves nothing beside the target.
     staging: tempfile::TempDir,
+    /// The staging directory's lock: held while this run lives, so that
+    /// another run can tell a live run's directory from a killed one's.
+    _lock: File,
     name: OsString,
     /// Suffixes of the companions that go beside a one-file artifact
     /// (`TARGET<suffix>`: its card).
@@ -25,17 +32,29 @@ pub struct Out {
 }
 
 impl Out {
-    /// Claims `target`, given as option `flag`, for a command that reads
-    /// `inputs` (option, path). Refuses a target that is an input, holds
-    /// one or lies inside one (even with `overwrite`), and an existing file
-    /// or non-empty directory without `overwrite`.
+    /// Claims `target`, given as option `flag`, for `writes`, by a command
+    /// that reads `inputs` (option, path): see [`paraforge_core::outputs`].
     pub fn claim(
         flag: &str,
         target: &Path,
+        writes: Artifact,
         inputs: &[(&str, &Path)],
         overwrite: bool,
     ) -> Result<Out> {
-        Self::claim_with(flag, target, inputs, overwrite, &[])
+        Self::claim_with(flag, target, writes, inputs, overwrite, &[])
+    }
+
+    /// [`Out::claim`] for an optional output (`--json`).
+    pub fn claim_opt(
+        flag: &str,
+        target: Option<&Path>,
+        writes: Artifact,
+        inputs: &[(&str, &Path)],
+        overwrite: bool,
+    ) -> Result<Option<Out>> {
+        target
+            .map(|t| Self::claim(flag, t, writes, inputs, overwrite))
+            .transpose()
     }
 
     /// [`Out::claim`] for an artifact with companions beside it
@@ -44,46 +63,20 @@ impl Out {
     pub fn claim_with(
         flag: &str,
         target: &Path,
+        writes: Artifact,
         inputs: &[(&str, &Path)],
         overwrite: bool,
         companions: &[&'static str],
     ) -> Result<Out> {
-        let out = resolved(target);
-        for (opt, input) in inputs {
-            let inp = resolved(input);
-            let relation = if out == inp || same_file(target, input) {
-                "is"
-            } else if inp.starts_with(&out) {
-                "holds"
-            } else if out.starts_with(&inp) {
-                "lies inside"
-            } else {
-                continue;
-            };
-            bail!(
-                "{flag} {} {relation} the input {opt} {}: choose another {flag} (refused even with --overwrite)",
-                target.display(),
-                input.display()
-            );
-        }
-        if let Ok(meta) = target.symlink_metadata() {
-            let holds_something = !meta.is_dir()
-                || std::fs::read_dir(target)
-                    .with_context(|| format!("{flag} {}", target.display()))?
-                    .next()
-                    .is_some();
-            if holds_something && !overwrite {
-                let what = if meta.is_dir() {
-                    "a directory that is not empty"
-                } else {
-                    "a file"
-                };
-                bail!(
-                    "{flag} {} already exists ({what}); give --overwrite to replace it",
-                    target.display()
-                );
-            }
-        }
+        outputs::check(
+            Target {
+                flag,
+                path: target,
+                writes,
+            },
+            inputs,
+            overwrite,
+        )?;
         for suffix in companions {
             let c = with_suffix(target, suffix);
             if c.symlink_metadata().is_ok() && !overwrite {
@@ -94,15 +87,18 @@ impl Out {
                 );
             }
         }
+        let out = outputs::resolved(target);
         let (Some(parent), Some(name)) = (out.parent(), out.file_name()) else {
             bail!("{flag} {}: not a file or directory name", target.display());
         };
         std::fs::create_dir_all(parent).with_context(|| {
             format!("{flag} {}: creating {}", target.display(), parent.display())
         })?;
+        let prefix = format!(".{}.", name.to_string_lossy());
+        reclaim_stale(parent, &prefix);
         let staging = tempfile::Builder::new()
-            .prefix(&format!(".{}.", name.to_string_lossy()))
-            .suffix(".partial")
+            .prefix(&prefix)
+            .suffix(PARTIAL)
             .tempdir_in(parent)
             .with_context(|| {
                 format!(
@@ -110,9 +106,19 @@ impl Out {
                     target.display()
                 )
             })?;
+        let lock = File::open(staging.path())
+            .and_then(|f| f.try_lock().map(|()| f).map_err(std::io::Error::other))
+            .with_context(|| {
+                format!(
+                    "{flag} {}: locking {}",
+                    target.display(),
+                    staging.path().display()
+                )
+            })?;
         Ok(Out {
             target: target.to_path_buf(),
             staging,
+            _lock: lock,
             name: name.to_os_string(),
             companions: companions.to_vec(),
         })
@@ -124,6 +130,12 @@ impl Out {
         self.staging.path().join(&self.name)
     }
 
+    /// Writes `bytes` as the whole artifact and puts it in place.
+    pub fn write_all(self, bytes: &[u8]) -> Result<()> {
+        let p = self.path();
+        std::fs::write(&p, bytes).with_context(|| format!("writing {}", self.target.display()))?;
+        self.commit()
+    }
     /// Puts the artifact in the target's place. A file replaces a file in
     /// one rename; anything else is first moved into the staging directory,
     /// removed with it. Then each companion made beside the artifact
@@ -161,41 +173,37 @@ impl Out {
     }
 }
 
+const PARTIAL: &str = ".partial";
+
+/// Removes the `PREFIX*.partial` directories in `parent` that no live run
+/// holds (a killed run's; the kernel drops a dead process's lock). One
+/// that cannot be removed is left, with a warning: it costs space, not
+/// correctness.
+fn reclaim_stale(parent: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with(prefix) && name.ends_with(PARTIAL)) {
+            continue;
+        }
+        let p = e.path();
+        let Ok(f) = File::open(&p) else { continue };
+        if f.try_lock().is_ok() {
+            if let Err(err) = std::fs::remove_dir_all(&p) {
+                tracing::warn!(path = %p.display(), %err, "could not remove a killed run's partial output");
+            }
+        }
+    }
+}
+
 /// `p` with `suffix` appended to its name.
 fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
     let mut n = p.as_os_str().to_os_string();
     n.push(suffix);
     PathBuf::from(n)
-}
-
-/// `p` absolute with its symbolic links resolved, also when it does not
-/// exist yet (its nearest existing ancestor resolved, the rest appended).
-fn resolved(p: &Path) -> PathBuf {
-    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let mut rest: Vec<OsString> = Vec::new();
-    let mut at = abs.as_path();
-    loop {
-        if let Ok(mut real) = at.canonicalize() {
-            real.extend(rest.iter().rev());
-            return real;
-        }
-        match (at.parent(), at.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_os_string());
-                at = parent;
-            }
-            _ => return abs,
-        }
-    }
-}
-
-/// Whether `a` and `b` are one file under two names (a hard link).
-fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
-    }
 }
 
 #[cfg(test)]
@@ -218,37 +226,54 @@ mod tests {
             (data.join("m.pfe"), " lies inside "),
             (link.join("sub/m.pfe"), " lies inside "),
         ] {
-            let e = Out::claim("--out", &out, &inputs, true).err().unwrap();
+            let e = Out::claim("--out", &out, Artifact::Model, &inputs, true)
+                .err()
+                .unwrap();
             let e = e.to_string();
             assert!(e.contains(relation) && e.contains("--data"), "{e}");
         }
         let hard = dir.path().join("hard.parquet");
         std::fs::hard_link(data.join("a.parquet"), &hard).unwrap();
         let file_input = data.join("a.parquet");
-        let e = Out::claim("--out", &hard, &[("--data", &file_input)], true)
-            .err()
-            .unwrap();
+        let e = Out::claim(
+            "--out",
+            &hard,
+            Artifact::Model,
+            &[("--data", &file_input)],
+            true,
+        )
+        .err()
+        .unwrap();
         assert!(e.to_string().contains(" is "), "{e}");
 
         let file = dir.path().join("m.pfe");
-        std::fs::write(&file, "old").unwrap();
-        let e = Out::claim("--out", &file, &inputs, false).err().unwrap();
+        std::fs::write(&file, "PFEMB1\nold").unwrap();
+        let e = Out::claim("--out", &file, Artifact::Model, &inputs, false)
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("--overwrite"), "{e}");
-        let out = Out::claim("--out", &file, &inputs, true).unwrap();
-        std::fs::write(out.path(), "new").unwrap();
+        let out = Out::claim("--out", &file, Artifact::Model, &inputs, true).unwrap();
+        std::fs::write(out.path(), "PFEMB1\nnew").unwrap();
         out.commit().unwrap();
-        assert_eq!(std::fs::read_to_string(&file).unwrap(), "new");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "PFEMB1\nnew");
 
         // An empty directory is free; a directory artifact replaces it.
         let d = dir.path().join("model");
         std::fs::create_dir_all(&d).unwrap();
-        let out = Out::claim("--out", &d, &inputs, false).unwrap();
+        let out = Out::claim("--out", &d, Artifact::Model, &inputs, false).unwrap();
         std::fs::create_dir_all(out.path()).unwrap();
         std::fs::write(out.path().join("config.json"), "{}").unwrap();
         out.commit().unwrap();
         assert!(d.join("config.json").is_file());
         // A run that fails before commit leaves nothing beside its target.
-        let out = Out::claim("--out", &dir.path().join("x.pfe"), &inputs, false).unwrap();
+        let out = Out::claim(
+            "--out",
+            &dir.path().join("x.pfe"),
+            Artifact::Model,
+            &inputs,
+            false,
+        )
+        .unwrap();
         std::fs::write(out.path(), "half").unwrap();
         drop(out);
         let mut names: Vec<String> = std::fs::read_dir(dir.path())
@@ -263,17 +288,52 @@ mod tests {
         // holds its own card) takes the model's place.
         let lone = dir.path().join("n.pfe");
         std::fs::write(dir.path().join("n.pfe.README.md"), "a card").unwrap();
-        let e = Out::claim_with("--out", &lone, &inputs, false, &[".README.md"])
-            .err()
-            .unwrap();
+        let e = Out::claim_with(
+            "--out",
+            &lone,
+            Artifact::Model,
+            &inputs,
+            false,
+            &[".README.md"],
+        )
+        .err()
+        .unwrap();
         assert!(e.to_string().contains("n.pfe.README.md"), "{e}");
         let card = dir.path().join("m.pfe.README.md");
         std::fs::write(&card, "old card").unwrap();
-        let out = Out::claim_with("--out", &file, &inputs, true, &[".README.md"]).unwrap();
+        let out = Out::claim_with(
+            "--out",
+            &file,
+            Artifact::Model,
+            &inputs,
+            true,
+            &[".README.md"],
+        )
+        .unwrap();
         std::fs::create_dir_all(out.path()).unwrap();
         std::fs::write(out.path().join("README.md"), "new card").unwrap();
         out.commit().unwrap();
         assert!(file.join("README.md").is_file());
         assert!(!card.exists(), "the stale card stayed");
+    }
+
+    /// A killed run's `.NAME.*.partial` directory is removed by the next run
+    /// writing NAME; a live run's is left alone.
+    #[test]
+    fn a_killed_runs_partial_directory_is_reclaimed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("m.pfe");
+        // What a SIGKILLed run leaves: the directory, nobody holding it.
+        let stale = dir.path().join(".m.pfe.abc123.partial");
+        std::fs::create_dir_all(stale.join("m.pfe")).unwrap();
+        std::fs::write(stale.join("m.pfe/x"), vec![0u8; 4096]).unwrap();
+        let live = Out::claim("--out", &target, Artifact::Model, &[], false).unwrap();
+        assert!(!stale.exists(), "the killed run's directory stayed");
+        let live_dir = live.staging.path().to_path_buf();
+        let second = Out::claim("--out", &target, Artifact::Model, &[], false).unwrap();
+        assert!(live_dir.is_dir(), "a live run's directory was removed");
+        drop(second);
+        drop(live);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

@@ -49,6 +49,10 @@ pub struct EvalParaphraseArgs {
     /// Also write the figures as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Replace an existing --json (a JSON result; anything else is refused
+    /// even so).
+    #[arg(long)]
+    overwrite: bool,
     /// Syntactic control (a paraphraser trained on templates,
     /// tools/scpn.sh): also paraphrase each input to its reference
     /// paraphrase's template (`paraforge parse --template 2`), and report
@@ -108,6 +112,17 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
         }
     }
     crate::check_threads(a.threads)?;
+    let json = crate::out::Out::claim_opt(
+        "--json",
+        a.json.as_deref(),
+        crate::out::Artifact::Json,
+        &[
+            ("--model", a.model.as_path()),
+            ("--data", a.data.as_path()),
+            ("--scorer", a.scorer.as_path()),
+        ],
+        a.overwrite,
+    )?;
     let (mut inputs, mut refs) = test_pairs(&a)?;
     // With --templates, the pairs whose reference has a template, and it.
     let mut wanted: Vec<String> = Vec::new();
@@ -225,7 +240,7 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
             inputs[i], refs[i], outputs[i]
         );
     }
-    if let Some(j) = &a.json {
+    if let Some(j) = json {
         let v = serde_json::json!({
             "model": a.model, "data": a.data, "scorer": a.scorer, "beam": a.beam,
             "min_para_score": a.min_para_score, "max_trigram_overlap": a.max_trigram_overlap,
@@ -238,8 +253,7 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
                 "template_match": f.template_match,
             })).collect::<Vec<_>>(),
         });
-        std::fs::write(j, serde_json::to_string_pretty(&v)?)
-            .with_context(|| format!("writing --json {}", j.display()))?;
+        j.write_all(serde_json::to_string_pretty(&v)?.as_bytes())?;
     }
     Ok(())
 }

@@ -19,10 +19,15 @@ pub struct Args {
     /// Input file, one sentence per line, plain, `.gz` or `.zst` (default:
     /// standard input).
     input: Option<PathBuf>,
-    /// Output file (default: standard output); replaced only when the run
-    /// succeeds, and never the input.
+    /// Output file (default: standard output); written beside its place
+    /// and renamed there when the run succeeds. Never an input, nor a path
+    /// inside a model or a dataset.
     #[arg(long, short)]
     output: Option<PathBuf>,
+    /// Replace an existing --output (a text file; anything else is refused
+    /// even so).
+    #[arg(long)]
+    overwrite: bool,
     /// Beam size (1 = greedy; at most 256 and the model's vocabulary).
     #[arg(long, default_value_t = 12)]
     beam: usize,
@@ -132,8 +137,28 @@ pub struct Args {
 
 /// `paraforge paraphrase`: `translate` on an English-to-English model.
 pub fn paraphrase(mut a: Args) -> Result<()> {
+    check_one_language(&a.model)?;
     a.paraphrasing = true;
     run(a)
+}
+
+/// A paraphraser reads and writes one language: a model whose
+/// `tokenizer_config.json` names two (a translation model) is refused.
+fn check_one_language(model: &Path) -> Result<()> {
+    let Ok(bytes) = std::fs::read(model.join("tokenizer_config.json")) else {
+        return Ok(());
+    };
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let lang = |k: &str| v.get(k).and_then(|l| l.as_str()).map(str::to_lowercase);
+    if let (Some(s), Some(t)) = (lang("source_lang"), lang("target_lang")) {
+        if s != t {
+            bail!(
+                "--model {}: translates {s} to {t} (its tokenizer_config.json), not one language to itself: a paraphraser is a model such as models/paraphrase-en; translate with `paraforge translate`",
+                model.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// What tools/scpn.sh writes into a paraphraser it trained on templates;
@@ -184,14 +209,8 @@ pub fn run(a: Args) -> Result<()> {
         }
         check_template_model(&a.model)?;
     }
-    if let (Some(input), Some(output)) = (&a.input, &a.output) {
-        if same_file(input, output) {
-            bail!(
-                "--output {} is the input {} (the same file): write the translations to another file",
-                output.display(),
-                input.display()
-            );
-        }
+    if let Some(output) = &a.output {
+        check_output(output, &a.model, a.input.as_deref(), a.overwrite)?;
     }
     let opts = GenerateOptions {
         num_beams: a.beam,
@@ -438,13 +457,26 @@ fn streams(a: &Args) -> usize {
         .unwrap_or_else(|| paraforge_nmt::default_streams(&a.device))
 }
 
-/// Whether `a` and `b` are one file, also through a symbolic or hard link.
-fn same_file(a: &Path, b: &Path) -> bool {
-    let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) else {
-        return false;
-    };
-    use std::os::unix::fs::MetadataExt;
-    x.dev() == y.dev() && x.ino() == y.ino()
+/// The output rule ([`paraforge_core::outputs`]) for `--output`, but for a
+/// device or pipe (`/dev/null`, a FIFO), which is written in place.
+fn check_output(output: &Path, model: &Path, input: Option<&Path>, overwrite: bool) -> Result<()> {
+    if std::fs::metadata(output).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        return Ok(());
+    }
+    let mut inputs = vec![("--model", model)];
+    if let Some(i) = input {
+        inputs.push(("input", i));
+    }
+    paraforge_core::outputs::check(
+        paraforge_core::outputs::Target {
+            flag: "--output",
+            path: output,
+            writes: paraforge_core::outputs::Artifact::Text,
+        },
+        &inputs,
+        overwrite,
+    )?;
+    Ok(())
 }
 
 /// Where the translations go. A file is written under a temporary name in

@@ -101,7 +101,13 @@ pub fn embed(a: EmbedArgs) -> Result<()> {
             inputs.push((flag, p.as_path()));
         }
     }
-    let out = crate::out::Out::claim("--out", &a.out, &inputs, a.overwrite)?;
+    let out = crate::out::Out::claim(
+        "--out",
+        &a.out,
+        crate::out::Artifact::Embeddings,
+        &inputs,
+        a.overwrite,
+    )?;
     crate::threads(a.threads)?;
     let (what, encoder) = encoder_of(a.model.as_deref(), a.vectors.as_deref())?;
     let (source, total) = match (&a.input, &a.data) {
@@ -426,6 +432,10 @@ pub struct EvalTransferArgs {
     /// "logistic_regression" and "supervised" results).
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Replace an existing --json (a JSON result; anything else is refused
+    /// even so).
+    #[arg(long)]
+    overwrite: bool,
     /// Also train the encoder itself on SICK-R and SICK-E, as Wieting et
     /// al. (2016) do (Table 5): an averaging model's tables (a `.pfe` or
     /// --vectors) with a sigmoid layer over [u * v, |u - v|], the best
@@ -473,6 +483,16 @@ fn word_model(vec: &paraforge_core::Vectors) -> Result<Model> {
 /// classifier per task (paraforge_trainer::transfer).
 pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
     use paraforge_trainer::transfer::{self, TransferOptions};
+    let mut inputs = vec![("--tasks", a.tasks.as_path())];
+    inputs.extend(a.model.iter().map(|p| ("--model", p.as_path())));
+    inputs.extend(a.vectors.iter().map(|p| ("--vectors", p.as_path())));
+    let json = crate::out::Out::claim_opt(
+        "--json",
+        a.json.as_deref(),
+        crate::out::Artifact::Json,
+        &inputs,
+        a.overwrite,
+    )?;
     crate::threads(a.threads)?;
     let (tasks, absent) =
         transfer::load(&a.tasks).with_context(|| format!("--tasks {}", a.tasks.display()))?;
@@ -624,14 +644,13 @@ pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
             );
         }
     }
-    if let Some(j) = &a.json {
+    if let Some(j) = json {
         let out = if a.fine_tune {
             serde_json::json!({"logistic_regression": results, "supervised": supervised})
         } else {
             serde_json::to_value(&results)?
         };
-        std::fs::write(j, serde_json::to_string_pretty(&out)?)
-            .with_context(|| format!("--json {}", j.display()))?;
+        j.write_all(serde_json::to_string_pretty(&out)?.as_bytes())?;
     }
     Ok(())
 }

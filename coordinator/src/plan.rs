@@ -125,6 +125,9 @@ pub enum PlanError {
     },
     #[error("{0}")]
     Bitext(#[from] paraforge_job::bitext::BitextError),
+    /// `job.output` or `[bins] output` where the output rule refuses to write.
+    #[error(transparent)]
+    Output(#[from] paraforge_core::outputs::OutputRuleError),
     /// Aligned files of different lengths: every pair after the first
     /// extra or missing line would be a wrong pair.
     #[error("{source_path} has {source_lines} lines but its reference file {reference} has {reference_lines}: aligned files must have one line per pair")]
@@ -239,8 +242,60 @@ pub fn plan(cfg: &JobConfig) -> Result<Vec<ShardSpec>, PlanError> {
     Ok(plan_job(cfg)?.shards)
 }
 
+/// Applies the output rule ([`paraforge_core::outputs`]) to `job.output`
+/// and `[bins] output` where they are local: neither may be, hold or lie
+/// inside a file the job reads (its inputs and models), nor lie inside a
+/// dataset, a model or another job's output; the job output may be new,
+/// empty or a job's output (this job's, resumed: the claim decides), the
+/// bins output new, empty or a dataset (bins are rewritten at the end).
+pub fn check_outputs(cfg: &JobConfig) -> Result<(), PlanError> {
+    use paraforge_core::outputs::{check, Artifact, Target};
+    use paraforge_job::storage::local_path;
+    let mut reads: Vec<(&str, &Path)> = Vec::new();
+    for p in &cfg.input.paths {
+        reads.extend(local_path(p).map(|p| ("input.paths", p)));
+    }
+    for p in &cfg.input.reference_paths {
+        reads.extend(local_path(p).map(|p| ("input.reference_paths", p)));
+    }
+    if let Some(m) = &cfg.model {
+        reads.push(("model.dir", Path::new(&m.dir)));
+    }
+    let s = &cfg.scoring;
+    for (key, p) in [
+        ("scoring.model", &s.model),
+        ("scoring.vectors", &s.vectors),
+        ("scoring.lm", &s.lm),
+    ] {
+        reads.extend(p.as_deref().and_then(local_path).map(|p| (key, p)));
+    }
+    let output = local_path(&cfg.job.output);
+    if let Some(out) = output {
+        let target = Target {
+            flag: "job.output",
+            path: out,
+            writes: Artifact::JobOutput,
+        };
+        check(target, &reads, true)?;
+    }
+    if let Some(bins) = cfg.bins_output() {
+        if let Some(b) = local_path(&bins) {
+            let mut reads = reads.clone();
+            reads.extend(output.map(|o| ("job.output", o)));
+            let target = Target {
+                flag: "bins.output",
+                path: b,
+                writes: Artifact::Dataset,
+            };
+            check(target, &reads, true)?;
+        }
+    }
+    Ok(())
+}
+
 /// Plans the shards and fingerprints every file they are cut from.
 pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
+    check_outputs(cfg)?;
     let per = cfg.job.shard_pairs.max(1);
     let mut out = Vec::new();
     let mut prints = Vec::new();

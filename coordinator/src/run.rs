@@ -881,8 +881,8 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
         let issued: Vec<(&String, bool)> = listing
             .keys()
             .map(|p| {
-                let ours =
-                    OutputLayout::parse_attempt_path(p).is_some_and(|(_, token)| st.issued(token));
+                let ours = OutputLayout::parse_attempt_path(p)
+                    .is_some_and(|(shard, token)| st.issued(shard, token));
                 (p, ours)
             })
             .collect();
@@ -906,9 +906,9 @@ pub async fn finalize(shared: &Shared, storage: &Storage) -> Result<Manifest, Ru
     // A worker killed mid-write leaves a local store's staging file,
     // which the listing above does not show.
     for (path, name) in storage.local_write_leftovers("") {
-        let ours = OutputLayout::parse_attempt_path(&name).is_some_and(|(_, token)| {
+        let ours = OutputLayout::parse_attempt_path(&name).is_some_and(|(shard, token)| {
             let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.issued(token)
+            st.issued(shard, token)
         });
         if ours {
             storage.remove_local_leftover(&path)?;

@@ -33,6 +33,9 @@ pub enum StateError {
     },
     #[error("unknown shard {0}")]
     UnknownShard(u64),
+    /// redb's lock: another coordinator of this job is running.
+    #[error("job state {path} is held by another coordinator of this job (a second `paraforge run` or `paraforge coordinator` of the same config?): wait for it to end, or stop it")]
+    Busy { path: String },
 }
 
 /// A part of one input file, as planned.
@@ -132,6 +135,11 @@ pub struct Shard {
     pub last_error: Option<String>,
     /// Progress reported by the current lease's heartbeats.
     pub progress_pairs: u64,
+    /// Every token this shard's leases were given, recorded (durably) as
+    /// each is handed out: cleanup deletes only files with one of these.
+    /// Absent in states written before, whose files cleanup leaves alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<u64>,
 }
 
 /// What a reported failure did to its shard.
@@ -308,7 +316,10 @@ impl JobState {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| store_err(&p, e))?;
         }
-        let db = Database::create(path).map_err(|e| store_err(&p, e))?;
+        let db = Database::create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StateError::Busy { path: p.clone() },
+            e => store_err(&p, e),
+        })?;
         let mut st = JobState {
             db,
             path: p.clone(),
@@ -357,6 +368,7 @@ impl JobState {
                             attempts: 0,
                             last_error: None,
                             progress_pairs: 0,
+                            tokens: Vec::new(),
                         };
                         let bytes = serde_json::to_vec(&shard).map_err(|e| store_err(&p, e))?;
                         t.insert(shard.spec.shard_id, bytes.as_slice())
@@ -503,11 +515,13 @@ impl JobState {
         self.retried_failed
     }
 
-    /// Whether `token` was handed out by this job.
-    pub fn issued(&self, token: u64) -> bool {
-        // After a restart `next_token` starts at the reserved block's end,
-        // above every token the job ever handed out.
-        token > 0 && token < self.next_token
+    /// Whether `token` was handed out by this job to shard `shard_id`, as
+    /// recorded when it was (not inferred from the counter, which runs in
+    /// reserved blocks past the tokens really issued).
+    pub fn issued(&self, shard_id: u64, token: u64) -> bool {
+        self.shards
+            .get(&shard_id)
+            .is_some_and(|s| s.tokens.contains(&token))
     }
 
     /// Takes a committed shard back (its files are gone from the output):
@@ -603,8 +617,7 @@ impl JobState {
         };
         let token = self.next_token;
         self.next_token += 1;
-        let reserve = self.next_token > self.token_reserved;
-        if reserve {
+        if self.next_token > self.token_reserved {
             self.token_reserved = self.next_token + TOKEN_BLOCK;
         }
         self.leased.insert(id);
@@ -614,6 +627,7 @@ impl JobState {
             .ok_or(StateError::UnknownShard(id))?;
         s.attempts += 1;
         s.progress_pairs = 0;
+        s.tokens.push(token);
         let deadline_ms = now_ms + lease_ms;
         s.status = Status::Leased {
             token,
@@ -627,7 +641,9 @@ impl JobState {
             deadline_ms,
             attempt: s.attempts,
         };
-        self.persist(&[id], reserve)?;
+        // Durable: the token must be on record before any file named by it
+        // can exist, or cleanup after a crash would not know the file.
+        self.persist(&[id], true)?;
         Ok(Some(lease))
     }
 
@@ -1009,5 +1025,38 @@ mod tests {
             JobState::open(&path, "other", 3, Vec::new),
             Err(StateError::OtherJob { .. })
         ));
+    }
+
+    /// Cleanup's test of a file: the tokens each shard was given, recorded,
+    /// not "below the counter" (which after a restart ran a whole reserved
+    /// block past them: a rerun deleted two files it never wrote).
+    #[test]
+    fn only_tokens_handed_out_count_as_issued() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let l = {
+            let mut st = JobState::open(&path, "job", 3, || plan(2)).unwrap();
+            st.lease("w", 0, 1000).unwrap().unwrap()
+        };
+        let mut st = JobState::open(&path, "job", 3, || panic!("the plan is not redone")).unwrap();
+        let next = st.lease("w", 0, 1000).unwrap().unwrap();
+        assert!(next.token > l.token + 1, "a reserved block was skipped");
+        let (s0, s1) = (l.spec.shard_id, next.spec.shard_id);
+        assert!(st.issued(s0, l.token), "the lease before the restart");
+        assert!(st.issued(s1, next.token));
+        for t in l.token + 1..next.token {
+            assert!(
+                !st.issued(s0, t) && !st.issued(s1, t),
+                "token {t} was never issued"
+            );
+        }
+        assert_eq!(s0, s1, "the lost lease's shard is leased again first");
+        assert!(!st.issued(1, l.token), "another shard's token");
+        // A second coordinator of the same state is told so in words.
+        let e = JobState::open(&path, "job", 3, || panic!("not planned"))
+            .err()
+            .unwrap();
+        assert!(matches!(e, StateError::Busy { .. }), "{e}");
+        assert!(e.to_string().contains("another coordinator"), "{e}");
     }
 }

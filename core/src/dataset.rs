@@ -221,7 +221,31 @@ fn read_finished(root: &Path) -> Result<(ManifestHead, PathBuf), DataError> {
         path: manifest.clone(),
         reason,
     })?;
+    check_listing(&head).map_err(|reason| DataError::Invalid {
+        path: manifest.clone(),
+        reason,
+    })?;
     Ok((head, manifest))
+}
+
+/// A manifest whose list cannot be the dataset it describes: a file listed
+/// twice (its rows would be read twice, and a filter would certify the
+/// duplicates as a new dataset), or rows that do not sum to its own total.
+fn check_listing(head: &ManifestHead) -> Result<(), String> {
+    if let Some(path) = head.repeated_file() {
+        return Err(format!(
+            "lists {path} more than once: the dataset is damaged (write it again)"
+        ));
+    }
+    if let Some((field, total)) = head.total_rows() {
+        let listed: u64 = head.files.iter().map(|f| f.rows).sum();
+        if listed != total {
+            return Err(format!(
+                "its files hold {listed} rows, but its {field} says {total}: the dataset is damaged (write it again)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks each listed file (in parallel): present, its SHA-256 and the
@@ -482,6 +506,32 @@ mod tests {
         let m = serde_json::json!({"kind": "filter", "files": [{"path": "../x.parquet", "rows": 3, "sha256": "ab"}]});
         std::fs::write(d.path().join(MANIFEST_FILE), m.to_string()).unwrap();
         assert!(err(d.path()).contains("outside the dataset"));
+    }
+
+    /// A manifest listing a file twice read 2,300 rows for 2,000 pairs, and
+    /// `filter` certified them as a new dataset.
+    #[test]
+    fn a_file_listed_twice_or_rows_off_the_total_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        dataset(d.path());
+        let mut m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join(MANIFEST_FILE)).unwrap()).unwrap();
+        let first = m["files"][0].clone();
+        m["files"].as_array_mut().unwrap().push(first);
+        std::fs::write(d.path().join(MANIFEST_FILE), m.to_string()).unwrap();
+        let e = err(d.path());
+        assert!(e.contains("more than once") && e.contains("part-t1"), "{e}");
+        m["files"].as_array_mut().unwrap().pop();
+        m["kept_rows"] = 7.into();
+        std::fs::write(d.path().join(MANIFEST_FILE), m.to_string()).unwrap();
+        let e = err(d.path());
+        assert!(
+            e.contains("hold 6 rows") && e.contains("kept_rows says 7"),
+            "{e}"
+        );
+        m["kept_rows"] = 6.into();
+        std::fs::write(d.path().join(MANIFEST_FILE), m.to_string()).unwrap();
+        assert_eq!(open(d.path()).unwrap().rows(), 6);
     }
 
     #[test]

@@ -81,12 +81,41 @@ pub struct ManifestHead {
     /// Bins manifests, old ones included (no `kind`), list their ranges.
     #[serde(default)]
     ranges: Option<serde::de::IgnoredAny>,
+    /// The rows the files hold in all, as each kind counts them: a job's
+    /// `pairs`, a filter's `kept_rows`, a rescore's `rows`.
+    #[serde(default)]
+    pairs: Option<u64>,
+    #[serde(default)]
+    kept_rows: Option<u64>,
+    #[serde(default)]
+    rows: Option<u64>,
 }
 
 impl ManifestHead {
     /// Parses a manifest's bytes; the error says what is wrong.
     pub fn parse(bytes: &[u8]) -> Result<ManifestHead, String> {
         serde_json::from_slice(bytes).map_err(|e| format!("not a paraforge manifest: {e}"))
+    }
+
+    /// Where the manifest says how many rows its files hold in all (the
+    /// field's name, and the count): the listed files' rows must sum to it.
+    pub fn total_rows(&self) -> Option<(&'static str, u64)> {
+        match self.kind {
+            Some(ManifestKind::Job) => self.pairs.map(|n| ("pairs", n)),
+            Some(ManifestKind::Filter) => self.kept_rows.map(|n| ("kept_rows", n)),
+            Some(ManifestKind::Rescore) => self.rows.map(|n| ("rows", n)),
+            _ => None,
+        }
+    }
+
+    /// A file the manifest lists more than once, if any: every reader
+    /// would read its rows twice.
+    pub fn repeated_file(&self) -> Option<&str> {
+        let mut seen = std::collections::HashSet::new();
+        self.files
+            .iter()
+            .find(|f| !seen.insert(f.path.as_str()))
+            .map(|f| f.path.as_str())
     }
 
     /// Whether `paraforge bin` wrote it: several datasets, which no reader

@@ -8,6 +8,7 @@ pub mod encoder;
 pub mod layout;
 pub mod lm;
 pub mod model_digest;
+pub mod outputs;
 pub mod rejects;
 pub mod repeats;
 pub mod schema;

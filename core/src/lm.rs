@@ -85,7 +85,7 @@ impl ArpaModel {
         // 0: before \data\, 1: in \data\, n+1: in \n-grams:, usize::MAX: after \end\.
         let mut section = 0usize;
         let mut ids: Vec<u32> = Vec::new();
-        for (i, line) in reader.lines().enumerate() {
+        for (i, line) in crate::text::bounded_lines(reader).enumerate() {
             let ln = i + 1;
             let line = line.map_err(|source| LmError::Io {
                 path: path.to_path_buf(),
@@ -574,7 +574,7 @@ pub fn train_files(
             path: path.clone(),
             source,
         };
-        for line in crate::text::open_local(path).map_err(io)?.lines() {
+        for line in crate::text::open_lines(path).map_err(io)? {
             let line = line.map_err(io)?;
             let text = match column {
                 None => Some(line.as_str()),

@@ -135,14 +135,40 @@ impl Vectors {
         let mut report = LoadReport::default();
         let mut line_no: u64 = 0;
         // The dimension comes from the first vector line.
-        let mut first = String::new();
-        let dim = loop {
-            first.clear();
-            if r.read_line(&mut first).map_err(io)? == 0 {
-                return Err(VectorsError::Empty {
+        let mut first;
+        let mut buf = Vec::new();
+        // Bounded: a file without line breaks is refused at the bound, not
+        // read whole. `None` at the end; an invalid UTF-8 line reads as NUL.
+        let mut next_line = |r: &mut dyn BufRead,
+                             at: u64|
+         -> Result<Option<String>, VectorsError> {
+            use crate::text::{read_line_limited, LineRead, LineTooLong, MAX_LINE_BYTES};
+            match read_line_limited(r, &mut buf, MAX_LINE_BYTES).map_err(io)? {
+                LineRead::Eof => Ok(None),
+                LineRead::TooLong { bytes } => Err(VectorsError::BadLine {
                     path: path.to_path_buf(),
-                });
+                    line: at,
+                    reason: LineTooLong {
+                        line: at,
+                        bytes,
+                        limit: MAX_LINE_BYTES,
+                    }
+                    .to_string(),
+                }),
+                LineRead::Line { .. } => Ok(Some(
+                    String::from_utf8(std::mem::take(&mut buf)).unwrap_or_else(|_| "\u{0}".into()),
+                )),
             }
+        };
+        let dim = loop {
+            first = match next_line(&mut r, line_no + 1)? {
+                Some(l) => l,
+                None => {
+                    return Err(VectorsError::Empty {
+                        path: path.to_path_buf(),
+                    })
+                }
+            };
             line_no += 1;
             let fields: Vec<&str> = first.split_whitespace().collect();
             if fields.is_empty() {
@@ -198,16 +224,11 @@ impl Vectors {
         let mut block: Vec<String> = Vec::with_capacity(BLOCK_LINES);
         loop {
             block.clear();
-            for _ in 0..BLOCK_LINES {
-                let mut s = String::new();
-                match r.read_line(&mut s) {
-                    Ok(0) => break,
-                    Ok(_) => block.push(s),
-                    // Invalid UTF-8 on a line: count it and go on.
-                    Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                        block.push("\u{0}".into())
-                    }
-                    Err(e) => return Err(io(e)),
+            for k in 0..BLOCK_LINES {
+                // Invalid UTF-8 on a line reads as NUL: counted, and gone on.
+                match next_line(&mut r, line_no + k as u64 + 1)? {
+                    None => break,
+                    Some(s) => block.push(s),
                 }
             }
             if block.is_empty() {
@@ -242,6 +263,18 @@ impl Vectors {
                 skipped,
                 first: report.first_skipped_line.unwrap_or(0),
             });
+        }
+        if skipped + report.duplicates > 0 {
+            // Said wherever vectors are read (scoring, training, evaluation,
+            // export), not only where a caller looks at the report.
+            tracing::warn!(
+                path = %path.display(),
+                wrong_dimension = report.wrong_dimension,
+                unparsable = report.unparsable,
+                repeated_words = report.duplicates,
+                first_skipped_line = report.first_skipped_line.unwrap_or(0),
+                "word vectors: lines skipped (rows of another width or with a non-number), and repeated words (the first vector kept)"
+            );
         }
         v.data.shrink_to_fit();
         v.seal();

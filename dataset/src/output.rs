@@ -38,6 +38,8 @@ pub enum OutputError {
     Exists { out: PathBuf, kind: String },
     #[error("{out}: another paraforge run is writing it now ({who}); wait for it to end, or choose another directory")]
     Busy { out: PathBuf, who: String },
+    #[error(transparent)]
+    Rule(#[from] paraforge_core::outputs::OutputRuleError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -84,6 +86,7 @@ impl NewDataset {
             return Err(OutputError::IsFile(target.to_path_buf()));
         }
         check_apart(target, inputs)?;
+        paraforge_core::outputs::check_not_inside("the output", target)?;
         let parent = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),

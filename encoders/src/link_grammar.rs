@@ -82,6 +82,39 @@ pub const MAX_PARSE_SECONDS: c_int = 2;
 /// counted): a 200-word one took 4.5 s and 877 MB and found no linkage.
 pub const MAX_PARSE_TOKENS: usize = 60;
 
+/// Longer texts (in bytes) are never handed to the library: Link Grammar
+/// 5.x corrupts its heap on a sentence of about 32,700 characters (one
+/// long word is enough), which aborts the whole process. 60 tokens of
+/// ordinary text are a few hundred bytes.
+pub const MAX_PARSE_BYTES: usize = 2_000;
+
+/// Why `text` is not handed to the library, naming the bound it breaks;
+/// `None` where it may be parsed. Every call into the library goes through
+/// this check first.
+pub fn refusal(text: &str) -> Option<String> {
+    if text.trim().is_empty() {
+        // An empty sentence trips an assertion in the library (SIGILL in
+        // 5.12's sentence_split).
+        return Some("empty".into());
+    }
+    if text.len() > MAX_PARSE_BYTES {
+        return Some(format!(
+            "{} bytes, over the parser's limit of {MAX_PARSE_BYTES}",
+            text.len()
+        ));
+    }
+    let tokens = text.split_whitespace().count();
+    if tokens > MAX_PARSE_TOKENS {
+        return Some(format!(
+            "{tokens} tokens, over the parser's limit of {MAX_PARSE_TOKENS}"
+        ));
+    }
+    if let Some(c) = text.chars().find(|c| c.is_control()) {
+        return Some(format!("holds the control character {c:?}"));
+    }
+    None
+}
+
 impl Api {
     fn open() -> Result<Api, ParserError> {
         let lib = std::env::var_os("PARAFORGE_LINK_GRAMMAR")
@@ -341,7 +374,8 @@ impl Parser {
     }
 
     /// Each sentence's constituent tree in Link Grammar's one-line form,
-    /// in order; `None` where it found no linkage or the text holds a NUL.
+    /// in order; `None` where it found no linkage or [`refusal`] keeps the
+    /// text from the library.
     pub fn parse_all(&self, sentences: &[String]) -> Result<Vec<Option<String>>, ParserError> {
         if sentences.is_empty() {
             return Ok(Vec::new());
@@ -368,9 +402,7 @@ impl Parser {
                 .map(|((ins, outs), mut inst)| {
                     scope.spawn(move || {
                         for (s, o) in ins.iter().zip(outs.iter_mut()) {
-                            // An empty sentence trips an assertion in the
-                            // library (SIGILL in 5.12's sentence_split).
-                            if s.trim().is_empty() {
+                            if refusal(s).is_some() {
                                 continue;
                             }
                             *o = CString::new(s.as_str()).ok().and_then(|c| inst.parse(&c));
@@ -394,14 +426,17 @@ impl Parser {
     }
 }
 
+/// The text the parser is given for a line of English: its tokens as the
+/// encoders read them.
+pub fn shown_line(line: &str) -> String {
+    shown(&paraforge_core::tokenize(line).texts()).join(" ")
+}
+
 impl Parser {
     /// Lines of English as `paraforge parse` prints them: each tokenized
     /// as the encoders read it, then parsed (`None`: no linkage).
     pub fn parse_lines(&self, lines: &[String]) -> Result<Vec<Option<String>>, ParserError> {
-        let texts: Vec<String> = lines
-            .iter()
-            .map(|l| shown(&paraforge_core::tokenize(l).texts()).join(" "))
-            .collect();
+        let texts: Vec<String> = lines.iter().map(|l| shown_line(l)).collect();
         self.parse_all(&texts)
     }
 
@@ -421,7 +456,7 @@ impl Parser {
             .collect();
         let (todo, too_long): (Vec<usize>, Vec<usize>) = todo
             .into_iter()
-            .partition(|&i| shown[i].len() <= MAX_PARSE_TOKENS);
+            .partition(|&i| refusal(&texts[i]).is_none());
         let parsed = self.parse_all(&todo.iter().map(|&i| texts[i].clone()).collect::<Vec<_>>())?;
         let mut fallbacks = too_long.len();
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -549,5 +584,54 @@ mod tests {
         }
         assert_eq!(p.counts(), (3, 1));
         assert!(p.parse_all(&["a man sleeps".to_string()]).unwrap()[0].is_some());
+    }
+
+    /// Random and adversarial lines reach the library only within its
+    /// bounds: none may abort the process (a 40,000-character word did,
+    /// with "malloc(): corrupted top size").
+    #[test]
+    fn adversarial_lines_never_reach_the_library_unbounded() {
+        use rand::{Rng, SeedableRng};
+        let p = Parser::new().expect("Link Grammar (apt-get install link-grammar)");
+        let mut lines = vec![
+            format!("{} .", "a".repeat(40_000)),
+            "a ".repeat(5_000),
+            "word\u{0}with NUL".to_string(),
+            "ctrl \u{7}\u{1b}[31m red \r\n".to_string(),
+            "((((( ]]]] (S (NP) ))) [[".to_string(),
+            "\u{202e}\u{fe0f}\u{200b} ok".to_string(),
+            "!!!!verbosity=9 !limit=100000".to_string(),
+            format!("{} end", "é".repeat(1_500)),
+        ];
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for _ in 0..40 {
+            let n = rng.random_range(1..3_000);
+            lines.push(
+                (0..n)
+                    .map(|_| char::from_u32(rng.random_range(1..0x3000)).unwrap_or('x'))
+                    .collect(),
+            );
+        }
+        for l in &lines {
+            if let Some(why) = refusal(l) {
+                assert!(
+                    why.contains("limit") || why.contains("control") || why == "empty",
+                    "{why}"
+                );
+            }
+        }
+        let parsed = p.parse_lines(&lines).unwrap();
+        assert_eq!(parsed.len(), lines.len());
+        assert_eq!(
+            p.parse_all(&lines).unwrap()[0],
+            None,
+            "the long word was parsed"
+        );
+        let toks: Vec<Vec<&str>> = lines.iter().map(|l| l.split(' ').collect()).collect();
+        let (trees, _) = p.trees(&toks).unwrap();
+        assert_eq!(trees.len(), lines.len());
+        assert!(refusal(&"a".repeat(MAX_PARSE_BYTES + 1))
+            .unwrap()
+            .contains("2000"));
     }
 }

@@ -406,39 +406,8 @@ pub fn max_line_bytes(max_chars: usize) -> usize {
     max_chars.saturating_mul(8).saturating_add(LINE_SLACK_BYTES)
 }
 
-/// What [`read_line_limited`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LineRead {
-    /// The input ended before another line.
-    Eof,
-    /// The buffer holds a whole line; `bytes` were consumed, newline included.
-    Line { bytes: u64 },
-    /// The line is longer than the limit: the buffer holds its first
-    /// `limit + 1` bytes and the rest was consumed without being kept;
-    /// `bytes` were consumed in all, newline included.
-    TooLong { bytes: u64 },
-}
-
-/// Reads the next line into `buf` (replacing what it held) as
-/// `read_until(b'\n')` would, but keeps at most `limit` bytes before the
-/// newline: `read_until` grows its buffer to the whole line, however long.
-pub fn read_line_limited<R: BufRead + ?Sized>(
-    r: &mut R,
-    buf: &mut Vec<u8>,
-    limit: usize,
-) -> std::io::Result<LineRead> {
-    buf.clear();
-    let cap = (limit as u64).saturating_add(1);
-    let n = std::io::Read::take(&mut *r, cap).read_until(b'\n', buf)? as u64;
-    if n == 0 {
-        return Ok(LineRead::Eof);
-    }
-    if n < cap || buf.last() == Some(&b'\n') {
-        return Ok(LineRead::Line { bytes: n });
-    }
-    let rest = r.skip_until(b'\n')? as u64;
-    Ok(LineRead::TooLong { bytes: n + rest })
-}
+/// The one bounded line reader, shared with every other reader.
+pub use paraforge_core::text::{read_line_limited, LineRead};
 
 /// The part of one input file a shard holds: the one type for a shard's
 /// range, from planning through the lease (`proto::Range`, converted in

@@ -48,6 +48,13 @@ pub struct RunKey {
     /// written before, which trained equal unit halves and so do not resume.
     #[serde(default)]
     pub parts_by_dimension: bool,
+    /// The training data by content ([`crate::data::PairSource::digest`]);
+    /// empty in checkpoints written before, which do not resume.
+    #[serde(default)]
+    pub data_sha256: String,
+    /// The SHA-256 of `--init-vectors`, where given.
+    #[serde(default)]
+    pub init_vectors_sha256: Option<String>,
 }
 
 /// A checkpoint's `state.json`, of either trainer: `K` is what must match
@@ -223,7 +230,7 @@ pub(crate) fn resolve(dir: &Path) -> PathBuf {
 /// The shuffle generator's position to go on from, after checking that
 /// the checkpoint in `dir` is of this run (`saved` is its key, `key` this
 /// run's).
-pub(crate) fn resume_point<K: PartialEq + std::fmt::Debug>(
+pub(crate) fn resume_point<K: PartialEq + Serialize>(
     dir: &Path,
     saved: &K,
     key: &K,
@@ -231,13 +238,59 @@ pub(crate) fn resume_point<K: PartialEq + std::fmt::Debug>(
 ) -> Result<u128, TrainError> {
     if saved != key {
         return Err(TrainError::Invalid(format!(
-            "checkpoint {} is of another run: {saved:?}, this run is {key:?}",
-            dir.display()
+            "checkpoint {} is of another run: {}; train afresh without --resume, or with another --checkpoint",
+            dir.display(),
+            key_differences(saved, key)
         )));
     }
     rng_word_pos
         .parse()
         .map_err(|_| TrainError::Invalid(format!("checkpoint {}: bad rng_word_pos", dir.display())))
+}
+
+/// What differs between a checkpoint's key and this run's, field by field
+/// (`field: checkpoint X, this run Y`), naming the input a digest stands for.
+fn key_differences<K: Serialize>(saved: &K, key: &K) -> String {
+    let (a, b) = (
+        serde_json::to_value(saved).unwrap_or_default(),
+        serde_json::to_value(key).unwrap_or_default(),
+    );
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return "its key differs".into();
+    };
+    let names = |k: &str| match k {
+        "data_sha256" => "the training data (--data) differs by content".to_string(),
+        "init_vectors_sha256" => "--init-vectors differs by content".to_string(),
+        "rows" => "the training data (--data) has another row count".to_string(),
+        other => format!("{other} differs"),
+    };
+    let null = serde_json::Value::Null;
+    let mut diffs: Vec<String> = a
+        .keys()
+        .chain(b.keys().filter(|k| !a.contains_key(*k)))
+        .filter(|k| a.get(*k).unwrap_or(&null) != b.get(*k).unwrap_or(&null))
+        .map(|k| {
+            format!(
+                "{} (checkpoint {}, this run {})",
+                names(k),
+                short(a.get(k).unwrap_or(&null)),
+                short(b.get(k).unwrap_or(&null))
+            )
+        })
+        .collect();
+    if diffs.is_empty() {
+        diffs.push("its key differs".into());
+    }
+    diffs.join("; ")
+}
+
+/// A value as the message shows it: digests cut to 12 characters.
+fn short(v: &serde_json::Value) -> String {
+    match v.as_str() {
+        Some(s) if s.len() == 64 => s[..12].to_string(),
+        Some("") => "none".into(),
+        _ => v.to_string(),
+    }
 }
 
 /// `dir/state.json`, which must be of this build's version.

@@ -26,6 +26,7 @@ pub struct ReadStats {
 pub struct PairSource {
     files: Vec<PathBuf>,
     rows: u64,
+    digest: String,
 }
 
 impl PairSource {
@@ -44,7 +45,18 @@ impl PairSource {
                 .num_rows()
                 .max(0) as u64;
         }
-        Ok(PairSource { files, rows })
+        let digest = content_digest(path, &files)?;
+        Ok(PairSource {
+            files,
+            rows,
+            digest,
+        })
+    }
+
+    /// What the data is, by content (SHA-256, hex): a checkpoint resumes
+    /// only on data of the same digest.
+    pub fn digest(&self) -> &str {
+        &self.digest
     }
 
     /// Rows in the files (before skipping empty sides).
@@ -76,6 +88,44 @@ impl PairSource {
             stats,
         }
     }
+}
+
+/// The SHA-256 of a dataset's manifest and of each file's size and
+/// Parquet footer (its row groups' offsets and statistics; cheap at any
+/// size, and a changed row changes it), or of a lone file's bytes.
+fn content_digest(path: &Path, files: &[PathBuf]) -> Result<String, TrainError> {
+    use sha2::Digest;
+    use std::io::{Read, Seek, SeekFrom};
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e: std::io::Error| TrainError::Io { path: p, source: e }
+    };
+    let manifest = path.join(paraforge_core::layout::MANIFEST_FILE);
+    if !manifest.is_file() {
+        let mut h = sha2::Sha256::new();
+        for f in files {
+            h.update(
+                paraforge_core::layout::sha256_file(f)
+                    .map_err(io(f))?
+                    .as_bytes(),
+            );
+        }
+        return Ok(hex::encode(h.finalize()));
+    }
+    let mut h = sha2::Sha256::new();
+    h.update(std::fs::read(&manifest).map_err(io(&manifest))?);
+    const FOOTER: u64 = 64 << 10;
+    for f in files {
+        let mut file = std::fs::File::open(f).map_err(io(f))?;
+        let len = file.metadata().map_err(io(f))?.len();
+        h.update(len.to_le_bytes());
+        file.seek(SeekFrom::Start(len.saturating_sub(FOOTER)))
+            .map_err(io(f))?;
+        let mut tail = Vec::new();
+        file.read_to_end(&mut tail).map_err(io(f))?;
+        h.update(&tail);
+    }
+    Ok(hex::encode(h.finalize()))
 }
 
 /// Iterator over one epoch's pairs.

@@ -39,7 +39,7 @@ pub(crate) struct Epochs<K, B> {
     resumed_after: Option<usize>,
 }
 
-impl<K: Clone + PartialEq + std::fmt::Debug, B> Epochs<K, B> {
+impl<K: Clone + PartialEq + serde::Serialize, B> Epochs<K, B> {
     /// A run from its first epoch; `key` is what a checkpoint must match.
     pub fn new(key: K, seed: u64) -> Self {
         Epochs {

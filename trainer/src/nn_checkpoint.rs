@@ -42,6 +42,13 @@ pub struct NeuralKey {
     pub lambda_kl: f64,
     /// The training rows' count: a changed dataset does not resume.
     pub rows: u64,
+    /// The training data by content ([`crate::data::PairSource::digest`]);
+    /// empty in checkpoints written before, which do not resume.
+    #[serde(default)]
+    pub data_sha256: String,
+    /// The SHA-256 of `--init-vectors`, where given.
+    #[serde(default)]
+    pub init_vectors_sha256: Option<String>,
 }
 
 /// The neural encoders' own part of the state: burn's Adam state is keyed

@@ -200,6 +200,8 @@ pub fn train(
             0.0
         },
         rows: source.rows(),
+        data_sha256: source.digest().to_string(),
+        init_vectors_sha256: b.init_vectors_sha256.clone(),
     };
     // The regulariser's start is the network as the run began, resumed or not.
     let initial = model.net.clone();

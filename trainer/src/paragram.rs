@@ -12,7 +12,6 @@
 //! where the penalty's gradient is zero).
 
 use std::collections::HashMap;
-use std::io::BufRead;
 use std::path::Path;
 
 use paraforge_core::Vectors;
@@ -71,10 +70,19 @@ pub fn read_ppdb(path: &Path) -> Result<(Vec<(String, String)>, usize), TrainErr
         path: path.to_path_buf(),
         source: e,
     };
-    let f = std::fs::File::open(path).map_err(io)?;
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let mut magic = [0u8; 4];
+    let n = std::io::Read::read(&mut f, &mut magic).map_err(io)?;
+    if n == 4 && &magic == b"PAR1" {
+        return Err(TrainError::Invalid(format!(
+            "{}: a Parquet file, not a PPDB text file: for a lexicon, give --data its directory (what `paraforge lexicon --out` wrote)",
+            path.display()
+        )));
+    }
+    std::io::Seek::rewind(&mut f).map_err(io)?;
     let mut pairs = Vec::new();
     let mut phrases = 0;
-    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
+    for (i, line) in paraforge_core::text::bounded_lines(std::io::BufReader::new(f)).enumerate() {
         let line = line.map_err(io)?;
         if line.trim().is_empty() {
             continue;
@@ -237,6 +245,13 @@ pub fn train(
                 }
             )));
         }
+    }
+    use crate::train::{MAX_LR, MAX_MARGIN};
+    if o.margin > MAX_MARGIN || o.lr > MAX_LR {
+        return Err(TrainError::Invalid(format!(
+            "--margin {} / --lr {}: the margin is at most {MAX_MARGIN} (between two cosines), the step size at most {MAX_LR}",
+            o.margin, o.lr
+        )));
     }
     let mut report = ParagramReport {
         pairs_given: pairs.len(),

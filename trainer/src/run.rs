@@ -395,8 +395,18 @@ impl TrainSpec {
         })
     }
 
-    fn options(&self) -> TrainOptions {
-        TrainOptions {
+    fn options(&self) -> Result<TrainOptions, TrainError> {
+        let init_vectors_sha256 =
+            match &self.init_vectors {
+                Some(p) => Some(paraforge_core::layout::sha256_file(p).map_err(|source| {
+                    TrainError::Io {
+                        path: p.clone(),
+                        source,
+                    }
+                })?),
+                None => None,
+            };
+        Ok(TrainOptions {
             megabatch: self.megabatch,
             batch_size: self.batch_size,
             margin: self.margin(),
@@ -407,7 +417,8 @@ impl TrainSpec {
             max_pairs: self.max_pairs,
             checkpoint: Some(self.checkpoint_dir()),
             resume: self.resume,
-        }
+            init_vectors_sha256,
+        })
     }
 
     /// The dev sets, or None (no dev set asked for, or the default file
@@ -746,7 +757,7 @@ fn train_average(
     write_to: &Path,
     events: &mut dyn FnMut(Event),
 ) -> Result<TrainOutcome, TrainError> {
-    let o = s.options();
+    let o = s.options()?;
     let dev_sets = s.dev_sets(events)?;
     let dev_fn =
         |m: &Model| sts::dev_score(dev_sets.as_deref().unwrap_or_default(), &|t| m.embed(t));
@@ -788,7 +799,7 @@ fn train_neural(
         NeuralModel::init_spec(spec, words, hidden, s.layers.unwrap_or(1), s.seed, &device)
             .map_err(|e| TrainError::from(e).context(format!("--model {spec}")))?;
     let o = NeuralOptions {
-        base: s.options(),
+        base: s.options()?,
         scramble: s.scramble.unwrap_or(crate::neural::default_scramble(spec)),
         sampling: s.negatives.unwrap_or(crate::neural::default_sampling(spec)),
         lambda_c: s.lambda_c.unwrap_or(crate::neural::default_lambdas(spec).0),

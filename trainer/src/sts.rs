@@ -44,13 +44,33 @@ pub struct SetResult {
 }
 
 fn read_lines(path: &Path) -> Result<Vec<String>, TrainError> {
-    let bytes = std::fs::read(path).map_err(|e| TrainError::io(path, e))?;
-    // Some SemEval files carry stray Latin-1 bytes; a lossy decode keeps
-    // the line count, which is what aligns them with the gold file.
-    Ok(String::from_utf8_lossy(&bytes)
-        .lines()
-        .map(|l| l.trim_end_matches('\r').to_string())
-        .collect())
+    use paraforge_core::text::{read_line_limited, LineRead, LineTooLong, MAX_LINE_BYTES};
+    let f = std::fs::File::open(path).map_err(|e| TrainError::io(path, e))?;
+    let mut r = std::io::BufReader::new(f);
+    let (mut lines, mut buf) = (Vec::new(), Vec::new());
+    loop {
+        match read_line_limited(&mut r, &mut buf, MAX_LINE_BYTES)
+            .map_err(|e| TrainError::io(path, e))?
+        {
+            LineRead::Eof => return Ok(lines),
+            LineRead::TooLong { bytes } => {
+                let e = LineTooLong {
+                    line: lines.len() as u64 + 1,
+                    bytes,
+                    limit: MAX_LINE_BYTES,
+                };
+                return Err(bad(path, e.to_string()));
+            }
+            // Some SemEval files carry stray Latin-1 bytes; a lossy decode
+            // keeps the line count, which is what aligns them with the gold
+            // file.
+            LineRead::Line { .. } => lines.push(
+                String::from_utf8_lossy(&buf)
+                    .trim_end_matches(['\n', '\r'])
+                    .to_string(),
+            ),
+        }
+    }
 }
 
 fn bad(path: &Path, reason: String) -> TrainError {

@@ -41,6 +41,9 @@ pub struct TrainOptions {
     pub checkpoint: Option<std::path::PathBuf>,
     /// Go on from the checkpoint there, if there is one.
     pub resume: bool,
+    /// The SHA-256 of the vectors the word table started from, where any:
+    /// a checkpoint resumes only from the same.
+    pub init_vectors_sha256: Option<String>,
 }
 
 impl Default for TrainOptions {
@@ -56,6 +59,7 @@ impl Default for TrainOptions {
             max_pairs: 0,
             checkpoint: None,
             resume: false,
+            init_vectors_sha256: None,
         }
     }
 }
@@ -643,6 +647,7 @@ pub(crate) fn check_options(o: &TrainOptions) -> Result<(), TrainError> {
     }
     limits::at_most("--epochs", o.epochs, limits::MAX_EPOCHS)?;
     limits::at_most("--batch-size", o.batch_size, limits::MAX_MEGABATCH_PAIRS)?;
+    check_margin_lr(o.margin, o.lr)?;
     let mega = o.megabatch.saturating_mul(o.batch_size);
     if mega > limits::MAX_MEGABATCH_PAIRS {
         return Err(TrainError::Invalid(format!(
@@ -658,6 +663,29 @@ pub(crate) fn check_options(o: &TrainOptions) -> Result<(), TrainError> {
         limits::MAX_SHUFFLE_BUFFER,
     )
 }
+
+/// The margin is between two cosines, whose difference lies in [-2, 2]: a
+/// larger one never lets the loss reach zero. An Adam step size past 1
+/// moves unit-scale embeddings by more than their length each step. Either
+/// gave a finite but meaningless model before.
+pub(crate) fn check_margin_lr(margin: f32, lr: f32) -> Result<(), TrainError> {
+    if !(margin.is_finite() && margin > 0.0 && margin <= MAX_MARGIN) {
+        return Err(TrainError::Invalid(format!(
+            "--margin {margin}: must be above 0 and at most {MAX_MARGIN} (a margin between two cosines)"
+        )));
+    }
+    if !(lr.is_finite() && lr > 0.0 && lr <= MAX_LR) {
+        return Err(TrainError::Invalid(format!(
+            "--lr {lr}: must be above 0 and at most {MAX_LR}"
+        )));
+    }
+    Ok(())
+}
+
+/// See [`check_margin_lr`].
+pub const MAX_MARGIN: f32 = 2.0;
+/// See [`check_margin_lr`].
+pub const MAX_LR: f32 = 1.0;
 
 fn run_key(model: &Model, source: &PairSource, o: &TrainOptions) -> checkpoint::RunKey {
     checkpoint::RunKey {
@@ -676,6 +704,8 @@ fn run_key(model: &Model, source: &PairSource, o: &TrainOptions) -> checkpoint::
         rows: source.rows(),
         unit_parts: model.parts != PartScale::Raw,
         parts_by_dimension: model.parts == PartScale::ByDimension,
+        data_sha256: source.digest().to_string(),
+        init_vectors_sha256: o.init_vectors_sha256.clone(),
     }
 }
 

@@ -296,6 +296,23 @@ pub fn load(dir: &Path) -> Result<(Vec<Task>, Vec<&'static str>), TrainError> {
                 }
             }
         }
+        // A classifier trained on one class scores 100% on a test set of
+        // that class, which says nothing about the features.
+        let classes: std::collections::BTreeSet<usize> = task
+            .train
+            .iter()
+            .filter_map(|e| match e {
+                Example::One(_, c) | Example::Two(_, _, c) => Some(*c),
+                Example::Scored(..) => None,
+            })
+            .collect();
+        if classes.len() == 1 {
+            return Err(TrainError::Invalid(format!(
+                "{name}: {} holds one class only ({}): a classifier cannot be trained or judged on it",
+                paths[0].display(),
+                classes.first().copied().unwrap_or_default()
+            )));
+        }
         tasks.push(task);
     }
     Ok((tasks, absent))

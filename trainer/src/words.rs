@@ -41,14 +41,19 @@ pub fn load(dir: &Path) -> Result<Vec<WordSet>, TrainError> {
     let mut sets = Vec::new();
     for (name, file) in SETS {
         let path = dir.join(file);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
+        let failed = |e: std::io::Error| {
             TrainError::Invalid(format!(
                 "{}: {e} (the word-similarity sets)",
                 path.display()
             ))
-        })?;
+        };
+        let lines = paraforge_core::text::open_lines(&path)
+            .map_err(failed)?
+            .collect::<Result<Vec<String>, _>>()
+            .map_err(failed)?;
         let mut pairs = Vec::new();
-        for (i, line) in text.lines().enumerate() {
+        for (i, line) in lines.iter().enumerate() {
+            let line = line.as_str();
             if line.starts_with('#') || line.trim().is_empty() {
                 continue;
             }
