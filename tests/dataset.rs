@@ -1005,6 +1005,8 @@ fn the_paraphraser_rewrites_held_out_sentences_closer_to_their_paraphrases() {
             "4".as_ref(),
             "--json".as_ref(),
             json.as_os_str(),
+            // Each run replaces the last one's result.
+            "--overwrite".as_ref(),
         ];
         args.extend(extra.iter().map(std::ffi::OsStr::new));
         paraforge_tests::paraforge_ok(&args)
@@ -1156,13 +1158,34 @@ fn parse_prints_trees_and_templates_line_for_line() {
         ],
         "is not a template",
     );
-    // The bundled paraphraser reads templates (tools/scpn.sh); a
-    // translation model directory given to `paraphrase` does not.
+    // A translation model is no paraphraser: it reads one language and
+    // writes another (its tokenizer_config.json says so).
     refused(
         &[
             "paraphrase".as_ref(),
             "--model".as_ref(),
             translator.as_os_str(),
+            input.as_os_str(),
+        ],
+        "translates cs to en",
+    );
+    // The bundled paraphraser reads templates (tools/scpn.sh); one trained
+    // without them does not.
+    let plain = dir.path().join("plain-paraphraser");
+    std::fs::create_dir(&plain).unwrap();
+    for e in std::fs::read_dir(&paraphraser).unwrap() {
+        let e = e.unwrap();
+        if e.file_name() != "templates.json" {
+            std::fs::hard_link(e.path(), plain.join(e.file_name()))
+                .or_else(|_| std::fs::copy(e.path(), plain.join(e.file_name())).map(|_| ()))
+                .unwrap();
+        }
+    }
+    refused(
+        &[
+            "paraphrase".as_ref(),
+            "--model".as_ref(),
+            plain.as_os_str(),
             "--template".as_ref(),
             "(S (NP) (VP) (.))".as_ref(),
             input.as_os_str(),

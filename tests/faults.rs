@@ -54,14 +54,25 @@ enum Fault {
     KillFilter,
     /// Two `rescore` runs into one output at once.
     TwoRescores,
+    /// A writer's output aimed at an input or into the finished output,
+    /// with or without `--overwrite`.
+    OutputAtInput,
+    /// `train --resume` on a checkpoint of the output, given other data.
+    ResumeOtherData,
+    /// A job scoring with a tree-rnn model, one input line past the
+    /// ~32,700 characters that broke Link Grammar's heap.
+    LongLineTree,
 }
 
 /// What is done to a round's finished output.
-const AFTER: [Fault; 4] = [
+const AFTER: [Fault; 7] = [
     Fault::DamagePart,
     Fault::KillRescore,
     Fault::KillFilter,
     Fault::TwoRescores,
+    Fault::OutputAtInput,
+    Fault::ResumeOtherData,
+    Fault::LongLineTree,
 ];
 
 const ALL: [Fault; 8] = [
@@ -795,8 +806,184 @@ fn aftermath(seed: u64, fault: Fault, dir: &Path, cfg: &Path, ids: &[String], rn
             );
             assert_eq!(dataset_ids(Path::new(&target)), want, "seed {seed}");
         }
+        Fault::OutputAtInput => {
+            let scorer = paraforge_tests::model("scorer-trigram").join("model.pfe");
+            let scorer = scorer.display().to_string();
+            let sts = paraforge_tests::repo_root()
+                .join("data/sts")
+                .display()
+                .to_string();
+            let text = dir.join("lines.txt");
+            std::fs::write(&text, "Dobrý den.\n").unwrap();
+            let text = text.display().to_string();
+            let tiny = paraforge_tests::model("tiny-cs-en").display().to_string();
+            let m: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(out.join("_manifest.json")).unwrap())
+                    .unwrap();
+            let part = out
+                .join(m["files"][0]["path"].as_str().unwrap())
+                .display()
+                .to_string();
+            let inside = [
+                out.join("_manifest.json").display().to_string(),
+                part,
+                out.join("report").display().to_string(),
+                out_s.clone(),
+            ];
+            let target = inside[rng.random_range(0..inside.len())].clone();
+            let mut args: Vec<&str> = match rng.random_range(0..5) {
+                0 => vec![
+                    "eval-sts", "--model", &scorer, "--sts", &sts, "--json", &target,
+                ],
+                1 => vec![
+                    "report", "--data", &out_s, "--freq", &freq, "--out", &target,
+                ],
+                2 => vec![
+                    "filter",
+                    "--data",
+                    &out_s,
+                    "--max",
+                    "trigram_overlap=2",
+                    "--out",
+                    &target,
+                ],
+                3 => vec!["translate", "--model", &tiny, &text, "-o", &target],
+                // Its own input, whatever else it is.
+                _ => vec![
+                    "eval-sts", "--model", &scorer, "--sts", &sts, "--json", &scorer,
+                ],
+            };
+            if rng.random_bool(0.5) {
+                args.push("--overwrite");
+            }
+            let before =
+                std::fs::read(paraforge_tests::model("scorer-trigram").join("model.pfe")).unwrap();
+            let (ok, err) = command(&args, limit);
+            assert!(
+                !ok,
+                "seed {seed}: {args:?} wrote into an input or a finished output"
+            );
+            assert!(
+                err.contains("refused even with --overwrite")
+                    || err.contains("is the input")
+                    || err.contains("lies inside")
+                    || err.contains("must not be an input"),
+                "seed {seed}: {args:?}: {err}"
+            );
+            assert_eq!(
+                std::fs::read(paraforge_tests::model("scorer-trigram").join("model.pfe")).unwrap(),
+                before,
+                "seed {seed}: the scorer changed"
+            );
+        }
+        Fault::ResumeOtherData => {
+            let ckpt = fresh("ckpt");
+            let train = |data: &str, resume: bool, epochs: &str, name: &str| {
+                let target = fresh(name);
+                let mut args = vec![
+                    "train",
+                    "--model",
+                    "trigram",
+                    "--no-dev",
+                    "--epochs",
+                    epochs,
+                    "--max-pairs",
+                    "200",
+                    "--data",
+                    data,
+                    "--checkpoint",
+                    &ckpt,
+                    "--out",
+                    &target,
+                ];
+                if resume {
+                    args.push("--resume");
+                }
+                command(&args, limit)
+            };
+            let (ok, err) = train(&out_s, false, "1", "m1");
+            assert!(ok, "seed {seed}: {err}");
+            let other = fresh("other");
+            let (ok, err) = command(
+                &[
+                    "filter",
+                    "--data",
+                    &out_s,
+                    "--max",
+                    "trigram_overlap=0.9",
+                    "--out",
+                    &other,
+                ],
+                limit,
+            );
+            assert!(ok, "seed {seed}: {err}");
+            let (ok, err) = train(&other, true, "2", "m2");
+            assert!(
+                !ok && err.contains("the training data (--data)"),
+                "seed {seed}: resumed on other data: {err}"
+            );
+            let (ok, err) = train(&out_s, true, "2", "m3");
+            assert!(ok, "seed {seed}: the same data did not resume: {err}");
+        }
+        Fault::LongLineTree => {
+            let tree = tree_model(dir, &out_s, limit);
+            let pairs = dir.join(format!("long-{}.tsv", rng_name()));
+            let long = "a".repeat(rng.random_range(32_000..39_000));
+            std::fs::write(
+                &pairs,
+                format!(
+                    "p0\t{long} .\ta man is playing .\np1\ta man plays .\ta man is playing .\n"
+                ),
+            )
+            .unwrap();
+            let job = dir.join(format!("long-{}", rng_name()));
+            let toml = dir.join(format!("long-{}.toml", rng_name()));
+            std::fs::write(
+                &toml,
+                format!(
+                    "[job]\nname = \"long\"\noutput = \"{}\"\n\n[input]\npaths = [\"{}\"]\nformat = \"pairs\"\nid_column = 0\nreference_column = 1\ntranslation_column = 2\nmax_chars = 40000\n\n[scoring]\nmodel = \"{}\"\n\n[coordinator]\nlisten = \"127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\n",
+                    job.display(),
+                    pairs.display(),
+                    tree.display()
+                ),
+            )
+            .unwrap();
+            let (ok, err) = command(&["run", "--config", toml.to_str().unwrap()], limit);
+            assert!(
+                ok,
+                "seed {seed}: a long line through a tree-rnn scorer: {err}"
+            );
+            assert_eq!(dataset_ids(&job), ["p0", "p1"], "seed {seed}");
+        }
         _ => unreachable!("{fault:?} is not done to a finished output"),
     }
+}
+
+/// A tree-rnn model of the round's output (initial weights: only its
+/// parser matters here), made once per round directory.
+fn tree_model(dir: &Path, data: &str, limit: Duration) -> PathBuf {
+    let tree = dir.join("tree-model");
+    if !tree.join("config.json").is_file() {
+        let (ok, err) = command(
+            &[
+                "train",
+                "--model",
+                "tree-rnn",
+                "--no-dev",
+                "--epochs",
+                "0",
+                "--min-word-count",
+                "1",
+                "--data",
+                data,
+                "--out",
+                tree.to_str().unwrap(),
+            ],
+            limit,
+        );
+        assert!(ok, "{err}");
+    }
+    tree
 }
 
 /// A name no earlier step of the round used.
@@ -823,6 +1010,9 @@ fn faults_short() {
             Fault::KillRescore,
             Fault::KillFilter,
             Fault::TwoRescores,
+            Fault::OutputAtInput,
+            Fault::ResumeOtherData,
+            Fault::LongLineTree,
         ],
         3000,
     );

@@ -112,34 +112,46 @@ fn translate_replaces_its_output_only_when_it_succeeds() {
             "1",
             "-o",
             out.to_str().unwrap(),
+            "--overwrite",
             input.to_str().unwrap(),
         ],
         60,
     );
     assert!(!o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("UTF-8") || stderr(&o).contains("8-bit"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "earlier output\n");
     assert_eq!(
         strays(dir.path(), &["out.txt", "cp1250.txt"]),
         Vec::<String>::new()
     );
 
-    // A good run replaces it.
+    // A good run replaces it, told to; untold, it refuses.
     let input = dir.path().join("in.txt");
     std::fs::write(&input, CZECH).unwrap();
-    paraforge_ok(&[
-        "translate",
-        "--model",
-        model("tiny-cs-en").to_str().unwrap(),
-        "--beam",
-        "1",
-        "--threads",
-        "1",
-        "--max-new-tokens",
-        "8",
-        "-o",
-        out.to_str().unwrap(),
-        input.to_str().unwrap(),
-    ]);
+    let good = |extra: &[&str]| {
+        let mut args = vec![
+            "--beam",
+            "1",
+            "-o",
+            out.to_str().unwrap(),
+            input.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        translate(&args, 60)
+    };
+    let o = good(&[]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("--overwrite"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "earlier output\n");
+    let o = good(&["--overwrite"]);
+    assert!(o.status.success(), "{}", stderr(&o));
     let text = std::fs::read_to_string(&out).unwrap();
     assert_eq!(text.lines().count(), 3, "{text}");
     assert_eq!(
@@ -616,11 +628,21 @@ fn outputs_never_replace_existing_files_or_inputs_unless_told() {
     assert_eq!(std::fs::read(&parquet).unwrap(), data_bytes);
     assert_eq!(std::fs::read_to_string(&tsv).unwrap(), "a\tb\n");
     assert!(marian.join("config.json").is_file());
-    // Told to, it replaces the file, leaving nothing beside it but its
-    // checkpoint and its card.
+    // Told to, it replaces a model, never a file of another kind; a
+    // replaced model leaves nothing beside it but its checkpoint and card.
     let o = train(&tsv, &["--overwrite"]);
+    assert!(!o.status.success(), "the TSV was replaced by a model");
+    assert!(
+        stderr(&o).contains("is a text file, not a model"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&tsv).unwrap(), "a\tb\n");
+    let model = dir.path().join("m0.pfe");
+    assert!(train(&model, &[]).status.success());
+    let o = train(&model, &["--overwrite"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    paraforge_core::Model::load(&tsv).unwrap();
+    paraforge_core::Model::load(&model).unwrap();
     assert_eq!(
         strays(
             dir.path(),
@@ -628,14 +650,15 @@ fn outputs_never_replace_existing_files_or_inputs_unless_told() {
                 "data",
                 "other.parquet",
                 "pairs.tsv",
-                "pairs.tsv.ckpt",
-                "pairs.tsv.README.md",
+                "m0.pfe",
+                "m0.pfe.ckpt",
+                "m0.pfe.README.md",
                 "opus-mt"
             ]
         ),
         Vec::<String>::new()
     );
-    assert!(dir.path().join("pairs.tsv.README.md").is_file());
+    assert!(dir.path().join("m0.pfe.README.md").is_file());
     // The data itself, or the directory that holds it: never.
     for out in [data_file.clone(), d.clone()] {
         let o = train(&out, &["--overwrite"]);
@@ -890,4 +913,214 @@ fn a_closed_stdout_ends_a_command_by_sigpipe_not_a_panic() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(o.status.signal(), Some(13), "{:?}: {err}", o.status);
+}
+
+/// A lone Parquet file of four pairs whose texts end in `tag`: the same row
+/// count as [`pairs_dataset`]'s, other content.
+fn pairs_file(path: &Path, tag: &str) {
+    use paraforge_core::schema::{schema, PairFileWriter};
+    use paraforge_core::{PairRow, RowsBuilder, Scorer};
+    let mut b = RowsBuilder::default();
+    for i in 0..4 {
+        let (r, t) = (
+            format!("a man plays {tag} {i}"),
+            format!("a man is playing {tag} {i}"),
+        );
+        b.push(&PairRow {
+            id: format!("q{i}"),
+            source: "s".into(),
+            reference: r.clone(),
+            translation: t.clone(),
+            candidate_rank: 1,
+            translation_score: Some(-0.5),
+            source_len: Some(1),
+            truncated: false,
+            scores: Scorer::new(None).score(&r, &t),
+        });
+    }
+    let mut w = PairFileWriter::create(path, schema(), &[]).unwrap();
+    w.write(&b.finish()).unwrap();
+    w.close().unwrap();
+}
+
+/// `train --resume` goes on only on the data and init vectors the
+/// checkpoint was made on, by content: a checkpoint of 4 pairs resumed on
+/// 4 other pairs said "resumed after epoch 1" and exit 0 before. The
+/// refusal names the input that differs; the same data resumes.
+#[test]
+fn train_resumes_only_on_the_same_data_and_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.parquet");
+    let b = dir.path().join("b.parquet");
+    pairs_file(&a, "guitar");
+    pairs_file(&b, "violin");
+    let vectors = |name: &str, x: f32| {
+        let p = dir.path().join(name);
+        let words = ["a", "man", "plays", "is", "playing", "guitar", "violin"];
+        let text: String = words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| format!("{w} {x} {} 0.5\n", i as f32 * 0.1))
+            .collect();
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let (v1, v2) = (vectors("v1.txt", 0.1), vectors("v2.txt", 0.2));
+    let ckpt = dir.path().join("ckpt");
+    let train = |data: &Path, v: &Path, epochs: &str, resume: bool, out: &str| {
+        let (data, v) = (data.display().to_string(), v.display().to_string());
+        let ckpt = ckpt.display().to_string();
+        let out = dir.path().join(out).display().to_string();
+        let mut args = vec![
+            "train",
+            "--model",
+            "word",
+            "--no-dev",
+            "--epochs",
+            epochs,
+            "--batch-size",
+            "2",
+            "--megabatch",
+            "1",
+            "--data",
+            &data,
+            "--init-vectors",
+            &v,
+            "--checkpoint",
+            &ckpt,
+            "--out",
+            &out,
+        ];
+        if resume {
+            args.push("--resume");
+        }
+        paraforge(&args, 120)
+    };
+    let o = train(&a, &v1, "1", false, "m1.pfe");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = train(&b, &v1, "2", true, "m2.pfe");
+    assert!(!o.status.success(), "resumed on other data");
+    assert!(
+        stderr(&o).contains("the training data (--data) differs by content"),
+        "{}",
+        stderr(&o)
+    );
+    let o = train(&a, &v2, "2", true, "m3.pfe");
+    assert!(!o.status.success(), "resumed from other vectors");
+    assert!(
+        stderr(&o).contains("--init-vectors differs by content"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("NeuralKey") && !stderr(&o).contains("RunKey"));
+    let o = train(&a, &v1, "2", true, "m4.pfe");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains("resumed after epoch 1"), "{said}");
+}
+
+/// Random and adversarial lines through every path that reaches Link
+/// Grammar (`parse`, the tree encoder in `embed`, a job scoring with a
+/// tree-rnn model): none may abort. A 40,000-character word corrupted the
+/// library's heap (rc 134) in each before.
+#[test]
+fn adversarial_lines_never_abort_the_parser_or_the_tree_encoder() {
+    use rand::{Rng, SeedableRng};
+    let dir = tempfile::tempdir().unwrap();
+    let data = pairs_dataset(dir.path());
+    let tree = dir.path().join("tree");
+    let o = paraforge(
+        &[
+            "train",
+            "--model",
+            "tree-rnn",
+            "--no-dev",
+            "--epochs",
+            "0",
+            "--min-word-count",
+            "1",
+            "--data",
+            data.to_str().unwrap(),
+            "--out",
+            tree.to_str().unwrap(),
+        ],
+        120,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut lines = vec![
+        // Past the ~32,700 characters that broke the library, within the
+        // job's input bound below.
+        format!("{} .", "a".repeat(39_000)),
+        "a ".repeat(5_000),
+        "ctrl \u{7}\u{1b}[31m red".to_string(),
+        "((((( ]]]] (S (NP) ))) [[".to_string(),
+        "!!!!verbosity=9 !limit=100000".to_string(),
+        "a man plays a guitar .".to_string(),
+    ];
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    for _ in 0..20 {
+        let n = rng.random_range(1..3_000);
+        lines.push(
+            (0..n)
+                .map(|_| char::from_u32(rng.random_range(0x20..0x3000)).unwrap_or('x'))
+                .collect(),
+        );
+    }
+    let input = dir.path().join("adversarial.txt");
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let o = paraforge(&["parse", input.to_str().unwrap()], 300);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "parse: {:?} {}",
+        o.status,
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("line 1: not parsed: 39002 bytes, over the parser's limit of 2000"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).lines().count(),
+        lines.len()
+    );
+    let npy = dir.path().join("e.npy");
+    let o = paraforge(
+        &[
+            "embed",
+            "--model",
+            tree.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "--out",
+            npy.to_str().unwrap(),
+        ],
+        300,
+    );
+    assert!(o.status.success(), "embed: {:?} {}", o.status, stderr(&o));
+    // A job whose scorer is the tree encoder, with the long line inside
+    // its input's bound (the whole process died before, every retry too).
+    let pairs = dir.path().join("pairs.tsv");
+    let rows: Vec<String> = lines
+        .iter()
+        .take(4)
+        .enumerate()
+        .map(|(i, l)| format!("p{i}\t{}\ta man is playing .", l.replace('\t', " ")))
+        .collect();
+    std::fs::write(&pairs, rows.join("\n") + "\n").unwrap();
+    let toml = dir.path().join("job.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "[job]\nname = \"long\"\noutput = \"{}\"\n\n[input]\npaths = [\"{}\"]\nformat = \"pairs\"\nid_column = 0\nreference_column = 1\ntranslation_column = 2\nmax_chars = 40000\n\n[scoring]\nmodel = \"{}\"\n\n[coordinator]\nlisten = \"127.0.0.1:0\"\nmetrics = \"127.0.0.1:0\"\n",
+            dir.path().join("out").display(),
+            pairs.display(),
+            tree.display()
+        ),
+    )
+    .unwrap();
+    let o = paraforge(&["run", "--config", toml.to_str().unwrap()], 300);
+    assert!(o.status.success(), "run: {:?} {}", o.status, stderr(&o));
+    assert!(dir.path().join("out/_SUCCESS").is_file());
 }

@@ -1764,7 +1764,9 @@ fn eval_transfer_fine_tune_trains_the_encoder_on_sick() {
     let dir = tempfile::tempdir().unwrap();
     paraforge_tests::sick_slice(dir.path(), [2000, 300, 600]);
     let glove = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
-    let json = dir.path().join("t.json");
+    // Beside the tasks' directory: one inside an input is refused.
+    let results = tempfile::tempdir().unwrap();
+    let json = results.path().join("t.json");
     let out = paraforge_ok(&[
         "eval-transfer",
         "--vectors",

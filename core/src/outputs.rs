@@ -368,7 +368,11 @@ fn found_file(path: &Path) -> Found {
     if trimmed.starts_with("\\data\\") {
         return Found::File(Artifact::Arpa);
     }
-    if trimmed.starts_with("paraforge-parse-cache") {
+    if trimmed
+        .lines()
+        .next()
+        .is_some_and(|l| l.contains("paraforge-parse-cache"))
+    {
         return Found::File(Artifact::ParseCache);
     }
     if (trimmed.starts_with('{') || trimmed.starts_with('[')) && is_json(path) {

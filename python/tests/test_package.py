@@ -173,6 +173,23 @@ def test_bad_input_raises_and_names_it(tmp_path):
     assert paraforge.ParaforgeError.__module__ == "paraforge._native"
 
 
+def test_the_tree_encoder_survives_adversarial_sentences(corpus, paraforge_bin,
+                                                        tmp_path):
+    """Link Grammar corrupted its heap on a 40,000-character word and took
+    the interpreter with it; every call now reaches it bounded."""
+    tree = tmp_path / "tree"
+    run_cli(paraforge_bin, "train", "--model", "tree-rnn", "--min-word-count", "1",
+            "--epochs", "0", "--no-dev", "--data", str(corpus), "--out", str(tree))
+    enc = paraforge.Encoder.load(tree)
+    rng = np.random.default_rng(3)
+    lines = ["a" * 40000 + " .", "a " * 5000, "ctrl \x07\x1b[31m", "((( ]]] (S (NP) ))",
+             "a man plays a guitar ."]
+    lines += ["".join(chr(c) for c in rng.integers(0x20, 0x3000, size=n))
+              for n in rng.integers(1, 3000, size=10)]
+    out = enc.encode(lines)
+    assert out.shape == (len(lines), enc.dim)
+
+
 def test_encode_is_sentence_transformers_shaped_and_releases_the_gil():
     enc = paraforge.Encoder.load(repo(SCORER))
     one = enc.encode("A man is playing a guitar.")

@@ -218,6 +218,7 @@ impl TrainSpec {
                 self.megabatch, self.batch_size
             )));
         }
+        crate::train::check_margin_lr(self.margin(), self.lr())?;
         // NaN or a negative rate would train to NaN weights (or away from
         // the data) for a whole epoch before anything said so.
         let lr = self.lr();

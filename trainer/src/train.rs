@@ -647,7 +647,6 @@ pub(crate) fn check_options(o: &TrainOptions) -> Result<(), TrainError> {
     }
     limits::at_most("--epochs", o.epochs, limits::MAX_EPOCHS)?;
     limits::at_most("--batch-size", o.batch_size, limits::MAX_MEGABATCH_PAIRS)?;
-    check_margin_lr(o.margin, o.lr)?;
     let mega = o.megabatch.saturating_mul(o.batch_size);
     if mega > limits::MAX_MEGABATCH_PAIRS {
         return Err(TrainError::Invalid(format!(
