@@ -549,6 +549,9 @@ fn train_bounds_dimensions_layers_and_epochs() {
         ("--epochs", "18446744073709551615", "10000"),
         ("--batch-size", "100000000000", "1000000"),
         ("--shuffle-buffer", "100000000000", "10000000"),
+        // Finite, and a meaningless model before (rc 0).
+        ("--margin", "1e30", "at most 2"),
+        ("--lr", "1e30", "at most 1"),
     ] {
         let mut args = vec![
             "train",
@@ -1123,4 +1126,109 @@ fn adversarial_lines_never_abort_the_parser_or_the_tree_encoder() {
     let o = paraforge(&["run", "--config", toml.to_str().unwrap()], 300);
     assert!(o.status.success(), "run: {:?} {}", o.status, stderr(&o));
     assert!(dir.path().join("out/_SUCCESS").is_file());
+}
+
+/// Every reader of text lines holds at most 1 MiB of a line and names the
+/// line past it: one 300 MB line made `lm-train` peak at 1.48 GB and write
+/// a 900 MB model (exit 0), and the vectors readers read it whole. Vector
+/// rows of the wrong width and repeated words are said, not skipped in
+/// silence; a Parquet file given as a PPDB file is named as such.
+#[test]
+fn readers_bound_their_lines_and_say_what_they_skip() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = dir.path().join("long.txt");
+    std::fs::write(
+        &long,
+        format!("a short line\n{}\nanother\n", "x".repeat(2 << 20)),
+    )
+    .unwrap();
+    let arpa = dir.path().join("lm.arpa");
+    let o = paraforge(
+        &[
+            "lm-train",
+            long.to_str().unwrap(),
+            "-o",
+            arpa.to_str().unwrap(),
+        ],
+        60,
+    );
+    assert!(!o.status.success(), "lm-train read a 2 MiB line");
+    assert!(
+        stderr(&o).contains("line 2: 2097153 bytes, more than the 1048576 a line may hold"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!arpa.exists());
+    let data = pairs_dataset(dir.path());
+    let out = dir.path().join("m.pfe");
+    let train = |vectors: &Path| {
+        paraforge(
+            &[
+                "train",
+                "--model",
+                "word",
+                "--epochs",
+                "0",
+                "--no-dev",
+                "--data",
+                data.to_str().unwrap(),
+                "--init-vectors",
+                vectors.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                "--overwrite",
+            ],
+            60,
+        )
+    };
+    let vectors = dir.path().join("v.txt");
+    std::fs::write(
+        &vectors,
+        format!(
+            "man 0.1 0.2\n{} 0.1 0.2\ncat 0.3 0.4\n",
+            "x".repeat(2 << 20)
+        ),
+    )
+    .unwrap();
+    let o = train(&vectors);
+    assert!(!o.status.success(), "the vectors' 2 MiB line was read");
+    assert!(
+        stderr(&o).contains("line 2") && stderr(&o).contains("a line may hold"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(
+        &vectors,
+        "man 0.1 0.2\nman 0.5 0.5\nthe 0.1\ncat 0.3 0.4\na 0.1 0.1\n",
+    )
+    .unwrap();
+    let o = train(&vectors);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("wrong_dimension=1") && e.contains("repeated_words=1"),
+        "{e}"
+    );
+    let lexicon = dir.path().join("lexicon.parquet");
+    std::fs::copy(&data, &lexicon).unwrap();
+    let o = paraforge(
+        &[
+            "train",
+            "--model",
+            "paragram-words",
+            "--data",
+            lexicon.to_str().unwrap(),
+            "--init-vectors",
+            vectors.to_str().unwrap(),
+            "--out",
+            dir.path().join("p.txt").to_str().unwrap(),
+        ],
+        60,
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("a Parquet file, not a PPDB text file"),
+        "{}",
+        stderr(&o)
+    );
 }

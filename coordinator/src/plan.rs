@@ -416,6 +416,61 @@ mod tests {
         JobConfig::parse(&text, Path::new("t.toml")).unwrap()
     }
 
+    /// `plan` (and a new job) applies the output rule to `job.output` and
+    /// `[bins] output`: before, a job could write into its own model
+    /// (changing its digest and wedging every rerun), another model, a
+    /// non-empty unrelated directory or `.`, and `[bins] output` equal to
+    /// the job output failed only after the whole job ran.
+    #[test]
+    fn outputs_that_would_destroy_or_mix_with_data_are_refused_at_planning() {
+        let d = tempfile::tempdir().unwrap();
+        let input = d.path().join("in.tsv");
+        std::fs::write(&input, "1\t1.0\tAhoj.\tHello.\n").unwrap();
+        let model = d.path().join("model");
+        std::fs::create_dir(&model).unwrap();
+        std::fs::write(model.join("encoder_model.onnx"), "x").unwrap();
+        let other = d.path().join("other-model");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join("decoder_model.onnx"), "x").unwrap();
+        let notes = d.path().join("notes");
+        std::fs::create_dir(&notes).unwrap();
+        std::fs::write(notes.join("todo.txt"), "x").unwrap();
+        let cfg = |output: &Path, extra: &str| {
+            let text = format!(
+                "[job]\nname = \"t\"\noutput = {:?}\n[input]\npaths = [{:?}]\nformat = \"czeng16\"\n[model]\ndir = {:?}\n[scoring]\nvectors = {:?}\n{extra}",
+                output.display().to_string(),
+                input.display().to_string(),
+                model.display().to_string(),
+                input.display().to_string(),
+            );
+            JobConfig::parse(&text, Path::new("t.toml")).unwrap()
+        };
+        let refused = |c: JobConfig, says: &str| {
+            let e = check_outputs(&c).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+            assert!(plan_job(&c).is_err());
+        };
+        refused(cfg(&model, ""), "job.output");
+        refused(
+            cfg(&model.join("out"), ""),
+            "lies inside the input model.dir",
+        );
+        refused(cfg(&other, ""), "is a model");
+        refused(cfg(&other.join("out"), ""), "lies inside a model");
+        refused(cfg(&notes, ""), "a directory that is not empty");
+        refused(cfg(d.path(), ""), "holds the input");
+        let out = d.path().join("out");
+        let bins = |b: &Path| format!("[bins]\noutput = {:?}\n", b.display().to_string());
+        refused(cfg(&out, &bins(&out)), "bins.output");
+        refused(
+            cfg(&out, &bins(&out.join("bins"))),
+            "lies inside the input job.output",
+        );
+        refused(cfg(&out, &bins(&model)), "bins.output");
+        check_outputs(&cfg(&out, &bins(&d.path().join("out-bins")))).unwrap();
+        check_outputs(&cfg(&out, "")).unwrap();
+    }
+
     /// Reads a shard as a worker will.
     fn read_shard(cfg: &JobConfig, s: &ShardSpec) -> Vec<Record> {
         let opts = ReadOptions {

@@ -551,6 +551,13 @@ mod tests {
         let empty = d.path().join("empty");
         std::fs::create_dir(&empty).unwrap();
         check(t("--out", &empty, Artifact::Report), &[], false).unwrap();
+        // A file never takes a directory's place, even an empty one's.
+        let e = check(t("--out", &empty, Artifact::Vectors), &[], true).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("is a directory, not a word vectors file"),
+            "{e}"
+        );
         check(
             t("--out", &d.path().join("new"), Artifact::Model),
             &[],

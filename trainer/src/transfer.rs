@@ -719,6 +719,25 @@ pub fn evaluate(
 mod tests {
     use super::*;
 
+    /// A classifier trained and tested on one class scored 100%.
+    #[test]
+    fn a_task_of_one_class_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("rt-polarity.all"),
+            "1 good film\n1 great film\n1 fine\n",
+        )
+        .unwrap();
+        let e = load(d.path()).err().unwrap().to_string();
+        assert!(e.contains("MR") && e.contains("one class only"), "{e}");
+        std::fs::write(
+            d.path().join("rt-polarity.all"),
+            "1 good film\n0 bad film\n",
+        )
+        .unwrap();
+        assert_eq!(load(d.path()).unwrap().0.len(), 1);
+    }
+
     fn task(name: &'static str, classes: usize) -> Task {
         Task {
             name,
