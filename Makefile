@@ -236,7 +236,10 @@ bench-bins: $(ORT_LIB) build
 # Fault injection on real processes: 200 randomized rounds of SIGKILLed
 # workers and coordinator, paused workers, a failing output store, inputs
 # changed between runs, a second job on the same output and forged
-# completions (LINES sample pairs per round).
+# completions (LINES sample pairs per round); on each finished output, damage,
+# killed and concurrent rescores and filters, outputs aimed at an input or
+# into the output, a resume on other data and a long line through a tree-rnn
+# scorer.
 soak: $(ORT_LIB)
 	$(CARGO) build --bin paraforge
 	PARAFORGE_SOAK_ROUNDS=$${ROUNDS:-200} PARAFORGE_SOAK_LINES=$${LINES:-1000} $(CARGO) test -p paraforge-tests --test faults soak -- --ignored --nocapture

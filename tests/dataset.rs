@@ -7,9 +7,10 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use arrow_array::{Array, Float32Array, Int32Array, StringArray};
+use paraforge_core::dataset::dataset_files;
 use paraforge_core::dataset::testing::seal;
 use paraforge_core::layout::ManifestKind;
-use paraforge_core::schema::{col, dataset_files, PairReader};
+use paraforge_core::schema::{col, PairReader};
 use paraforge_core::PairRow;
 use paraforge_dataset::bins::{self, BinOptions, PARA_RANGES};
 use paraforge_tests::{repo_root, scored_dataset};
@@ -365,11 +366,11 @@ fn bins_replace_earlier_bins_whole_and_never_end_empty() {
     bins::run(&o).unwrap();
     assert!(out.join("train").is_dir());
     // Read whole, the bins would give each pair once per partition.
-    let e = paraforge_core::schema::dataset_files(&out)
+    let e = paraforge_core::dataset::dataset_files(&out)
         .unwrap_err()
         .to_string();
     assert!(e.contains("several datasets"), "{e}");
-    assert!(!paraforge_core::schema::dataset_files(&out.join("train"))
+    assert!(!paraforge_core::dataset::dataset_files(&out.join("train"))
         .unwrap()
         .is_empty());
     o.train_sample = None;

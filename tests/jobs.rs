@@ -185,7 +185,7 @@ async fn a_failed_shard_leaves_no_success_and_a_rerun_retries_it() {
     );
     assert!(!out.join("_SUCCESS").exists());
     assert!(!out.join("_manifest.json").exists());
-    let e = paraforge_core::schema::dataset_files(&out).unwrap_err();
+    let e = paraforge_core::dataset::dataset_files(&out).unwrap_err();
     assert!(
         e.to_string().contains("incomplete"),
         "bins and training refuse it: {e}"
@@ -552,7 +552,8 @@ fn a_para_score_encoder_failing_at_run_time_fails_the_job() {
 /// and sorted by id (f32 scores compared bit for bit).
 fn all_rows(out: &Path) -> Vec<String> {
     use arrow_array::{Array, Float32Array, StringArray};
-    use paraforge_core::schema::{col, column, dataset_files, PairReader};
+    use paraforge_core::dataset::dataset_files;
+    use paraforge_core::schema::{col, column, PairReader};
     let texts = [col::ID, col::SOURCE, col::REFERENCE, col::TRANSLATION];
     let scores = [
         col::TRANSLATION_SCORE,
@@ -687,7 +688,8 @@ fn a_repeated_pair_id_is_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beam_candidates_keep_the_k_best_hypotheses_as_ranked_rows() {
     use arrow_array::{Float32Array, Int32Array, StringArray};
-    use paraforge_core::schema::{col, column, dataset_files, PairReader};
+    use paraforge_core::dataset::dataset_files;
+    use paraforge_core::schema::{col, column, PairReader};
     use paraforge_nmt::{GenerateOptions, LoadOptions, Translator};
 
     let (n, k) = (12, 3);
@@ -769,7 +771,8 @@ async fn beam_candidates_keep_the_k_best_hypotheses_as_ranked_rows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn already_translated_pairs_score_as_the_translating_job_did() {
     use arrow_array::{Array, Float32Array, Int32Array, StringArray};
-    use paraforge_core::schema::{col, column, dataset_files, PairReader};
+    use paraforge_core::dataset::dataset_files;
+    use paraforge_core::schema::{col, column, PairReader};
 
     let dir = tempfile::tempdir().unwrap();
     let (mut cfg, _) = job(dir.path(), "translated", 60, 25, "");
@@ -883,7 +886,8 @@ fn plan_reports_the_shards_and_repeated_sources_and_writes_nothing() {
 fn nakov_bleu_fills_the_sentence_bleu_column_when_asked() {
     use arrow_array::{Float32Array, StringArray};
     use paraforge_core::bleu::{sentence_bleu_with, Smoothing};
-    use paraforge_core::schema::{col, column, dataset_files, PairReader};
+    use paraforge_core::dataset::dataset_files;
+    use paraforge_core::schema::{col, column, PairReader};
 
     let dir = tempfile::tempdir().unwrap();
     let input = paraforge_tests::repo_root().join("data/sample/czeng16-heldout.cs-en.tsv");

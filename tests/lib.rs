@@ -204,7 +204,8 @@ pub fn paraforge_ok<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
 /// id -> translation of every row of a committed local output.
 pub fn output_rows(out: &Path) -> Vec<(String, String)> {
     use arrow_array::{Array, StringArray};
-    use paraforge_core::schema::{dataset_files, PairReader};
+    use paraforge_core::dataset::dataset_files;
+    use paraforge_core::schema::PairReader;
     let mut rows = Vec::new();
     for f in dataset_files(out).unwrap() {
         for b in PairReader::open(&f, &["id", "translation"]).unwrap() {

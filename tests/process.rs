@@ -308,3 +308,65 @@ fn a_missing_model_is_a_clear_error_not_a_hang() {
     assert!(!st.success());
     assert!(err.contains("/nonexistent/model"), "{err}");
 }
+
+/// Every shell example the docs mark ```` ```sh runnable ```` runs as
+/// written from the repository root (with `paraforge` the binary under
+/// test, `target/release/paraforge` read as it), so the pages cannot drift
+/// from the commands.
+#[test]
+fn the_docs_runnable_examples_run_as_written() {
+    let root = repo_root();
+    let mut pages: Vec<PathBuf> = ["README.md", "deploy/README.md", "python/README.md"]
+        .iter()
+        .map(|p| root.join(p))
+        .collect();
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    pages.extend(docs);
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        paraforge_tests::paraforge_bin(),
+        bin.path().join("paraforge"),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut ran = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let mut lines = text.lines();
+        while let Some(l) = lines.next() {
+            if l.trim() != "```sh runnable" {
+                continue;
+            }
+            let script: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
+            let script = script
+                .join("\n")
+                .replace("target/release/paraforge", "paraforge");
+            let t = Instant::now();
+            let o = std::process::Command::new("timeout")
+                .args(["120", "bash", "-euo", "pipefail", "-c", &script])
+                .current_dir(&root)
+                .env("PATH", &path)
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "{}: this example failed ({:?}):\n{script}\n{}",
+                page.display(),
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            );
+            eprintln!("{}: example ran in {:?}", page.display(), t.elapsed());
+            ran += 1;
+        }
+    }
+    assert!(ran >= 4, "only {ran} runnable examples in the docs");
+}

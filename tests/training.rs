@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use arrow_array::{Array, Float32Array, StringArray};
-use paraforge_core::schema::{col, column, dataset_files, schema, PairFileWriter};
+use paraforge_core::dataset::dataset_files;
+use paraforge_core::schema::{col, column, schema, PairFileWriter};
 use paraforge_core::{PairReader, PairRow, RowsBuilder, Scorer, Vectors};
 use paraforge_tests::{paraforge_ok, repo_root, scored_dataset};
 use paraforge_trainer::data::PairSource;

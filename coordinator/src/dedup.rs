@@ -15,8 +15,7 @@ use paraforge_core::repeats::SpilledKeys;
 use paraforge_job::bitext::{BitextReader, ReadOptions, Record};
 use paraforge_job::config::JobConfig;
 
-use crate::plan::PlanError;
-use crate::state::ShardSpec;
+use crate::shard::{PlanError, ShardSpec};
 
 /// Spill files (the partition is the hash's top bits): one holds about
 /// 24 bytes x pairs / 64, 19 MB for CzEng's 51.4M.

@@ -2,7 +2,7 @@
 //! job status as JSON at `/status` (what `paraforge status` prints, and the
 //! coordinator's phase), plus `/healthz` for probes, which says nothing
 //! about the job. They answer from the coordinator's first moment
-//! (`phase::Live`), before the job is planned and after its workers are
+//! (`live::Live`), before the job is planned and after its workers are
 //! gone.
 //!
 //! The pages show the job, its output URL and failure reasons, so they are
@@ -23,7 +23,7 @@ use axum::routing::get;
 use axum::Router;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::phase::Live;
+use crate::live::Live;
 
 /// What can go wrong setting up the pages' TLS.
 #[derive(Debug, thiserror::Error)]
@@ -36,21 +36,6 @@ pub enum HttpError {
         key: PathBuf,
         message: String,
     },
-}
-
-impl From<HttpError> for crate::run::RunError {
-    fn from(e: HttpError) -> Self {
-        match e {
-            HttpError::File { path, message } => {
-                paraforge_rpc::access::AccessError::File { path, message }.into()
-            }
-            HttpError::Tls { cert, key, message } => crate::run::RunError::Tls {
-                cert: cert.display().to_string(),
-                key: key.display().to_string(),
-                message,
-            },
-        }
-    }
 }
 
 /// Who may read the pages.

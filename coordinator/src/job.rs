@@ -18,7 +18,8 @@ use paraforge_job::config::JobConfig;
 use paraforge_job::storage::{local_path, Storage, StorageError};
 use paraforge_rpc::proto::JobStatusResponse;
 
-use crate::phase::{Live, Phase};
+use crate::live::Live;
+use crate::phase::Phase;
 use crate::run::{bind, finalize, Manifest, RunError, Running, Starting};
 use crate::shared::{status, Shared};
 

@@ -20,46 +20,7 @@ use paraforge_job::bitext::{open_text, Range};
 use paraforge_job::config::{FormatName, JobConfig};
 use paraforge_job::storage::ObjectReader;
 
-use crate::state::ShardSpec;
-
-/// What a file looked like when the job was planned.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct InputFingerprint {
-    pub input: String,
-    pub size: u64,
-    pub e_tag: Option<String>,
-    pub modified: String,
-    /// xxh3-128 of the file's bytes (as stored: compressed files are hashed
-    /// compressed), hex.
-    pub xxh3: String,
-}
-
-impl InputFingerprint {
-    /// Why `now` is not the file that was planned, if it is not. Content
-    /// decides: a copy with a new modification time but the same bytes is
-    /// the same input.
-    pub fn differs(&self, now: &InputFingerprint) -> Option<String> {
-        if self.size != now.size {
-            return Some(format!(
-                "its size changed from {} to {} bytes",
-                self.size, now.size
-            ));
-        }
-        (self.xxh3 != now.xxh3).then(|| {
-            format!(
-                "its content changed (xxh3 {} when planned, {} now; same size {})",
-                self.xxh3, now.xxh3, self.size
-            )
-        })
-    }
-}
-
-/// A job's plan: its shards and the fingerprints of the files they cut.
-#[derive(Debug, Clone, Default)]
-pub struct Plan {
-    pub shards: Vec<ShardSpec>,
-    pub inputs: Vec<InputFingerprint>,
-}
+pub use crate::shard::{InputFingerprint, Plan, PlanError, ShardSpec};
 
 /// Hashes what the plan reads, beside the newline scan.
 struct Hasher(twox_hash::XxHash3_128);
@@ -113,43 +74,6 @@ pub fn input_files(cfg: &JobConfig) -> Vec<String> {
 /// The fingerprints of every file the job reads now.
 pub fn fingerprints(cfg: &JobConfig) -> Result<Vec<InputFingerprint>, PlanError> {
     input_files(cfg).iter().map(|p| fingerprint(p)).collect()
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum PlanError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    Bitext(#[from] paraforge_job::bitext::BitextError),
-    /// `job.output` or `[bins] output` where the output rule refuses to write.
-    #[error(transparent)]
-    Output(#[from] paraforge_core::outputs::OutputRuleError),
-    /// Aligned files of different lengths: every pair after the first
-    /// extra or missing line would be a wrong pair.
-    #[error("{source_path} has {source_lines} lines but its reference file {reference} has {reference_lines}: aligned files must have one line per pair")]
-    Unaligned {
-        source_path: String,
-        source_lines: u64,
-        reference: String,
-        reference_lines: u64,
-    },
-    /// A shard whose lease would be refused by the message limit on every
-    /// try: the job could never finish.
-    #[error("shard {shard} ({input}, {lines} lines from line {first_line}) needs a lease message of about {bytes} bytes, more than the {limit} bytes {who}: {fix}")]
-    LeaseTooLarge {
-        shard: u64,
-        input: String,
-        first_line: u64,
-        lines: u64,
-        bytes: usize,
-        limit: usize,
-        who: &'static str,
-        fix: String,
-    },
 }
 
 /// A shard as its lease carries it.

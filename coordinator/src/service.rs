@@ -553,7 +553,7 @@ mod tests {
         assert!(!again.accepted && again.reason.contains("already committed"));
         // The page shows the newest figures this worker sent, under its id
         // and the job's device, beside the counts of what happened.
-        let page = crate::metrics::render(&*crate::phase::Live::serving(shared.clone())).unwrap();
+        let page = crate::metrics::render(&*crate::live::Live::serving(shared.clone())).unwrap();
         let last = tokens.iter().map(|t| t.1).max().unwrap();
         for want in [
             format!("paraforge_worker_sentences_total{{worker=\"{w}\",device=\"cpu\"}} {}", last * 10),

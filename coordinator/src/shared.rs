@@ -48,7 +48,7 @@ pub struct Shared {
     pub heartbeat: Duration,
     pub started: std::time::Instant,
     /// Counted as things happen; `/metrics` adds what the state says.
-    /// Shared with the pages (`phase::Live`), which serve it before the
+    /// Shared with the pages (`live::Live`), which serve it before the
     /// state exists.
     pub metrics: std::sync::Arc<Metrics>,
     storage: OnceLock<Storage>,

@@ -12,11 +12,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use paraforge_core::layout::FileKind;
-use paraforge_job::bitext::Range;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{InputFingerprint, Plan};
+pub use crate::shard::ShardSpec;
+use crate::shard::{InputFingerprint, Plan};
 
 const SHARDS: TableDefinition<u64, &[u8]> = TableDefinition::new("shards");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
@@ -36,58 +36,6 @@ pub enum StateError {
     /// redb's lock: another coordinator of this job is running.
     #[error("job state {path} is held by another coordinator of this job (a second `paraforge run` or `paraforge coordinator` of the same config?): wait for it to end, or stop it")]
     Busy { path: String },
-}
-
-/// A part of one input file, as planned.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "StoredSpec")]
-pub struct ShardSpec {
-    pub shard_id: u64,
-    pub input: String,
-    /// Index of the input file in the config.
-    pub file_index: usize,
-    pub range: Range,
-    /// Lines (numbers in the file, ascending) whose source repeats an
-    /// earlier one of the job: `[filters] dedup_sources`, fixed at planning.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub drop_lines: Vec<u64>,
-}
-
-/// A shard as stored: states written before [`Range`] kept its fields
-/// flat (`byte_end == 0` meaning a line range), and still resume.
-#[derive(Deserialize)]
-struct StoredSpec {
-    shard_id: u64,
-    input: String,
-    file_index: usize,
-    range: Option<Range>,
-    #[serde(default)]
-    byte_start: u64,
-    #[serde(default)]
-    byte_end: u64,
-    #[serde(default)]
-    first_line: u64,
-    #[serde(default)]
-    lines: u64,
-    #[serde(default)]
-    drop_lines: Vec<u64>,
-}
-
-impl From<StoredSpec> for ShardSpec {
-    fn from(s: StoredSpec) -> ShardSpec {
-        let range = s.range.unwrap_or(if s.byte_end == 0 {
-            Range::lines(s.first_line, s.lines)
-        } else {
-            Range::bytes(s.byte_start, s.byte_end, s.first_line, s.lines)
-        });
-        ShardSpec {
-            shard_id: s.shard_id,
-            input: s.input,
-            file_index: s.file_index,
-            range,
-            drop_lines: s.drop_lines,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -858,6 +806,7 @@ impl JobState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use paraforge_job::bitext::Range;
 
     fn plan(n: u64) -> Vec<ShardSpec> {
         (0..n)

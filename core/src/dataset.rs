@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use crate::layout::card::{JobFacts, ManifestScorer, Provenance, Step};
 use crate::layout::{
     ListedFile, ManifestHead, ManifestKind, CLAIM_FILE, MANIFEST_FILE, SUCCESS_FILE,
 };
@@ -178,6 +179,66 @@ pub fn manifest_root(path: &Path) -> Option<PathBuf> {
         return Some(path.to_path_buf());
     }
     enclosing_manifest(path).map(|(root, _)| root)
+}
+
+/// How many manifests [`trace`] follows before it gives up on a cycle.
+const MAX_HOPS: usize = 8;
+
+/// Follows the manifests from `path` (a dataset, one bins partition, or
+/// one file inside a dataset) through the `input` each filter, rescore or
+/// bins manifest names, to the job's. Inputs that are not local
+/// directories with a manifest (an object store, a moved directory) end
+/// the trace; what it found so far is returned.
+pub fn trace(path: &Path) -> Provenance {
+    let mut p = Provenance::default();
+    let Some(mut dir) = manifest_root(path) else {
+        return p;
+    };
+    for _ in 0..MAX_HOPS {
+        let Ok(bytes) = std::fs::read(dir.join(MANIFEST_FILE)) else {
+            break;
+        };
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+            break;
+        };
+        // Manifests from before `kind`: a job's names its job, old bins'
+        // their ranges.
+        let kind = match serde_json::from_value::<ManifestKind>(v["kind"].clone()) {
+            Ok(k) => Some(k),
+            Err(_) if v.get("job").is_some() => Some(ManifestKind::Job),
+            Err(_) if v.get("ranges").is_some() => Some(ManifestKind::Bins),
+            Err(_) => None,
+        };
+        let here = dir.display().to_string();
+        match kind {
+            Some(ManifestKind::Job) => {
+                p.job = JobFacts::parse(&bytes).ok();
+                p.job_dir = Some(here);
+                break;
+            }
+            Some(ManifestKind::Filter) => p.steps.push(Step::Filter { dir: here }),
+            Some(ManifestKind::Rescore) => {
+                let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+                p.steps.push(Step::Rescore {
+                    dir: here,
+                    scorer: ManifestScorer {
+                        file: s("scorer"),
+                        kind: s("scorer_kind"),
+                        sha256: s("scorer_sha256"),
+                        files: v["files"].as_array().map_or(0, |f| f.len() as u64),
+                    },
+                });
+            }
+            Some(ManifestKind::Bins) => p.steps.push(Step::Bins { dir: here }),
+            Some(ManifestKind::Lexicon) => p.steps.push(Step::Lexicon { dir: here }),
+            None => break,
+        }
+        match v["input"].as_str().map(PathBuf::from) {
+            Some(next) if next.join(MANIFEST_FILE).is_file() => dir = next,
+            _ => break,
+        }
+    }
+    p
 }
 
 /// The nearest directory above `path` (at most [`MAX_DEPTH`] levels) that

@@ -473,6 +473,3 @@ pub fn column<'a, T: Array + 'static>(
                 .to_string(),
         })
 }
-
-/// Readers verify what they read: see [`crate::dataset`].
-pub use crate::dataset::dataset_files;

@@ -843,7 +843,7 @@ fn write_card(
             (name.clone(), glob.clone(), rows)
         })
         .collect();
-    let mut provenance = layout::card::trace(&o.input);
+    let mut provenance = paraforge_core::dataset::trace(&o.input);
     if let Some(name) = &o.input_name {
         provenance.rename_dir(&o.input.display().to_string(), name);
     }

@@ -402,7 +402,7 @@ pub fn run(
     let card = staged.dir().join(layout::CARD_FILE);
     // Word pairs of the references and translations: their language, not
     // the source's.
-    let languages: Vec<String> = layout::card::trace(&o.input)
+    let languages: Vec<String> = paraforge_core::dataset::trace(&o.input)
         .reference_language()
         .into_iter()
         .collect();

@@ -82,11 +82,13 @@ impl NewDataset {
         overwrite: bool,
         command: &str,
     ) -> Result<NewDataset, OutputError> {
+        // Where it is first: "inside a finished dataset" says more than
+        // "is a file" about a part file of one.
+        check_apart(target, inputs)?;
+        paraforge_core::outputs::check_not_inside("the output", target)?;
         if target.is_file() {
             return Err(OutputError::IsFile(target.to_path_buf()));
         }
-        check_apart(target, inputs)?;
-        paraforge_core::outputs::check_not_inside("the output", target)?;
         let parent = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),

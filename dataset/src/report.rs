@@ -17,7 +17,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, BooleanArray, Float32Array, Int32Array, StringArray};
-use paraforge_core::schema::{self, col, dataset_files, DataError, PairReader};
+use paraforge_core::dataset::dataset_files;
+use paraforge_core::schema::{self, col, DataError, PairReader};
 use paraforge_core::tokenize;
 use plotters::prelude::*;
 use rand::{Rng, SeedableRng};

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use paraforge_core::layout::card::{front_matter, Provenance};
 use serde_json::{json, Value};
 
+use crate::options::TrainReport;
 use crate::sts::{self, SetResult};
-use crate::train::TrainReport;
 
 /// The card of a one-file model `X` is `X` + this.
 pub const CARD_SUFFIX: &str = ".README.md";
@@ -385,7 +385,7 @@ impl ParagramCard<'_> {
                 "{} of {} word pairs trained ({} with a word the vectors lack, {} repeated), {} words moved",
                 r.pairs, r.pairs_given, r.unknown, r.repeated, r.words
             ),
-            provenance: paraforge_core::layout::card::trace(self.data),
+            provenance: paraforge_core::dataset::trace(self.data),
             figures: Vec::new(),
             results_note: format!(
                 "\nMean hinge loss before training and after each epoch: {}.\n",
@@ -437,7 +437,7 @@ mod tests {
     fn figures_become_the_model_index() {
         let report = TrainReport {
             epochs: (1..=2)
-                .map(|epoch| crate::train::EpochReport {
+                .map(|epoch| crate::options::EpochReport {
                     epoch,
                     pairs: 10,
                     mean_loss: 0.1,

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::ReadStats;
 use crate::model::{Model, Precision};
-use crate::train::EpochReport;
+use crate::options::EpochReport;
 use crate::TrainError;
 
 /// Checkpoints of version 1 carried no digests: they are not resumed.

@@ -18,7 +18,8 @@ use arrow_array::{Array, Int32Array, StringArray};
 use burn::module::Module;
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Tensor, TensorData};
-use paraforge_core::schema::{col, column, dataset_files, PairReader};
+use paraforge_core::dataset::dataset_files;
+use paraforge_core::schema::{col, column, PairReader};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 

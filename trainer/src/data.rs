@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, StringArray};
-use paraforge_core::schema::{col, column, dataset_files, PairReader};
+use paraforge_core::dataset::dataset_files;
+use paraforge_core::schema::{col, column, PairReader};
 use rand::seq::SliceRandom;
 use rand::Rng;
 

@@ -12,7 +12,7 @@ use rand::SeedableRng;
 
 use crate::checkpoint::{self, State};
 use crate::data::ReadStats;
-use crate::train::{EpochReport, TrainOptions, TrainReport};
+use crate::options::{EpochReport, TrainOptions, TrainReport};
 use crate::{check_dev_score, TrainError};
 
 /// A checkpoint as a trainer's `load` gives it back: its state, the best

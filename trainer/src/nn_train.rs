@@ -12,12 +12,12 @@ use rand::{Rng, SeedableRng};
 
 use crate::data::PairSource;
 use crate::epochs::{check_finite, Epochs, Saved};
+use crate::megabatch::{check_negatives, nearest_of_other_pair, next_megabatch};
 use crate::model::Encoded;
 use crate::neural::{objective, regulariser, Arch, Batch, Net, Sampling};
 use crate::nn_checkpoint::{self, NeuralKey, ParamIds};
 use crate::nn_model::{embed_encoded, first_non_finite, named_params, NeuralModel};
-use crate::train::{check_negatives, check_options, nearest_of_other_pair, next_megabatch};
-use crate::train::{EpochReport, Progress, TrainOptions, TrainReport};
+use crate::options::{check_options, EpochReport, Progress, TrainOptions, TrainReport};
 use crate::{check_pairs, no_usable_pairs, TrainError};
 
 #[derive(Debug, Clone)]

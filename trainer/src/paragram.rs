@@ -246,7 +246,7 @@ pub fn train(
             )));
         }
     }
-    use crate::train::{MAX_LR, MAX_MARGIN};
+    use crate::options::{MAX_LR, MAX_MARGIN};
     if o.margin > MAX_MARGIN || o.lr > MAX_LR {
         return Err(TrainError::Invalid(format!(
             "--margin {} / --lr {}: the margin is at most {MAX_MARGIN} (between two cosines), the step size at most {MAX_LR}",

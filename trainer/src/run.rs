@@ -13,8 +13,8 @@ use crate::model::Precision;
 use crate::neural::{Arch, Sampling, Spec};
 use crate::nn_model::{self, NeuralModel};
 use crate::nn_train::NeuralOptions;
+use crate::options::{Progress, TrainOptions, TrainReport};
 use crate::sts::{self, SetResult, StsSet};
-use crate::train::{Progress, TrainOptions, TrainReport};
 use crate::{Kind, Model, TrainError};
 use serde_json::Value;
 
@@ -218,7 +218,7 @@ impl TrainSpec {
                 self.megabatch, self.batch_size
             )));
         }
-        crate::train::check_margin_lr(self.margin(), self.lr())?;
+        crate::options::check_margin_lr(self.margin(), self.lr())?;
         // NaN or a negative rate would train to NaN weights (or away from
         // the data) for a whole epoch before anything said so.
         let lr = self.lr();
@@ -724,7 +724,7 @@ fn finish(
             r.skipped_unembeddable,
             outcome.units
         ),
-        provenance: paraforge_core::layout::card::trace(&s.data),
+        provenance: paraforge_core::dataset::trace(&s.data),
         figures: {
             let mut f = card::figures(r, dev, &results);
             if let (Some(d), Some(Precision::Bf16)) = (f.first_mut(), s.precision) {
@@ -768,7 +768,7 @@ fn train_average(
     } else {
         let dev = dev_sets
             .is_some()
-            .then_some(&dev_fn as crate::train::DevScore);
+            .then_some(&dev_fn as crate::options::DevScore);
         crate::train::train(&mut model, source, &o, dev, &mut |p| {
             events(Event::Progress(p))
         })?

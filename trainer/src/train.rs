@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use ndarray::{s, Array2};
+use ndarray::Array2;
 use rand::SeedableRng;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
@@ -19,107 +19,14 @@ use rustc_hash::FxHashMap;
 use crate::checkpoint;
 use crate::data::{PairSource, ReadStats};
 use crate::epochs::{check_finite, Epochs, Saved};
+use crate::megabatch::{check_negatives, nearest_of_other_pair, next_megabatch};
 use crate::model::{cosine, for_each_trigram, trigram_text, Encoded, Model};
-use crate::{check_pairs, limits, no_usable_pairs, TrainError};
+use crate::options::check_options;
+pub use crate::options::{
+    DevScore, EpochReport, Progress, TrainOptions, TrainReport, MAX_LR, MAX_MARGIN,
+};
+use crate::{check_pairs, no_usable_pairs, TrainError};
 use paraforge_core::PartScale;
-
-#[derive(Debug, Clone)]
-pub struct TrainOptions {
-    /// Mini-batches per mega-batch (M).
-    pub megabatch: usize,
-    /// Pairs per mini-batch.
-    pub batch_size: usize,
-    pub margin: f32,
-    pub lr: f32,
-    pub epochs: usize,
-    pub seed: u64,
-    /// Pairs held in the shuffle buffer.
-    pub shuffle_buffer: usize,
-    /// Stop each epoch after this many pairs (0 = all).
-    pub max_pairs: u64,
-    /// Where to write a checkpoint after every epoch.
-    pub checkpoint: Option<std::path::PathBuf>,
-    /// Go on from the checkpoint there, if there is one.
-    pub resume: bool,
-    /// The SHA-256 of the vectors the word table started from, where any:
-    /// a checkpoint resumes only from the same.
-    pub init_vectors_sha256: Option<String>,
-}
-
-impl Default for TrainOptions {
-    fn default() -> Self {
-        TrainOptions {
-            megabatch: crate::DEFAULT_MEGABATCH,
-            batch_size: 100,
-            margin: 0.4,
-            lr: 0.001,
-            epochs: 5,
-            seed: 1,
-            shuffle_buffer: 100_000,
-            max_pairs: 0,
-            checkpoint: None,
-            resume: false,
-            init_vectors_sha256: None,
-        }
-    }
-}
-
-/// Progress after each mega-batch.
-#[derive(Debug, Clone, Copy)]
-pub struct Progress {
-    pub epoch: usize,
-    pub pairs: u64,
-    /// Mean loss over the epoch so far.
-    pub loss: f64,
-    /// The dev score after the previous epoch.
-    pub dev: Option<f64>,
-}
-
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct EpochReport {
-    pub epoch: usize,
-    pub pairs: u64,
-    pub mean_loss: f64,
-    pub seconds: f64,
-    pub pairs_per_second: f64,
-    /// The dev set's score after this epoch, when one was given.
-    #[serde(default)]
-    pub dev: Option<f64>,
-}
-
-impl EpochReport {
-    /// An epoch's row from its totals, logged as it is made (both trainers).
-    pub fn logged(
-        epoch: usize,
-        pairs: u64,
-        loss_sum: f64,
-        secs: f64,
-        dev: Option<f64>,
-    ) -> EpochReport {
-        let mean_loss = loss_sum / pairs.max(1) as f64;
-        tracing::info!(epoch, pairs, loss = mean_loss, secs, dev, "epoch done");
-        EpochReport {
-            epoch,
-            pairs,
-            mean_loss,
-            seconds: secs,
-            pairs_per_second: pairs as f64 / secs.max(1e-9),
-            dev,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct TrainReport {
-    pub epochs: Vec<EpochReport>,
-    pub read: ReadStats,
-    /// Pairs with a side that has no known word or trigram.
-    pub skipped_unembeddable: u64,
-    /// The epoch whose model was kept (best dev score), when a dev set chose.
-    pub best_epoch: Option<usize>,
-    /// Epochs a checkpoint had finished when this run resumed.
-    pub resumed_after: Option<usize>,
-}
 
 /// Every sentence of the dataset (both sides), tokenized as every score
 /// tokenizes, in file order: the pass that counts a vocabulary.
@@ -341,152 +248,6 @@ fn negatives(model: &Model, mb: &[(Encoded, Encoded)]) -> Vec<u32> {
     nearest_of_other_pair(&Array2::from_shape_vec((n, d), flat).expect("n x d values"))
 }
 
-/// Every sentence has a negative unless the embeddings stopped being numbers
-/// (weights blown up by the last step: every similarity NaN); then the run
-/// stops with what to change, as a non-finite loss does.
-pub(crate) fn check_negatives(neg: &[u32], epoch: usize, pairs: u64) -> Result<(), TrainError> {
-    if !neg.contains(&u32::MAX) {
-        return Ok(());
-    }
-    Err(TrainError::Invalid(format!(
-        "epoch {epoch}, after {pairs} pairs: the embeddings are no longer finite numbers (training diverged; lower --lr?)"
-    )))
-}
-
-/// For each row of `x` (unit-length embeddings; rows 2p and 2p+1 are pair
-/// p) the first most similar row of another pair.
-///
-/// The similarities are symmetric, so each is computed once: block b of
-/// 128 rows is multiplied only with rows from its own start on, and row j
-/// after the block takes its candidates from the block's columns. That
-/// halves the n x n product, which was half of a WORD epoch at M = 40.
-/// Candidates merge by (larger value, then smaller index), an order that
-/// does not depend on how the blocks are spread over threads.
-pub(crate) fn nearest_of_other_pair(x: &Array2<f32>) -> Vec<u32> {
-    const BLOCK: usize = 128; // even: a pair never straddles two blocks
-    let n = x.nrows();
-    let none = (f32::NEG_INFINITY, u32::MAX);
-    let better = |a: (f32, u32), b: (f32, u32)| {
-        if b.0 > a.0 || (b.0 == a.0 && b.1 < a.1) {
-            b
-        } else {
-            a
-        }
-    };
-    let best = (0..n.div_ceil(BLOCK))
-        .into_par_iter()
-        .fold(
-            || (vec![none; n], Vec::new()),
-            |(mut best, mut scratch): (Vec<(f32, u32)>, Vec<f32>), b| {
-                let (lo, hi) = (b * BLOCK, ((b + 1) * BLOCK).min(n));
-                let (rows, w) = (hi - lo, n - lo);
-                // One buffer per worker, reused: a fresh product per block
-                // was page faults.
-                scratch.resize(scratch.len().max(rows * w), 0.0);
-                let sims = &mut scratch[..rows * w];
-                paraforge_encoders::linalg::general_mat_mul(
-                    1.0,
-                    &x.slice(s![lo..hi, ..]),
-                    &x.slice(s![lo.., ..]).t(),
-                    0.0,
-                    &mut ndarray::ArrayViewMut2::from_shape((rows, w), &mut *sims)
-                        .expect("rows x w"),
-                );
-                for (r, row) in sims.chunks_exact_mut(w).enumerate() {
-                    let i = lo + r;
-                    // The sentence's own pair is never its negative.
-                    let own = 2 * (i / 2) - lo;
-                    row[own] = f32::NEG_INFINITY;
-                    if own + 1 < w {
-                        row[own + 1] = f32::NEG_INFINITY;
-                    }
-                    let j = first_max(row);
-                    if j != u32::MAX {
-                        best[i] = better(best[i], (row[j as usize], lo as u32 + j));
-                    }
-                }
-                // The later rows' candidates from the block's columns, a
-                // tile of columns at a time so that their running maxima
-                // stay in cache.
-                const TILE: usize = 512;
-                let (mut col, mut col_at) = ([f32::NEG_INFINITY; TILE], [u32::MAX; TILE]);
-                for t0 in (rows..w).step_by(TILE) {
-                    let t1 = (t0 + TILE).min(w);
-                    let (c, a) = (&mut col[..t1 - t0], &mut col_at[..t1 - t0]);
-                    c.fill(f32::NEG_INFINITY);
-                    a.fill(u32::MAX);
-                    for (r, row) in sims.chunks_exact(w).enumerate() {
-                        column_max(&row[t0..t1], (lo + r) as u32, c, a);
-                    }
-                    for (k, (&v, &at)) in c.iter().zip(a.iter()).enumerate() {
-                        best[lo + t0 + k] = better(best[lo + t0 + k], (v, at));
-                    }
-                }
-                (best, scratch)
-            },
-        )
-        .map(|(best, _)| best)
-        .reduce(
-            || vec![none; n],
-            |mut a, b| {
-                for (x, y) in a.iter_mut().zip(b) {
-                    *x = better(*x, y);
-                }
-                a
-            },
-        );
-    best.into_iter()
-        .map(|(v, j)| if v > f32::NEG_INFINITY { j } else { u32::MAX })
-        .collect()
-}
-
-/// One row `i` of a block against the later rows' running maxima:
-/// `best[k]`/`at[k]` become `row[k]`/`i` where it is larger. Rows come in
-/// increasing order, so a tie keeps the earlier row. Vectorises.
-#[multiversion::multiversion(targets("x86_64+avx2", "x86_64+sse4.1"))]
-fn column_max(row: &[f32], i: u32, best: &mut [f32], at: &mut [u32]) {
-    for ((&v, b), a) in row.iter().zip(best.iter_mut()).zip(at.iter_mut()) {
-        let take = v > *b;
-        *b = if take { v } else { *b };
-        *a = if take { i } else { *a };
-    }
-}
-
-/// The index of the first largest value of `v` (NaN never is), `u32::MAX`
-/// when nothing exceeds minus infinity. Each of 16 lanes keeps its largest
-/// value and where it was, which vectorises; one loop carrying a single
-/// (value, index) does not, and was a third of a WORD epoch at M = 40
-/// (BENCHMARKS.md, "Training speed, 2026-11-25").
-#[multiversion::multiversion(targets("x86_64+avx2", "x86_64+sse4.1"))]
-fn first_max(v: &[f32]) -> u32 {
-    const LANES: usize = 16;
-    let mut best = [f32::NEG_INFINITY; LANES];
-    let mut at = [u32::MAX; LANES];
-    let mut chunks = v.chunks_exact(LANES);
-    for (k, c) in (&mut chunks).enumerate() {
-        for l in 0..LANES {
-            // Strictly greater: a lane keeps its first maximum.
-            let take = c[l] > best[l];
-            best[l] = if take { c[l] } else { best[l] };
-            at[l] = if take { (k * LANES + l) as u32 } else { at[l] };
-        }
-    }
-    let tail = v.len() - chunks.remainder().len();
-    let mut top = (f32::NEG_INFINITY, u32::MAX);
-    let rest = chunks.remainder().iter().enumerate();
-    let rest = rest.map(|(j, &x)| (x, (tail + j) as u32));
-    for (x, j) in best.into_iter().zip(at).chain(rest) {
-        if x > top.0 || (x == top.0 && j < top.1) {
-            top = (x, j);
-        }
-    }
-    if top.0 == f32::NEG_INFINITY {
-        u32::MAX
-    } else {
-        top.1
-    }
-}
-
 /// Loss and embedding gradients of one pair (both directions).
 struct PairGrad {
     loss: f32,
@@ -602,89 +363,6 @@ fn minibatch_grads(
     }
     loss
 }
-
-/// The next mega-batch (M x batch-size pairs) of an epoch that has
-/// `pairs` done so far: `encode` turns a pair into what training needs, or
-/// None when a side has nothing to embed (counted in `skipped`). Sets
-/// `done` when the epoch's input or `max_pairs` ends.
-pub(crate) fn next_megabatch<T>(
-    it: &mut impl Iterator<Item = Result<(String, String), TrainError>>,
-    o: &TrainOptions,
-    pairs: u64,
-    skipped: &mut u64,
-    done: &mut bool,
-    mut encode: impl FnMut(&str, &str) -> Option<T>,
-) -> Result<Vec<T>, TrainError> {
-    let want = o.megabatch * o.batch_size;
-    let mut mb = Vec::with_capacity(want);
-    while mb.len() < want {
-        if o.max_pairs > 0 && pairs + mb.len() as u64 >= o.max_pairs {
-            *done = true;
-            break;
-        }
-        let Some(p) = it.next() else {
-            *done = true;
-            break;
-        };
-        let (a, b) = p?;
-        match encode(&a, &b) {
-            Some(e) => mb.push(e),
-            None => *skipped += 1,
-        }
-    }
-    Ok(mb)
-}
-
-/// Scores a model on the dev set (higher is better).
-pub type DevScore<'a> = &'a (dyn Fn(&Model) -> f64 + Sync);
-
-/// The options' bounds, before anything is allocated for them.
-pub(crate) fn check_options(o: &TrainOptions) -> Result<(), TrainError> {
-    if o.batch_size < 1 || o.megabatch < 1 || o.epochs < 1 {
-        return Err(TrainError::Invalid(
-            "batch size, mega-batch size and epochs must be at least 1".into(),
-        ));
-    }
-    limits::at_most("--epochs", o.epochs, limits::MAX_EPOCHS)?;
-    limits::at_most("--batch-size", o.batch_size, limits::MAX_MEGABATCH_PAIRS)?;
-    let mega = o.megabatch.saturating_mul(o.batch_size);
-    if mega > limits::MAX_MEGABATCH_PAIRS {
-        return Err(TrainError::Invalid(format!(
-            "--megabatch {} x --batch-size {}: more than the limit of {} pairs a mega-batch",
-            o.megabatch,
-            o.batch_size,
-            limits::MAX_MEGABATCH_PAIRS
-        )));
-    }
-    limits::at_most(
-        "--shuffle-buffer",
-        o.shuffle_buffer,
-        limits::MAX_SHUFFLE_BUFFER,
-    )
-}
-
-/// The margin is between two cosines, whose difference lies in [-2, 2]: a
-/// larger one never lets the loss reach zero. An Adam step size past 1
-/// moves unit-scale embeddings by more than their length each step. Either
-/// gave a finite but meaningless model before.
-pub(crate) fn check_margin_lr(margin: f32, lr: f32) -> Result<(), TrainError> {
-    if !(margin.is_finite() && margin > 0.0 && margin <= MAX_MARGIN) {
-        return Err(TrainError::Invalid(format!(
-            "--margin {margin}: must be above 0 and at most {MAX_MARGIN} (a margin between two cosines)"
-        )));
-    }
-    if !(lr.is_finite() && lr > 0.0 && lr <= MAX_LR) {
-        return Err(TrainError::Invalid(format!(
-            "--lr {lr}: must be above 0 and at most {MAX_LR}"
-        )));
-    }
-    Ok(())
-}
-
-/// See [`check_margin_lr`].
-pub const MAX_MARGIN: f32 = 2.0;
-/// See [`check_margin_lr`].
-pub const MAX_LR: f32 = 1.0;
 
 fn run_key(model: &Model, source: &PairSource, o: &TrainOptions) -> checkpoint::RunKey {
     checkpoint::RunKey {
@@ -931,40 +609,5 @@ mod tests {
             let fd = (cosine(&up, &v) - cosine(&dn, &v)) / (2.0 * h);
             assert!((fd - g[k]).abs() < 1e-3, "{k}: {fd} vs {}", g[k]);
         }
-    }
-
-    /// The blocked, vectorised search picks what one plain loop over each
-    /// row picks: the first most similar row of another pair, ties and
-    /// NaN included, for sizes that are not multiples of the block, tile or
-    /// lanes.
-    #[test]
-    fn nearest_of_other_pair_equals_a_plain_search() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
-        for n in [2, 3, 17, 130, 301, 1100] {
-            // Small integers: products exact in any summation order, and
-            // ties common.
-            let vals: Vec<f32> = (0..n * 4)
-                .map(|_| rng.random_range(-3..=3) as f32)
-                .collect();
-            let mut x = Array2::from_shape_vec((n, 4), vals).unwrap();
-            x.row_mut(n - 1).fill(f32::NAN);
-            let plain: Vec<u32> = (0..n)
-                .map(|i| {
-                    let mut best = (f32::NEG_INFINITY, u32::MAX);
-                    for j in 0..n {
-                        let v = x.row(i).dot(&x.row(j));
-                        if j / 2 != i / 2 && v > best.0 {
-                            best = (v, j as u32);
-                        }
-                    }
-                    best.1
-                })
-                .collect();
-            assert_eq!(nearest_of_other_pair(&x), plain, "n = {n}");
-            assert_eq!(plain[n - 1], u32::MAX, "a NaN row has no negative");
-        }
-        assert_eq!(first_max(&[f32::NEG_INFINITY; 40]), u32::MAX);
-        assert_eq!(first_max(&[1.0, f32::NAN, 3.0, 3.0]), 2);
     }
 }

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::sync_channel;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -209,11 +209,15 @@ enum Translated {
     Given,
 }
 
+type Pair = paraforge_job::bitext::Pair;
+/// A chunk of the reader's records: pairs to translate, lines rejected.
+type Chunk = (Vec<Pair>, Vec<Reject>);
+
 /// Runs one shard. `translator` is none for an input of pairs translated
 /// already. `cancel` is polled between chunks.
 pub fn process(
     input: &ShardInput,
-    mut translator: Option<&mut Translator>,
+    translator: Option<&mut Translator>,
     opts: &GenerateOptions,
     stages: Stages<'_>,
     metadata: &[(&str, String)],
@@ -224,253 +228,38 @@ pub fn process(
         max_chars: input.max_chars,
         range: input.range,
     };
-    let mut reader = BitextReader::open(Path::new(&input.path), input.format.clone(), read_opts)
+    let reader = BitextReader::open(Path::new(&input.path), input.format.clone(), read_opts)
         .map_err(|e| ShardError::Read {
             path: input.path.clone(),
             message: e.to_string(),
         })?;
-
-    type Chunk = (Vec<paraforge_job::bitext::Pair>, Vec<Reject>);
     let (to_translate, from_reader) = sync_channel::<Result<Chunk, ShardError>>(2);
-    let (to_score, from_translator) =
-        sync_channel::<(Vec<paraforge_job::bitext::Pair>, Translated)>(2);
-    let path = input.path.clone();
-    let (filters, scorers, throughput) = (stages.filters, stages.scorers, stages.throughput);
-    let drop_lines = &input.drop_lines;
+    let (to_score, from_translator) = sync_channel::<(Vec<Pair>, Translated)>(2);
     // An input of pairs holds one translation a pair.
     let k = if translator.is_some() {
         opts.nbest.max(1)
     } else {
         1
     };
-
     std::thread::scope(|scope| {
-        // Stage 1: read.
-        let read = scope.spawn(move || {
-            let mut pairs = Vec::with_capacity(CHUNK);
-            let mut rejects = Vec::new();
-            // Ids should name one pair each; a repeated id usually means an
-            // input concatenated twice or ids cut by a wrong column. Kept
-            // (the pair itself may be fine) but said, once per id. Only
-            // within a shard: a whole-job check would hold every id.
-            let mut seen: std::collections::HashMap<String, u64> = Default::default();
-            let mut repeated = 0u64;
-            for rec in reader.by_ref() {
-                match rec {
-                    Ok(Record::Pair(p)) => match drop_lines
-                        .binary_search(&p.line)
-                        .is_ok()
-                        .then_some(RejectReason::Duplicate)
-                        .or_else(|| filters.check(p.source_side(), &p.reference))
-                    {
-                        Some(reason) => rejects.push(filtered(&path, &p, reason)),
-                        None => {
-                            if !p.id.is_empty() {
-                                if let Some(first) = seen.insert(p.id.clone(), p.line) {
-                                    repeated += 1;
-                                    if repeated <= 10 {
-                                        tracing::warn!(path = %path, id = %p.id, line = p.line, first_line = first, "a pair id appears twice in one shard");
-                                    }
-                                }
-                            }
-                            pairs.push(p)
-                        }
-                    },
-                    Ok(Record::Reject(r)) => rejects.push(r),
-                    Err(e) => {
-                        let _ = to_translate.send(Err(ShardError::Read {
-                            path: path.clone(),
-                            message: e.to_string(),
-                        }));
-                        return None;
-                    }
-                }
-                // Rejects flush too: a shard that is all junk stays bounded.
-                if pairs.len() == CHUNK || rejects.len() == CHUNK {
-                    let chunk = (
-                        std::mem::replace(&mut pairs, Vec::with_capacity(CHUNK)),
-                        std::mem::take(&mut rejects),
-                    );
-                    if to_translate.send(Ok(chunk)).is_err() {
-                        return None;
-                    }
-                }
-            }
-            if repeated > 10 {
-                tracing::warn!(path = %path, repeated, "pair ids repeated in this shard (first 10 shown)");
-            }
-            let _ = to_translate.send(Ok((pairs, rejects)));
-            Some(reader.lines_read())
+        let read = scope.spawn(|| {
+            read_stage(
+                reader,
+                &input.path,
+                &input.drop_lines,
+                stages.filters,
+                to_translate,
+            )
         });
-
-        // Stage 3: score and encode.
-        let write = scope.spawn(move || -> Result<(Vec<u8>, u64), ShardError> {
-            let failed_before = scorers.encoder.map_or(0, |e| e.failures());
-            let props = writer_properties(metadata);
-            let mut w = ArrowWriter::try_new(Vec::new(), schema(), Some(props))?;
-            let mut rows = 0u64;
-            for (pairs, translations) in from_translator {
-                let scored: Vec<PairRow> = match &translations {
-                    Translated::ByModel(ts) => pairs
-                        .par_iter()
-                        .zip(ts.par_iter())
-                        .map_init(
-                            || {
-                                Scorer::new(scorers.encoder)
-                                    .with_lm(scorers.lm)
-                                    .with_bleu(scorers.bleu)
-                            },
-                            |scorer, (p, t)| {
-                                candidates(t, k)
-                                    .enumerate()
-                                    .map(|(rank, (text, score))| PairRow {
-                                        id: p.id.clone(),
-                                        source: p.source.clone(),
-                                        reference: p.reference.clone(),
-                                        translation: text.to_string(),
-                                        candidate_rank: rank as i32 + 1,
-                                        translation_score: Some(score),
-                                        source_len: Some(t.source_tokens as i32),
-                                        truncated: matches!(t.flag, Some(Flag::Truncated { .. })),
-                                        scores: scorer.score(&p.reference, text),
-                                    })
-                                    .collect::<Vec<_>>()
-                            },
-                        )
-                        .flatten()
-                        .collect(),
-                    Translated::Given => pairs
-                        .par_iter()
-                        .filter_map(|p| p.given.as_ref().map(|g| (p, g)))
-                        .map_init(
-                            || {
-                                Scorer::new(scorers.encoder)
-                                    .with_lm(scorers.lm)
-                                    .with_bleu(scorers.bleu)
-                            },
-                            |scorer, (p, g)| PairRow {
-                                id: p.id.clone(),
-                                source: p.source.clone(),
-                                reference: p.reference.clone(),
-                                translation: g.translation.clone(),
-                                candidate_rank: 1,
-                                translation_score: g.score,
-                                source_len: None,
-                                truncated: false,
-                                scores: scorer.score(&p.reference, &g.translation),
-                            },
-                        )
-                        .collect(),
-                };
-                // The coordinator derives pairs from rows / k, so a pair
-                // with fewer hypotheses would be miscounted, never skipped.
-                if scored.len() != pairs.len() * k {
-                    return Err(ShardError::Internal(format!(
-                        "{} rows for {} pairs at {k} hypotheses a pair: the beam returned fewer than asked, or a pair lacks its translation",
-                        scored.len(),
-                        pairs.len()
-                    )));
-                }
-                // A para_score the encoder failed to compute is not a null
-                // score: the shard fails (and is retried) instead.
-                let failed = scorers.encoder.map_or(0, |e| e.failures()) - failed_before;
-                if failed > 0 {
-                    return Err(ShardError::Internal(format!(
-                        "the para_score encoder failed on {failed} sentences (see the log)"
-                    )));
-                }
-                for (i, r) in scored.iter().enumerate() {
-                    if let Some((column, value, hint)) = non_finite_score(r) {
-                        return Err(ShardError::NonFinite {
-                            id: r.id.clone(),
-                            line: pairs[i / k].line,
-                            rank: r.candidate_rank,
-                            column,
-                            value,
-                            hint,
-                        });
-                    }
-                }
-                let mut b = RowsBuilder::default();
-                for r in &scored {
-                    b.push(r);
-                }
-                rows += scored.len() as u64;
-                w.write(&b.finish())?;
-            }
-            Ok((w.into_inner()?, rows))
-        });
-
-        // Stage 2: translate, here.
-        let mut rejects_jsonl = Vec::new();
-        let mut rejects = 0u64;
-        let mut failure = None;
-        for chunk in from_reader {
-            let (pairs, rej) = match chunk {
-                Ok(c) => c,
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            };
-            if cancel() {
-                failure = Some(ShardError::Cancelled);
-                break;
-            }
-            for r in &rej {
-                rejects_jsonl.extend_from_slice(reject_json(r).as_bytes());
-                rejects_jsonl.push(b'\n');
-            }
-            rejects += rej.len() as u64;
-            progress
-                .rejects
-                .fetch_add(rej.len() as u64, Ordering::Relaxed);
-            progress
-                .records
-                .fetch_add((pairs.len() + rej.len()) as u64, Ordering::Relaxed);
-            if pairs.is_empty() {
-                continue;
-            }
-            let Some(translator) = translator.as_deref_mut() else {
-                // An input of pairs: every pair holds its translation.
-                progress
-                    .pairs
-                    .fetch_add(pairs.len() as u64, Ordering::Relaxed);
-                if to_score.send((pairs, Translated::Given)).is_err() {
-                    break;
-                }
-                continue;
-            };
-            let sources: Vec<&str> = pairs.iter().map(|p| p.source.as_str()).collect();
-            // A batch's time runs from the one before it, so the first also
-            // carries the chunk's tokenizing: small beside decoding, and
-            // what the time between batches really is.
-            let mut last = Instant::now();
-            let batch = |n: usize| {
-                let now = Instant::now();
-                throughput.batch(n, now - last);
-                last = now;
-            };
-            match translator.translate_with_progress(&sources, opts, batch) {
-                Ok(t) => {
-                    let (src, out) = t.iter().fold((0u64, 0u64), |(s, o), t| {
-                        (s + t.source_tokens as u64, o + t.tokens.len() as u64)
-                    });
-                    throughput.tokens(src, out);
-                    progress
-                        .pairs
-                        .fetch_add(pairs.len() as u64, Ordering::Relaxed);
-                    if to_score.send((pairs, Translated::ByModel(t))).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    failure = Some(e.into());
-                    break;
-                }
-            }
-        }
-        drop(to_score);
+        let write = scope.spawn(|| score_stage(from_translator, stages.scorers, metadata, k));
+        let translator = TranslateStage {
+            translator,
+            opts,
+            throughput: stages.throughput,
+            progress,
+            cancel,
+        };
+        let (rejects_jsonl, rejects, failure) = translator.run(from_reader, to_score);
         let written = write
             .join()
             .unwrap_or_else(|_| Err(ShardError::Internal("the scoring thread panicked".into())));
@@ -496,6 +285,271 @@ pub fn process(
             lines,
         })
     })
+}
+
+/// Stage 1: reads the shard's records into chunks of pairs that pass the
+/// pre-translation filters and the lines rejected. Returns the lines read,
+/// or `None` when it stopped early (an error sent on, or nobody listening).
+fn read_stage(
+    mut reader: BitextReader,
+    path: &str,
+    drop_lines: &[u64],
+    filters: &PreFilter,
+    to_translate: SyncSender<Result<Chunk, ShardError>>,
+) -> Option<u64> {
+    let mut pairs = Vec::with_capacity(CHUNK);
+    let mut rejects = Vec::new();
+    // Ids should name one pair each; a repeated id usually means an input
+    // concatenated twice or ids cut by a wrong column. Kept (the pair
+    // itself may be fine) but said, once per id. Only within a shard: a
+    // whole-job check would hold every id.
+    let mut seen: std::collections::HashMap<String, u64> = Default::default();
+    let mut repeated = 0u64;
+    for rec in reader.by_ref() {
+        match rec {
+            Ok(Record::Pair(p)) => match drop_lines
+                .binary_search(&p.line)
+                .is_ok()
+                .then_some(RejectReason::Duplicate)
+                .or_else(|| filters.check(p.source_side(), &p.reference))
+            {
+                Some(reason) => rejects.push(filtered(path, &p, reason)),
+                None => {
+                    if !p.id.is_empty() {
+                        if let Some(first) = seen.insert(p.id.clone(), p.line) {
+                            repeated += 1;
+                            if repeated <= 10 {
+                                tracing::warn!(path = %path, id = %p.id, line = p.line, first_line = first, "a pair id appears twice in one shard");
+                            }
+                        }
+                    }
+                    pairs.push(p)
+                }
+            },
+            Ok(Record::Reject(r)) => rejects.push(r),
+            Err(e) => {
+                let _ = to_translate.send(Err(ShardError::Read {
+                    path: path.to_string(),
+                    message: e.to_string(),
+                }));
+                return None;
+            }
+        }
+        // Rejects flush too: a shard that is all junk stays bounded.
+        if pairs.len() == CHUNK || rejects.len() == CHUNK {
+            let chunk = (
+                std::mem::replace(&mut pairs, Vec::with_capacity(CHUNK)),
+                std::mem::take(&mut rejects),
+            );
+            if to_translate.send(Ok(chunk)).is_err() {
+                return None;
+            }
+        }
+    }
+    if repeated > 10 {
+        tracing::warn!(path = %path, repeated, "pair ids repeated in this shard (first 10 shown)");
+    }
+    let _ = to_translate.send(Ok((pairs, rejects)));
+    Some(reader.lines_read())
+}
+
+/// Stage 2, on the calling thread: translates each chunk (or passes on the
+/// translations an input of pairs holds) and counts the rejects.
+struct TranslateStage<'a, 't> {
+    translator: Option<&'t mut Translator>,
+    opts: &'a GenerateOptions,
+    throughput: &'a Throughput,
+    progress: &'a Progress,
+    cancel: &'a (dyn Fn() -> bool + Sync),
+}
+
+impl TranslateStage<'_, '_> {
+    /// The rejects as JSON lines, their count, and why it stopped early.
+    fn run(
+        mut self,
+        from_reader: Receiver<Result<Chunk, ShardError>>,
+        to_score: SyncSender<(Vec<Pair>, Translated)>,
+    ) -> (Vec<u8>, u64, Option<ShardError>) {
+        let progress = self.progress;
+        let mut rejects_jsonl = Vec::new();
+        let mut rejects = 0u64;
+        for chunk in from_reader {
+            let (pairs, rej) = match chunk {
+                Ok(c) => c,
+                Err(e) => return (rejects_jsonl, rejects, Some(e)),
+            };
+            if (self.cancel)() {
+                return (rejects_jsonl, rejects, Some(ShardError::Cancelled));
+            }
+            for r in &rej {
+                rejects_jsonl.extend_from_slice(reject_json(r).as_bytes());
+                rejects_jsonl.push(b'\n');
+            }
+            rejects += rej.len() as u64;
+            progress
+                .rejects
+                .fetch_add(rej.len() as u64, Ordering::Relaxed);
+            progress
+                .records
+                .fetch_add((pairs.len() + rej.len()) as u64, Ordering::Relaxed);
+            if pairs.is_empty() {
+                continue;
+            }
+            let translated = match self.translate(&pairs) {
+                Ok(t) => t,
+                Err(e) => return (rejects_jsonl, rejects, Some(e)),
+            };
+            progress
+                .pairs
+                .fetch_add(pairs.len() as u64, Ordering::Relaxed);
+            if to_score.send((pairs, translated)).is_err() {
+                break;
+            }
+        }
+        (rejects_jsonl, rejects, None)
+    }
+
+    fn translate(&mut self, pairs: &[Pair]) -> Result<Translated, ShardError> {
+        let Some(translator) = self.translator.as_deref_mut() else {
+            // An input of pairs: every pair holds its translation.
+            return Ok(Translated::Given);
+        };
+        let sources: Vec<&str> = pairs.iter().map(|p| p.source.as_str()).collect();
+        // A batch's time runs from the one before it, so the first also
+        // carries the chunk's tokenizing: small beside decoding, and what
+        // the time between batches really is.
+        let throughput = self.throughput;
+        let mut last = Instant::now();
+        let batch = |n: usize| {
+            let now = Instant::now();
+            throughput.batch(n, now - last);
+            last = now;
+        };
+        let t = translator.translate_with_progress(&sources, self.opts, batch)?;
+        let (src, out) = t.iter().fold((0u64, 0u64), |(s, o), t| {
+            (s + t.source_tokens as u64, o + t.tokens.len() as u64)
+        });
+        throughput.tokens(src, out);
+        Ok(Translated::ByModel(t))
+    }
+}
+
+/// Stage 3: scores each translated chunk (rayon across cores), checks it
+/// and appends it to the Parquet file. Returns the file's bytes and rows.
+fn score_stage(
+    from_translator: Receiver<(Vec<Pair>, Translated)>,
+    scorers: Scorers<'_>,
+    metadata: &[(&str, String)],
+    k: usize,
+) -> Result<(Vec<u8>, u64), ShardError> {
+    let failed_before = scorers.encoder.map_or(0, |e| e.failures());
+    let props = writer_properties(metadata);
+    let mut w = ArrowWriter::try_new(Vec::new(), schema(), Some(props))?;
+    let mut rows = 0u64;
+    for (pairs, translations) in from_translator {
+        let scored = score_chunk(&pairs, &translations, scorers, k);
+        check_scored(&scored, &pairs, k, scorers, failed_before)?;
+        let mut b = RowsBuilder::default();
+        for r in &scored {
+            b.push(r);
+        }
+        rows += scored.len() as u64;
+        w.write(&b.finish())?;
+    }
+    Ok((w.into_inner()?, rows))
+}
+
+/// Each pair's rows: one per hypothesis kept (`k`), or its given translation.
+fn score_chunk(
+    pairs: &[Pair],
+    translations: &Translated,
+    scorers: Scorers<'_>,
+    k: usize,
+) -> Vec<PairRow> {
+    let scorer = || {
+        Scorer::new(scorers.encoder)
+            .with_lm(scorers.lm)
+            .with_bleu(scorers.bleu)
+    };
+    match translations {
+        Translated::ByModel(ts) => pairs
+            .par_iter()
+            .zip(ts.par_iter())
+            .map_init(scorer, |scorer, (p, t)| {
+                candidates(t, k)
+                    .enumerate()
+                    .map(|(rank, (text, score))| PairRow {
+                        id: p.id.clone(),
+                        source: p.source.clone(),
+                        reference: p.reference.clone(),
+                        translation: text.to_string(),
+                        candidate_rank: rank as i32 + 1,
+                        translation_score: Some(score),
+                        source_len: Some(t.source_tokens as i32),
+                        truncated: matches!(t.flag, Some(Flag::Truncated { .. })),
+                        scores: scorer.score(&p.reference, text),
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .flatten()
+            .collect(),
+        Translated::Given => pairs
+            .par_iter()
+            .filter_map(|p| p.given.as_ref().map(|g| (p, g)))
+            .map_init(scorer, |scorer, (p, g)| PairRow {
+                id: p.id.clone(),
+                source: p.source.clone(),
+                reference: p.reference.clone(),
+                translation: g.translation.clone(),
+                candidate_rank: 1,
+                translation_score: g.score,
+                source_len: None,
+                truncated: false,
+                scores: scorer.score(&p.reference, &g.translation),
+            })
+            .collect(),
+    }
+}
+
+/// A chunk's rows before they are written: one per pair and hypothesis,
+/// every para_score computed, every score finite.
+fn check_scored(
+    scored: &[PairRow],
+    pairs: &[Pair],
+    k: usize,
+    scorers: Scorers<'_>,
+    failed_before: u64,
+) -> Result<(), ShardError> {
+    // The coordinator derives pairs from rows / k, so a pair with fewer
+    // hypotheses would be miscounted, never skipped.
+    if scored.len() != pairs.len() * k {
+        return Err(ShardError::Internal(format!(
+            "{} rows for {} pairs at {k} hypotheses a pair: the beam returned fewer than asked, or a pair lacks its translation",
+            scored.len(),
+            pairs.len()
+        )));
+    }
+    // A para_score the encoder failed to compute is not a null score: the
+    // shard fails (and is retried) instead.
+    let failed = scorers.encoder.map_or(0, |e| e.failures()) - failed_before;
+    if failed > 0 {
+        return Err(ShardError::Internal(format!(
+            "the para_score encoder failed on {failed} sentences (see the log)"
+        )));
+    }
+    for (i, r) in scored.iter().enumerate() {
+        if let Some((column, value, hint)) = non_finite_score(r) {
+            return Err(ShardError::NonFinite {
+                id: r.id.clone(),
+                line: pairs[i / k].line,
+                rank: r.candidate_rank,
+                column,
+                value,
+                hint,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The `k` best hypotheses of a translation as (text, score), best first.

@@ -12,12 +12,9 @@
 //! exactly (tests check cards with it).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-
-use super::{ManifestKind, MANIFEST_FILE};
 
 /// Front matter with `fields` in order: `key: <JSON value>`, a plain word
 /// where YAML reads one as itself, else JSON on one line when short, else
@@ -548,7 +545,7 @@ pub enum Step {
 }
 
 /// Where a dataset's pairs came from, as far as the manifests on this
-/// machine say: the commands between it and its job (nearest first) and
+/// machine say ([`crate::dataset::trace`]): the commands between it and its job (nearest first) and
 /// the job's facts, when its manifest was found.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Provenance {
@@ -556,66 +553,6 @@ pub struct Provenance {
     /// The job's output directory, as the last manifest named it.
     pub job_dir: Option<String>,
     pub job: Option<JobFacts>,
-}
-
-/// How many manifests [`trace`] follows before it gives up on a cycle.
-const MAX_HOPS: usize = 8;
-
-/// Follows the manifests from `path` (a dataset, one bins partition, or
-/// one file inside a dataset) through the `input` each filter, rescore or
-/// bins manifest names, to the job's. Inputs that are not local
-/// directories with a manifest (an object store, a moved directory) end
-/// the trace; what it found so far is returned.
-pub fn trace(path: &Path) -> Provenance {
-    let mut p = Provenance::default();
-    let Some(mut dir) = crate::dataset::manifest_root(path) else {
-        return p;
-    };
-    for _ in 0..MAX_HOPS {
-        let Ok(bytes) = std::fs::read(dir.join(MANIFEST_FILE)) else {
-            break;
-        };
-        let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {
-            break;
-        };
-        // Manifests from before `kind`: a job's names its job, old bins'
-        // their ranges.
-        let kind = match serde_json::from_value::<ManifestKind>(v["kind"].clone()) {
-            Ok(k) => Some(k),
-            Err(_) if v.get("job").is_some() => Some(ManifestKind::Job),
-            Err(_) if v.get("ranges").is_some() => Some(ManifestKind::Bins),
-            Err(_) => None,
-        };
-        let here = dir.display().to_string();
-        match kind {
-            Some(ManifestKind::Job) => {
-                p.job = JobFacts::parse(&bytes).ok();
-                p.job_dir = Some(here);
-                break;
-            }
-            Some(ManifestKind::Filter) => p.steps.push(Step::Filter { dir: here }),
-            Some(ManifestKind::Rescore) => {
-                let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
-                p.steps.push(Step::Rescore {
-                    dir: here,
-                    scorer: ManifestScorer {
-                        file: s("scorer"),
-                        kind: s("scorer_kind"),
-                        sha256: s("scorer_sha256"),
-                        files: v["files"].as_array().map_or(0, |f| f.len() as u64),
-                    },
-                });
-            }
-            Some(ManifestKind::Bins) => p.steps.push(Step::Bins { dir: here }),
-            Some(ManifestKind::Lexicon) => p.steps.push(Step::Lexicon { dir: here }),
-            None => break,
-        }
-        match v["input"].as_str().map(PathBuf::from) {
-            Some(next) if next.join(MANIFEST_FILE).is_file() => dir = next,
-            _ => break,
-        }
-    }
-    p
 }
 
 impl Provenance {
