@@ -14,7 +14,6 @@
 //! precision, notes), then the word matrix and the trigram matrix as
 //! little-endian rows of f32 (or bfloat16 when the header says so).
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -250,61 +249,17 @@ impl std::str::FromStr for Precision {
     }
 }
 
-/// Rounds to the nearest bfloat16 (ties to even); the values are finite.
-fn to_bf16(x: f32) -> u16 {
-    let b = x.to_bits();
-    ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16
-}
+mod bf16;
+mod pfe;
+mod trigram;
 
-fn from_bf16(h: u16) -> f32 {
-    f32::from_bits((h as u32) << 16)
-}
-
-/// Packs three characters into one key (21 bits each: every Unicode scalar fits).
-#[inline]
-fn pack(a: char, b: char, c: char) -> u64 {
-    (a as u64) << 42 | (b as u64) << 21 | c as u64
-}
-
-/// The key of a trigram written as text; `None` unless it has exactly three characters.
-pub fn trigram_key(text: &str) -> Option<u64> {
-    let mut it = text.chars();
-    let k = pack(it.next()?, it.next()?, it.next()?);
-    it.next().is_none().then_some(k)
-}
-
-/// The text of a trigram key.
-pub fn trigram_text(key: u64) -> String {
-    let ch = |v: u64| char::from_u32((v & 0x1F_FFFF) as u32).unwrap_or('\u{FFFD}');
-    [ch(key >> 42), ch(key >> 21), ch(key)].iter().collect()
-}
-
-/// Calls `f` with the key of every character trigram of the sentence, as
-/// Wieting et al.'s charagram models define them: the sentence (here its
-/// tokens joined by single spaces) padded with one space on each side, so
-/// trigrams cross word boundaries ("the cat" gives " th", "the", "he ",
-/// "e c", " ca", "cat", "at ").
-pub fn for_each_trigram(tokens: &Tokens, mut f: impl FnMut(u64)) {
-    if tokens.is_empty() {
-        return;
-    }
-    const MASK: u64 = (1 << 63) - 1;
-    let (mut key, mut n) = (' ' as u64, 1usize);
-    let mut push = |c: char| {
-        key = (key << 21 | c as u64) & MASK;
-        n += 1;
-        if n >= 3 {
-            f(key);
-        }
-    };
-    for (i, t) in tokens.iter().enumerate() {
-        if i > 0 {
-            push(' ');
-        }
-        t.text.chars().for_each(&mut push);
-    }
-    push(' ');
-}
+use bf16::means_of;
+pub use bf16::Bf16Model;
+#[cfg(test)]
+use bf16::{from_bf16, to_bf16};
+#[cfg(test)]
+use pfe::{MAGIC, MAGIC_PARTS_BY_DIMENSION, MAGIC_UNIT_PARTS};
+pub use trigram::{for_each_trigram, trigram_key, trigram_text};
 
 /// Open addressing from 64-bit keys to row ids; the caller confirms a hit
 /// when keys can collide (word hashes), trigram keys are exact. Each slot
@@ -371,35 +326,6 @@ impl Encoded {
         self.words.is_empty() && self.trigrams.is_empty()
     }
 }
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Header {
-    kind: Kind,
-    word_dim: usize,
-    trigram_dim: usize,
-    words: Vec<String>,
-    trigrams: Vec<String>,
-    #[serde(default)]
-    precision: Precision,
-    #[serde(default)]
-    notes: serde_json::Value,
-    /// Whether a WORD,TRIGRAM model scales each half to unit length
-    /// ([`PartScale::Unit`]); absent in files written before, which did not.
-    #[serde(default)]
-    unit_parts: bool,
-    /// Whether those unit halves are then weighted by their dimensions
-    /// ([`PartScale::ByDimension`]); absent in files written before.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    parts_by_dimension: bool,
-}
-
-const MAGIC: &[u8; 7] = b"PFEMB1\n";
-/// The magic of a file whose halves are at unit length ([`PartScale::Unit`]):
-/// a reader from before that flag refuses it rather than scoring raw halves.
-const MAGIC_UNIT_PARTS: &[u8; 7] = b"PFEMB2\n";
-/// The magic of a file whose halves are weighted by dimension
-/// ([`PartScale::ByDimension`]): a reader from before refuses it.
-const MAGIC_PARTS_BY_DIMENSION: &[u8; 7] = b"PFEMB3\n";
 
 /// How a combination scales its parts' embeddings before joining them;
 /// the cosine of two joined embeddings is then a weighted mean of the
@@ -622,171 +548,6 @@ impl Model {
         out
     }
 
-    /// Writes the model (f32 tables).
-    pub fn save(&self, path: &Path) -> Result<(), EncoderError> {
-        self.save_as(path, Precision::F32)
-    }
-
-    /// Writes the model with its tables stored at `precision`.
-    pub fn save_as(&self, path: &Path, precision: Precision) -> Result<(), EncoderError> {
-        let header = serde_json::to_vec(&Header {
-            kind: self.kind,
-            word_dim: self.word_dim,
-            trigram_dim: self.trigram_dim,
-            words: self.words.clone(),
-            trigrams: self.trigrams.clone(),
-            precision,
-            notes: self.notes.clone(),
-            unit_parts: self.parts != PartScale::Raw,
-            parts_by_dimension: self.parts == PartScale::ByDimension,
-        })
-        .map_err(|e| EncoderError::Invalid(e.to_string()))?;
-        let tmp = path.with_extension("pfe.tmp");
-        let write = || -> std::io::Result<()> {
-            let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-            f.write_all(match self.parts {
-                PartScale::Raw => MAGIC,
-                PartScale::Unit => MAGIC_UNIT_PARTS,
-                PartScale::ByDimension => MAGIC_PARTS_BY_DIMENSION,
-            })?;
-            f.write_all(&(header.len() as u64).to_le_bytes())?;
-            f.write_all(&header)?;
-            for &x in self.w.iter().chain(&self.t) {
-                match precision {
-                    Precision::F32 => f.write_all(&x.to_le_bytes())?,
-                    Precision::Bf16 => f.write_all(&to_bf16(x).to_le_bytes())?,
-                }
-            }
-            f.into_inner().map_err(|e| e.into_error())?.sync_all()
-        };
-        write().map_err(io_err(&tmp))?;
-        // Rename so that a crash never leaves a half-written model.
-        std::fs::rename(&tmp, path).map_err(io_err(path))
-    }
-
-    /// Reads a `.pfe` file; a directory is read as its `model.pfe`.
-    pub fn load(path: &Path) -> Result<Model, EncoderError> {
-        let file = if path.is_dir() {
-            path.join("model.pfe")
-        } else {
-            path.to_path_buf()
-        };
-        let path = file.as_path();
-        let bad = |reason: String| EncoderError::BadModel {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let mut f = std::io::BufReader::new(std::fs::File::open(path).map_err(io_err(path))?);
-        let mut magic = [0u8; 7];
-        f.read_exact(&mut magic)
-            .map_err(|_| bad("shorter than its header".into()))?;
-        if ![MAGIC, MAGIC_UNIT_PARTS, MAGIC_PARTS_BY_DIMENSION].contains(&&magic) {
-            return Err(bad("wrong magic bytes (expected a .pfe file)".into()));
-        }
-        let mut len = [0u8; 8];
-        f.read_exact(&mut len)
-            .map_err(|_| bad("truncated header".into()))?;
-        let len = u64::from_le_bytes(len);
-        let size = std::fs::metadata(path).map_err(io_err(path))?.len();
-        if len > size {
-            return Err(bad(format!(
-                "header length {len} exceeds the file size {size}"
-            )));
-        }
-        let mut header = vec![0u8; len as usize];
-        f.read_exact(&mut header)
-            .map_err(|_| bad("truncated header".into()))?;
-        let h: Header = serde_json::from_slice(&header).map_err(|e| bad(format!("header: {e}")))?;
-        if h.kind.words() != (h.word_dim > 0) || h.kind.trigrams() != (h.trigram_dim > 0) {
-            return Err(bad(format!(
-                "kind {} does not match dimensions {}/{}",
-                h.kind.name(),
-                h.word_dim,
-                h.trigram_dim
-            )));
-        }
-        let nw = if h.kind.words() {
-            (h.words.len() + 1) * h.word_dim
-        } else {
-            0
-        };
-        let nt = h.trigrams.len() * h.trigram_dim;
-        let width = match h.precision {
-            Precision::F32 => 4,
-            Precision::Bf16 => 2,
-        };
-        let want = 15 + len + width * (nw + nt) as u64;
-        if size != want {
-            return Err(bad(format!(
-                "{size} bytes, expected {want} for {} words x {} and {} trigrams x {} ({:?})",
-                h.words.len(),
-                h.word_dim,
-                h.trigrams.len(),
-                h.trigram_dim,
-                h.precision
-            )));
-        }
-        let mut read = |n: usize| -> Result<Vec<f32>, EncoderError> {
-            let mut bytes = vec![0u8; n * width as usize];
-            f.read_exact(&mut bytes).map_err(io_err(path))?;
-            Ok(match h.precision {
-                Precision::F32 => bytes
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-                Precision::Bf16 => bytes
-                    .chunks_exact(2)
-                    .map(|c| from_bf16(u16::from_le_bytes([c[0], c[1]])))
-                    .collect(),
-            })
-        };
-        let w = read(nw)?;
-        let t = read(nt)?;
-        let mut m =
-            Model::from_tables(h.kind, h.words, h.word_dim, w, h.trigrams, h.trigram_dim, t)
-                .map_err(|e| bad(e.to_string()))?;
-        if let Some(at) = m.first_non_finite() {
-            return Err(EncoderError::NonFinite {
-                path: path.to_path_buf(),
-                at,
-            });
-        }
-        m.notes = h.notes;
-        // The flags and the magic say the same, or the file is damaged.
-        let parts = match (h.unit_parts, h.parts_by_dimension) {
-            (false, false) => PartScale::Raw,
-            (true, false) => PartScale::Unit,
-            (true, true) => PartScale::ByDimension,
-            (false, true) => {
-                return Err(bad(
-                    "header says parts_by_dimension without unit_parts".into()
-                ))
-            }
-        };
-        let want: &[u8; 7] = match parts {
-            PartScale::Raw => MAGIC,
-            PartScale::Unit => MAGIC_UNIT_PARTS,
-            PartScale::ByDimension => MAGIC_PARTS_BY_DIMENSION,
-        };
-        if &magic != want {
-            return Err(bad(format!(
-                "header says unit_parts {} and parts_by_dimension {} under magic {:?}",
-                h.unit_parts,
-                h.parts_by_dimension,
-                String::from_utf8_lossy(&magic[..6])
-            )));
-        }
-        // One table has no parts to scale: no writer sets the flags on it.
-        if h.kind != Kind::WordTrigram && parts != PartScale::Raw {
-            return Err(bad(format!(
-                "header says unit_parts for a {} model, which has one table",
-                h.kind.name()
-            )));
-        }
-        m.parts = parts;
-        Ok(m)
-    }
-
     /// The first value of the tables that is not a finite number, if any:
     /// one pass over the weights, cheap beside reading them.
     pub fn first_non_finite(&self) -> Option<NonFinite> {
@@ -860,148 +621,6 @@ impl SentenceEncoder for Model {
     }
     fn short_name(&self) -> String {
         self.kind.name().into()
-    }
-}
-
-/// A stored embedding value: f32, or bfloat16 bits (exactly an f32 with the
-/// low 16 bits zero, so both give the same sums).
-trait Value: Copy {
-    fn get(self) -> f32;
-}
-
-impl Value for f32 {
-    #[inline(always)]
-    fn get(self) -> f32 {
-        self
-    }
-}
-
-impl Value for u16 {
-    #[inline(always)]
-    fn get(self) -> f32 {
-        from_bf16(self)
-    }
-}
-
-/// The word mean, then the trigram mean, of `e` from tables `w` and `t`
-/// shaped as `m`'s (its own f32 rows or a [`Bf16Model`]'s packed ones).
-fn means_of<V: Value>(w: &[V], t: &[V], m: &Model, e: &Encoded, out: &mut [f32]) {
-    out.fill(0.0);
-    let (wo, to) = out.split_at_mut(m.word_dim);
-    mean_rows(w, m.word_dim, &e.words, wo);
-    mean_rows(t, m.trigram_dim, &e.trigrams, to);
-}
-
-/// The mean of `rows` of a row-major `table`, into `out`.
-///
-/// Blocked over the dimension so each block's sums stay in registers while
-/// every row is added: adding whole rows into `out` loaded and stored `out`
-/// once per row. The sums run over the rows in order, as a plain loop would,
-/// and there are no multiplies to fuse, so every target gives the same bits.
-#[multiversion::multiversion(targets("x86_64+avx2", "x86_64+sse4.1"))]
-fn mean_rows<V: Value>(table: &[V], dim: usize, rows: &[u32], out: &mut [f32]) {
-    if rows.is_empty() || dim == 0 {
-        return;
-    }
-    let inv = 1.0 / rows.len() as f32;
-    let mut start = 0;
-    while dim - start >= 64 {
-        sum_block::<V, 64>(table, dim, start, rows, inv, out);
-        start += 64;
-    }
-    while dim - start >= 8 {
-        sum_block::<V, 8>(table, dim, start, rows, inv, out);
-        start += 8;
-    }
-    for i in start..dim {
-        let sum: f32 = rows
-            .iter()
-            .map(|&r| table[r as usize * dim + i].get())
-            .sum();
-        out[i] = sum * inv;
-    }
-}
-
-#[inline(always)]
-fn sum_block<V: Value, const B: usize>(
-    table: &[V],
-    dim: usize,
-    start: usize,
-    rows: &[u32],
-    inv: f32,
-    out: &mut [f32],
-) {
-    let mut acc = [0f32; B];
-    for &r in rows {
-        let off = r as usize * dim + start;
-        let row: &[V; B] = table[off..off + B].try_into().expect("a block of B");
-        for (a, x) in acc.iter_mut().zip(row) {
-            *a += x.get();
-        }
-    }
-    for (o, a) in out[start..start + B].iter_mut().zip(acc) {
-        *o = a * inv;
-    }
-}
-
-/// A model whose every value is a bfloat16 (as `--precision bf16` saves
-/// them), scored from 2-byte copies of its tables: half the memory traffic of
-/// the f32 rows, which bound the scorer (BENCHMARKS.md, scoring), and the
-/// same embeddings to the bit as [`Model::embed_into`].
-#[derive(Debug)]
-pub struct Bf16Model {
-    model: Model,
-    w: Vec<u16>,
-    t: Vec<u16>,
-}
-
-impl Bf16Model {
-    /// Whether every value of `model` is exactly a bfloat16.
-    pub fn exact(model: &Model) -> bool {
-        let on_grid = |v: &[f32]| v.iter().all(|x| x.to_bits() & 0xFFFF == 0);
-        on_grid(&model.w) && on_grid(&model.t)
-    }
-
-    /// `None` unless every value of the model is exactly a bfloat16.
-    pub fn new(model: Model) -> Option<Bf16Model> {
-        if !Bf16Model::exact(&model) {
-            return None;
-        }
-        let pack = |v: &[f32]| v.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
-        Some(Bf16Model {
-            w: pack(&model.w),
-            t: pack(&model.t),
-            model,
-        })
-    }
-
-    pub fn model(&self) -> &Model {
-        &self.model
-    }
-}
-
-impl SentenceEncoder for Bf16Model {
-    fn dim(&self) -> usize {
-        self.model.dim()
-    }
-
-    fn embed_tokens(&self, tokens: &Tokens, scratch: &mut Scratch, out: &mut [f32]) -> Coverage {
-        let m = &self.model;
-        let unknown = m.encode_tokens(tokens, &mut scratch.encoded);
-        let e = &scratch.encoded;
-        means_of(&self.w, &self.t, m, e, out);
-        m.scale_parts(out);
-        Coverage {
-            known: (e.words.len() + e.trigrams.len()) as u32,
-            unknown,
-        }
-    }
-
-    fn describe(&self) -> String {
-        format!("{} (bf16)", self.model.describe())
-    }
-    fn short_name(&self) -> String {
-        self.model.kind.name().into()
     }
 }
 

@@ -45,6 +45,134 @@ pub enum LmError {
     Train(String),
 }
 
+/// What [`ArpaModel::read`] has read so far.
+struct ArpaReader<'p> {
+    path: &'p Path,
+    counts: Vec<u64>,
+    vocab: FxHashMap<String, u32>,
+    grams: FxHashMap<Box<[u32]>, (f32, f32)>,
+    /// n-grams read, per order.
+    seen: Vec<u64>,
+    ids: Vec<u32>,
+}
+
+impl ArpaReader<'_> {
+    /// A `ngram N=COUNT` line of `\data\`.
+    fn count_line(&mut self, t: &str, ln: usize) -> Result<(), LmError> {
+        let path = self.path;
+        let rest = t
+            .strip_prefix("ngram ")
+            .ok_or_else(|| fmt_err(path, ln, format!("expected `ngram N=COUNT`, found {t:?}")))?;
+        let (n, c) = rest
+            .split_once('=')
+            .ok_or_else(|| fmt_err(path, ln, format!("expected `ngram N=COUNT`, found {t:?}")))?;
+        let (n, c): (usize, u64) = match (n.trim().parse(), c.trim().parse()) {
+            (Ok(n), Ok(c)) => (n, c),
+            _ => return Err(fmt_err(path, ln, format!("bad count line {t:?}"))),
+        };
+        if n != self.counts.len() + 1 {
+            return Err(fmt_err(
+                path,
+                ln,
+                "ngram counts must be listed in order 1, 2, ...",
+            ));
+        }
+        self.counts.push(c);
+        self.seen.push(0);
+        Ok(())
+    }
+
+    /// A line of the `n`-grams section: probability, `n` words, backoff.
+    fn gram_line(&mut self, n: usize, t: &str, ln: usize) -> Result<(), LmError> {
+        let path = self.path;
+        let fields: Vec<&str> = t.split_whitespace().collect();
+        if fields.len() != n + 1 && fields.len() != n + 2 {
+            return Err(fmt_err(
+                path,
+                ln,
+                format!("a {n}-gram line needs a probability, {n} words and an optional backoff"),
+            ));
+        }
+        let num = |s: &str| -> Result<f32, LmError> {
+            s.parse::<f32>()
+                .map_err(|_| fmt_err(path, ln, format!("{s:?} is not a number")))
+        };
+        let p = num(fields[0])?;
+        let bo = if fields.len() == n + 2 {
+            num(fields[n + 1])?
+        } else {
+            0.0
+        };
+        if p > 0.0 {
+            return Err(fmt_err(
+                path,
+                ln,
+                format!("log10 probability {p} is above 0"),
+            ));
+        }
+        self.ids.clear();
+        for w in &fields[1..=n] {
+            let id = match self.vocab.get(*w) {
+                Some(&id) => id,
+                None if n == 1 => {
+                    let id = self.vocab.len() as u32;
+                    self.vocab.insert(w.to_string(), id);
+                    id
+                }
+                None => return Err(fmt_err(path, ln, format!("{w:?} is not among the 1-grams"))),
+            };
+            self.ids.push(id);
+        }
+        if self
+            .grams
+            .insert(self.ids.clone().into_boxed_slice(), (p, bo))
+            .is_some()
+        {
+            return Err(fmt_err(
+                path,
+                ln,
+                format!("the {n}-gram {:?} appears twice", &fields[1..=n]),
+            ));
+        }
+        self.seen[n - 1] += 1;
+        Ok(())
+    }
+
+    /// The model, once every declared n-gram was read and the sentence
+    /// markers are among them.
+    fn finish(self) -> Result<ArpaModel, LmError> {
+        let path = self.path;
+        if self.counts.is_empty() {
+            return Err(fmt_err(path, 0, "no \\data\\ section"));
+        }
+        for (n, (c, s)) in self.counts.iter().zip(&self.seen).enumerate() {
+            if c != s {
+                return Err(fmt_err(
+                    path,
+                    0,
+                    format!("\\data\\ declares {c} {}-grams, the file has {s}", n + 1),
+                ));
+            }
+        }
+        let bos = *self
+            .vocab
+            .get(BOS)
+            .ok_or_else(|| fmt_err(path, 0, "the model has no <s> 1-gram"))?;
+        if !self.vocab.contains_key(EOS) {
+            return Err(fmt_err(path, 0, "the model has no </s> 1-gram"));
+        }
+        let unk = self.vocab.get(UNK).copied();
+        Ok(ArpaModel {
+            order: self.counts.len(),
+            vocab: self.vocab,
+            grams: self.grams,
+            bos,
+            unk,
+            counts: self.counts,
+        })
+    }
+}
+
 /// An ARPA model in memory: every n-gram's log10 probability and backoff.
 #[derive(Debug)]
 pub struct ArpaModel {
@@ -78,13 +206,16 @@ impl ArpaModel {
 
     /// Reads ARPA text; `path` names the source in errors.
     pub fn read(reader: impl BufRead, path: &Path) -> Result<ArpaModel, LmError> {
-        let mut counts: Vec<u64> = Vec::new();
-        let mut vocab: FxHashMap<String, u32> = FxHashMap::default();
-        let mut grams: FxHashMap<Box<[u32]>, (f32, f32)> = FxHashMap::default();
-        let mut seen: Vec<u64> = Vec::new();
+        let mut a = ArpaReader {
+            path,
+            counts: Vec::new(),
+            vocab: FxHashMap::default(),
+            grams: FxHashMap::default(),
+            seen: Vec::new(),
+            ids: Vec::new(),
+        };
         // 0: before \data\, 1: in \data\, n+1: in \n-grams:, usize::MAX: after \end\.
         let mut section = 0usize;
-        let mut ids: Vec<u32> = Vec::new();
         for (i, line) in crate::text::bounded_lines(reader).enumerate() {
             let ln = i + 1;
             let line = line.map_err(|source| LmError::Io {
@@ -107,11 +238,11 @@ impl ArpaModel {
                 let n: usize = n
                     .parse()
                     .map_err(|_| fmt_err(path, ln, format!("bad section header {t:?}")))?;
-                if n == 0 || n > counts.len() {
+                if n == 0 || n > a.counts.len() {
                     return Err(fmt_err(
                         path,
                         ln,
-                        format!("section {t:?}: \\data\\ declares {} orders", counts.len()),
+                        format!("section {t:?}: \\data\\ declares {} orders", a.counts.len()),
                     ));
                 }
                 section = n + 1;
@@ -119,118 +250,15 @@ impl ArpaModel {
             }
             match section {
                 0 => continue, // text before \data\ (lmplz writes none; SRILM may)
-                1 => {
-                    let rest = t.strip_prefix("ngram ").ok_or_else(|| {
-                        fmt_err(path, ln, format!("expected `ngram N=COUNT`, found {t:?}"))
-                    })?;
-                    let (n, c) = rest.split_once('=').ok_or_else(|| {
-                        fmt_err(path, ln, format!("expected `ngram N=COUNT`, found {t:?}"))
-                    })?;
-                    let (n, c): (usize, u64) = match (n.trim().parse(), c.trim().parse()) {
-                        (Ok(n), Ok(c)) => (n, c),
-                        _ => return Err(fmt_err(path, ln, format!("bad count line {t:?}"))),
-                    };
-                    if n != counts.len() + 1 {
-                        return Err(fmt_err(
-                            path,
-                            ln,
-                            "ngram counts must be listed in order 1, 2, ...",
-                        ));
-                    }
-                    counts.push(c);
-                    seen.push(0);
-                }
+                1 => a.count_line(t, ln)?,
                 usize::MAX => break,
-                s => {
-                    let n = s - 1;
-                    let fields: Vec<&str> = t.split_whitespace().collect();
-                    if fields.len() != n + 1 && fields.len() != n + 2 {
-                        return Err(fmt_err(
-                            path,
-                            ln,
-                            format!("a {n}-gram line needs a probability, {n} words and an optional backoff"),
-                        ));
-                    }
-                    let num = |s: &str| -> Result<f32, LmError> {
-                        s.parse::<f32>()
-                            .map_err(|_| fmt_err(path, ln, format!("{s:?} is not a number")))
-                    };
-                    let p = num(fields[0])?;
-                    let bo = if fields.len() == n + 2 {
-                        num(fields[n + 1])?
-                    } else {
-                        0.0
-                    };
-                    if p > 0.0 {
-                        return Err(fmt_err(
-                            path,
-                            ln,
-                            format!("log10 probability {p} is above 0"),
-                        ));
-                    }
-                    ids.clear();
-                    for w in &fields[1..=n] {
-                        let id = match vocab.get(*w) {
-                            Some(&id) => id,
-                            None if n == 1 => {
-                                let id = vocab.len() as u32;
-                                vocab.insert(w.to_string(), id);
-                                id
-                            }
-                            None => {
-                                return Err(fmt_err(
-                                    path,
-                                    ln,
-                                    format!("{w:?} is not among the 1-grams"),
-                                ))
-                            }
-                        };
-                        ids.push(id);
-                    }
-                    if grams
-                        .insert(ids.clone().into_boxed_slice(), (p, bo))
-                        .is_some()
-                    {
-                        return Err(fmt_err(
-                            path,
-                            ln,
-                            format!("the {n}-gram {:?} appears twice", &fields[1..=n]),
-                        ));
-                    }
-                    seen[n - 1] += 1;
-                }
+                s => a.gram_line(s - 1, t, ln)?,
             }
         }
         if section != usize::MAX {
             return Err(fmt_err(path, 0, "no \\end\\ line (truncated file?)"));
         }
-        if counts.is_empty() {
-            return Err(fmt_err(path, 0, "no \\data\\ section"));
-        }
-        for (n, (c, s)) in counts.iter().zip(&seen).enumerate() {
-            if c != s {
-                return Err(fmt_err(
-                    path,
-                    0,
-                    format!("\\data\\ declares {c} {}-grams, the file has {s}", n + 1),
-                ));
-            }
-        }
-        let bos = *vocab
-            .get(BOS)
-            .ok_or_else(|| fmt_err(path, 0, "the model has no <s> 1-gram"))?;
-        if !vocab.contains_key(EOS) {
-            return Err(fmt_err(path, 0, "the model has no </s> 1-gram"));
-        }
-        let unk = vocab.get(UNK).copied();
-        Ok(ArpaModel {
-            order: counts.len(),
-            vocab,
-            grams,
-            bos,
-            unk,
-            counts,
-        })
+        a.finish()
     }
 
     pub fn order(&self) -> usize {
@@ -386,62 +414,11 @@ where
     if !(1..=6).contains(&order) {
         return Err(LmError::Train(format!("order {order}: use 1 to 6")));
     }
-    // Words to ids; 0 = <s>, 1 = </s>, 2 = <unk>.
-    let mut vocab: HashMap<String, u32> = HashMap::new();
-    let mut names: Vec<String> = Vec::new();
-    for w in [BOS, EOS, UNK] {
-        vocab.insert(w.to_string(), names.len() as u32);
-        names.push(w.to_string());
-    }
-    let (bos, eos) = (0u32, 1u32);
-    // Raw counts of every order.
-    let mut raw: Vec<FxHashMap<Vec<u32>, u64>> = vec![FxHashMap::default(); order];
-    let (mut sentences_n, mut tokens_n) = (0u64, 0u64);
-    for s in sentences {
-        let mut ids = vec![bos];
-        for w in &s {
-            let w = w.as_ref();
-            let next = names.len() as u32;
-            let id = *vocab.entry(w.to_string()).or_insert_with(|| {
-                names.push(w.to_string());
-                next
-            });
-            ids.push(id);
-        }
-        ids.push(eos);
-        sentences_n += 1;
-        tokens_n += s.len() as u64;
-        for n in 1..=order {
-            for g in ids.windows(n) {
-                if n == 1 && g[0] == bos {
-                    continue; // <s> is context only
-                }
-                *raw[n - 1].entry(g.to_vec()).or_insert(0) += 1;
-            }
-        }
-    }
-    if sentences_n == 0 {
+    let c = count(sentences, order);
+    if c.sentences == 0 {
         return Err(LmError::Train("no sentences to train on".into()));
     }
-    // Adjusted counts: raw for the highest order and for n-grams starting
-    // with <s>; continuation counts otherwise.
-    let mut adj: Vec<FxHashMap<Vec<u32>, u64>> = vec![FxHashMap::default(); order];
-    adj[order - 1] = raw[order - 1].clone();
-    for n in (1..order).rev() {
-        let mut a: FxHashMap<Vec<u32>, u64> = FxHashMap::default();
-        for g in raw[n].keys() {
-            *a.entry(g[1..].to_vec()).or_insert(0) += 1;
-        }
-        for (g, &c) in &raw[n - 1] {
-            if g[0] == bos {
-                a.insert(g.clone(), c);
-            } else {
-                // Every other n-gram has a word before it in its sentence.
-                debug_assert!(a.contains_key(g));
-            }
-        }
-        adj[n - 1] = a;
-    }
+    let adj = adjusted(&c.raw, order);
     // Discounts per order.
     let disc: Vec<[f64; 3]> = adj
         .iter()
@@ -455,56 +432,178 @@ where
             discounts(t)
         })
         .collect();
-    let d_of = |n: usize, c: u64| -> f64 {
-        match c {
-            0 => 0.0,
-            1 => disc[n][0],
-            2 => disc[n][1],
-            _ => disc[n][2],
-        }
-    };
-    // Per context of each order: total count and gamma.
-    let mut ctx: Vec<FxHashMap<Vec<u32>, (f64, f64)>> = vec![FxHashMap::default(); order];
-    for n in 0..order {
-        let mut tot: FxHashMap<Vec<u32>, (u64, f64)> = FxHashMap::default();
-        for (g, &c) in &adj[n] {
-            let e = tot.entry(g[..n].to_vec()).or_insert((0, 0.0));
-            e.0 += c;
-            e.1 += d_of(n, c);
-        }
-        ctx[n] = tot
-            .into_iter()
-            .map(|(h, (t, d))| (h, (t as f64, d / t as f64)))
-            .collect();
+    let ctx = contexts(&adj, &disc);
+    let prob = interpolate(&adj, &disc, &ctx, c.names.len());
+    let sections = sections(&prob, &ctx, &c.names);
+    write_arpa(out, &sections)?;
+    Ok(TrainSummary {
+        order,
+        sentences: c.sentences,
+        tokens: c.tokens,
+        counts: sections.iter().map(|s| s.len() as u64).collect(),
+        discounts: disc,
+    })
+}
+
+/// Word ids (0 = `<s>`, 1 = `</s>`, 2 = `<unk>`).
+const BOS_ID: u32 = 0;
+const EOS_ID: u32 = 1;
+const UNK_ID: u32 = 2;
+
+/// n-gram (word ids) -> a count, one map per order.
+type GramCounts = Vec<FxHashMap<Vec<u32>, u64>>;
+
+/// The raw counts of every order, the words by id and the corpus size.
+struct Counted {
+    raw: GramCounts,
+    names: Vec<String>,
+    sentences: u64,
+    tokens: u64,
+}
+
+fn count<I, S>(sentences: I, order: usize) -> Counted
+where
+    I: IntoIterator<Item = Vec<S>>,
+    S: AsRef<str>,
+{
+    let mut vocab: HashMap<String, u32> = HashMap::new();
+    let mut names: Vec<String> = Vec::new();
+    for w in [BOS, EOS, UNK] {
+        vocab.insert(w.to_string(), names.len() as u32);
+        names.push(w.to_string());
     }
-    // Interpolated probabilities, lowest order first.
-    let vocab_size = (names.len() - 1) as f64; // all but <s>
-    let mut prob: Vec<FxHashMap<Vec<u32>, f64>> = vec![FxHashMap::default(); order];
-    for n in 0..order {
+    let mut raw: GramCounts = vec![FxHashMap::default(); order];
+    let (mut sentences_n, mut tokens_n) = (0u64, 0u64);
+    for s in sentences {
+        let mut ids = vec![BOS_ID];
+        for w in &s {
+            let w = w.as_ref();
+            let next = names.len() as u32;
+            let id = *vocab.entry(w.to_string()).or_insert_with(|| {
+                names.push(w.to_string());
+                next
+            });
+            ids.push(id);
+        }
+        ids.push(EOS_ID);
+        sentences_n += 1;
+        tokens_n += s.len() as u64;
+        for n in 1..=order {
+            for g in ids.windows(n) {
+                if n == 1 && g[0] == BOS_ID {
+                    continue; // <s> is context only
+                }
+                *raw[n - 1].entry(g.to_vec()).or_insert(0) += 1;
+            }
+        }
+    }
+    Counted {
+        raw,
+        names,
+        sentences: sentences_n,
+        tokens: tokens_n,
+    }
+}
+
+/// Adjusted counts: raw for the highest order and for n-grams starting
+/// with `<s>`; continuation counts otherwise.
+fn adjusted(raw: &GramCounts, order: usize) -> GramCounts {
+    let mut adj: GramCounts = vec![FxHashMap::default(); order];
+    adj[order - 1] = raw[order - 1].clone();
+    for n in (1..order).rev() {
+        let mut a: FxHashMap<Vec<u32>, u64> = FxHashMap::default();
+        for g in raw[n].keys() {
+            *a.entry(g[1..].to_vec()).or_insert(0) += 1;
+        }
+        for (g, &c) in &raw[n - 1] {
+            if g[0] == BOS_ID {
+                a.insert(g.clone(), c);
+            } else {
+                // Every other n-gram has a word before it in its sentence.
+                debug_assert!(a.contains_key(g));
+            }
+        }
+        adj[n - 1] = a;
+    }
+    adj
+}
+
+/// The discount of an adjusted count `c` of order `n + 1`.
+fn discount_of(disc: &[[f64; 3]], n: usize, c: u64) -> f64 {
+    match c {
+        0 => 0.0,
+        1 => disc[n][0],
+        2 => disc[n][1],
+        _ => disc[n][2],
+    }
+}
+
+/// n-gram context -> (total count, gamma), one map per order.
+type Contexts = Vec<FxHashMap<Vec<u32>, (f64, f64)>>;
+
+/// Per context of each order: its total count and gamma.
+fn contexts(adj: &GramCounts, disc: &[[f64; 3]]) -> Contexts {
+    adj.iter()
+        .enumerate()
+        .map(|(n, a)| {
+            let mut tot: FxHashMap<Vec<u32>, (u64, f64)> = FxHashMap::default();
+            for (g, &c) in a {
+                let e = tot.entry(g[..n].to_vec()).or_insert((0, 0.0));
+                e.0 += c;
+                e.1 += discount_of(disc, n, c);
+            }
+            tot.into_iter()
+                .map(|(h, (t, d))| (h, (t as f64, d / t as f64)))
+                .collect()
+        })
+        .collect()
+}
+
+/// Interpolated probabilities, lowest order first.
+fn interpolate(
+    adj: &GramCounts,
+    disc: &[[f64; 3]],
+    ctx: &Contexts,
+    words: usize,
+) -> Vec<FxHashMap<Vec<u32>, f64>> {
+    let vocab_size = (words - 1) as f64; // all but <s>
+    let mut prob: Vec<FxHashMap<Vec<u32>, f64>> = Vec::with_capacity(adj.len());
+    for (n, a) in adj.iter().enumerate() {
         let mut p: FxHashMap<Vec<u32>, f64> = FxHashMap::default();
-        for (g, &c) in &adj[n] {
+        for (g, &c) in a {
             let (total, gamma) = ctx[n][&g[..n]];
             let lower = if n == 0 {
                 1.0 / vocab_size
             } else {
                 prob[n - 1][&g[1..]]
             };
-            p.insert(g.clone(), (c as f64 - d_of(n, c)) / total + gamma * lower);
+            p.insert(
+                g.clone(),
+                (c as f64 - discount_of(disc, n, c)) / total + gamma * lower,
+            );
         }
         if n == 0 {
             // Words never seen as a 1-gram (only <unk>): gamma / |V|.
             let gamma = ctx[0][&Vec::new()].1;
-            p.entry(vec![2]).or_insert(gamma / vocab_size);
+            p.entry(vec![UNK_ID]).or_insert(gamma / vocab_size);
         }
-        prob[n] = p;
+        prob.push(p);
     }
-    // Write: n-grams sorted by their words for a stable file.
-    let mut sections: Vec<Vec<(String, f64, Option<f64>)>> = Vec::new();
+    prob
+}
+
+/// One line of an n-grams section: the words, log10 probability, backoff.
+type Row = (String, f64, Option<f64>);
+
+/// Each order's lines, n-grams sorted by their words for a stable file.
+fn sections(prob: &[FxHashMap<Vec<u32>, f64>], ctx: &Contexts, names: &[String]) -> Vec<Vec<Row>> {
+    let order = prob.len();
+    let mut sections: Vec<Vec<Row>> = Vec::new();
     for n in 0..order {
-        let mut rows: Vec<(String, f64, Option<f64>)> = Vec::new();
+        let mut rows: Vec<Row> = Vec::new();
         let mut grams: Vec<Vec<u32>> = prob[n].keys().cloned().collect();
         if n == 0 {
-            grams.push(vec![bos]);
+            grams.push(vec![BOS_ID]);
         }
         for g in &grams {
             let text = g
@@ -512,7 +611,7 @@ where
                 .map(|&i| names[i as usize].as_str())
                 .collect::<Vec<_>>()
                 .join(" ");
-            let lp = if n == 0 && g[0] == bos {
+            let lp = if n == 0 && g[0] == BOS_ID {
                 -99.0
             } else {
                 prob[n][g].log10()
@@ -525,6 +624,10 @@ where
         rows.sort_by(|a, b| a.0.cmp(&b.0));
         sections.push(rows);
     }
+    sections
+}
+
+fn write_arpa(out: &mut dyn Write, sections: &[Vec<Row>]) -> Result<(), LmError> {
     let io = |source| LmError::Io {
         path: PathBuf::from("<output>"),
         source,
@@ -545,14 +648,7 @@ where
         }
     }
     writeln!(w, "\n\\end\\").map_err(io)?;
-    w.flush().map_err(io)?;
-    Ok(TrainSummary {
-        order,
-        sentences: sentences_n,
-        tokens: tokens_n,
-        counts: sections.iter().map(|s| s.len() as u64).collect(),
-        discounts: disc,
-    })
+    w.flush().map_err(io)
 }
 
 /// Trains a model on the lines of text files (plain or `.gz`): each line

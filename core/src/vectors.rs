@@ -110,6 +110,147 @@ fn parse_line(line: &str, dim: usize) -> Parsed {
     Parsed::Vector(word.into(), v)
 }
 
+/// A vectors file's lines, bounded: a file without line breaks is
+/// refused at the bound, not read whole.
+struct Lines<'p, R> {
+    r: R,
+    path: &'p Path,
+    buf: Vec<u8>,
+    /// The last line counted (1-based).
+    line_no: u64,
+}
+
+impl<R: BufRead> Lines<'_, R> {
+    /// Line `at`, `None` at the end; an invalid UTF-8 line reads as NUL.
+    fn next(&mut self, at: u64) -> Result<Option<String>, VectorsError> {
+        use crate::text::{read_line_limited, LineRead, LineTooLong, MAX_LINE_BYTES};
+        let io = |source| VectorsError::Io {
+            path: self.path.to_path_buf(),
+            source,
+        };
+        match read_line_limited(&mut self.r, &mut self.buf, MAX_LINE_BYTES).map_err(io)? {
+            LineRead::Eof => Ok(None),
+            LineRead::TooLong { bytes } => Err(VectorsError::BadLine {
+                path: self.path.to_path_buf(),
+                line: at,
+                reason: LineTooLong {
+                    line: at,
+                    bytes,
+                    limit: MAX_LINE_BYTES,
+                }
+                .to_string(),
+            }),
+            LineRead::Line { .. } => Ok(Some(
+                String::from_utf8(std::mem::take(&mut self.buf)).unwrap_or_else(|_| "\u{0}".into()),
+            )),
+        }
+    }
+
+    /// The first vector line and the dimension it gives (blank lines and a
+    /// word2vec `COUNT DIM` header skipped).
+    fn first_vector(&mut self) -> Result<(String, usize), VectorsError> {
+        loop {
+            let Some(first) = self.next(self.line_no + 1)? else {
+                return Err(VectorsError::Empty {
+                    path: self.path.to_path_buf(),
+                });
+            };
+            self.line_no += 1;
+            let fields: Vec<&str> = first.split_whitespace().collect();
+            if fields.is_empty() {
+                continue;
+            }
+            if fields.len() == 2 && fields.iter().all(|f| f.parse::<u64>().is_ok()) {
+                continue; // word2vec header
+            }
+            if fields.len() < 2 {
+                return Err(VectorsError::BadLine {
+                    path: self.path.to_path_buf(),
+                    line: self.line_no,
+                    reason: "expected a word followed by numbers".into(),
+                });
+            }
+            let dim = fields.len() - 1;
+            return Ok((first, dim));
+        }
+    }
+}
+
+/// Adds one parsed line to `v`, counting what is skipped.
+fn add_parsed(
+    parsed: Parsed,
+    line: u64,
+    path: &Path,
+    v: &mut Vectors,
+    report: &mut LoadReport,
+) -> Result<(), VectorsError> {
+    match parsed {
+        Parsed::NonFinite(word, value) => {
+            return Err(VectorsError::NonFinite {
+                path: path.to_path_buf(),
+                line,
+                word: word.into(),
+                value,
+            })
+        }
+        Parsed::Vector(word, values) => {
+            if v.push(&word, &values) {
+                report.loaded += 1;
+            } else {
+                report.duplicates += 1;
+            }
+        }
+        Parsed::WrongDim => {
+            report.wrong_dimension += 1;
+            report.first_skipped_line.get_or_insert(line);
+        }
+        Parsed::Unparsable => {
+            report.unparsable += 1;
+            report.first_skipped_line.get_or_insert(line);
+        }
+        Parsed::Blank => {}
+    }
+    Ok(())
+}
+
+/// A file that gave no vector, or more skipped lines than vectors, is an
+/// error; skipped lines and repeated words are said.
+fn check_loaded(
+    v: &Vectors,
+    report: &LoadReport,
+    path: &Path,
+    dim: usize,
+) -> Result<(), VectorsError> {
+    if v.words.is_empty() {
+        return Err(VectorsError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    let skipped = report.wrong_dimension + report.unparsable;
+    if skipped > report.loaded {
+        return Err(VectorsError::MostlyUnreadable {
+            path: path.to_path_buf(),
+            dim,
+            loaded: report.loaded,
+            skipped,
+            first: report.first_skipped_line.unwrap_or(0),
+        });
+    }
+    if skipped + report.duplicates > 0 {
+        // Said wherever vectors are read (scoring, training, evaluation,
+        // export), not only where a caller looks at the report.
+        tracing::warn!(
+            path = %path.display(),
+            wrong_dimension = report.wrong_dimension,
+            unparsable = report.unparsable,
+            repeated_words = report.duplicates,
+            first_skipped_line = report.first_skipped_line.unwrap_or(0),
+            "word vectors: lines skipped (rows of another width or with a non-number), and repeated words (the first vector kept)"
+        );
+    }
+    Ok(())
+}
+
 const BLOCK_LINES: usize = 16_384;
 
 impl Vectors {
@@ -125,108 +266,32 @@ impl Vectors {
 
     /// As [`Vectors::load`], from any reader; `path` names it in messages.
     pub fn from_reader(
-        mut r: impl BufRead,
+        r: impl BufRead,
         path: &Path,
     ) -> Result<(Vectors, LoadReport), VectorsError> {
-        let io = |source| VectorsError::Io {
-            path: path.to_path_buf(),
-            source,
+        let mut l = Lines {
+            r,
+            path,
+            buf: Vec::new(),
+            line_no: 0,
         };
-        let mut report = LoadReport::default();
-        let mut line_no: u64 = 0;
-        // The dimension comes from the first vector line.
-        let mut first;
-        let mut buf = Vec::new();
-        // Bounded: a file without line breaks is refused at the bound, not
-        // read whole. `None` at the end; an invalid UTF-8 line reads as NUL.
-        let mut next_line = |r: &mut dyn BufRead,
-                             at: u64|
-         -> Result<Option<String>, VectorsError> {
-            use crate::text::{read_line_limited, LineRead, LineTooLong, MAX_LINE_BYTES};
-            match read_line_limited(r, &mut buf, MAX_LINE_BYTES).map_err(io)? {
-                LineRead::Eof => Ok(None),
-                LineRead::TooLong { bytes } => Err(VectorsError::BadLine {
-                    path: path.to_path_buf(),
-                    line: at,
-                    reason: LineTooLong {
-                        line: at,
-                        bytes,
-                        limit: MAX_LINE_BYTES,
-                    }
-                    .to_string(),
-                }),
-                LineRead::Line { .. } => Ok(Some(
-                    String::from_utf8(std::mem::take(&mut buf)).unwrap_or_else(|_| "\u{0}".into()),
-                )),
-            }
-        };
-        let dim = loop {
-            first = match next_line(&mut r, line_no + 1)? {
-                Some(l) => l,
-                None => {
-                    return Err(VectorsError::Empty {
-                        path: path.to_path_buf(),
-                    })
-                }
-            };
-            line_no += 1;
-            let fields: Vec<&str> = first.split_whitespace().collect();
-            if fields.is_empty() {
-                continue;
-            }
-            if fields.len() == 2 && fields.iter().all(|f| f.parse::<u64>().is_ok()) {
-                continue; // word2vec header
-            }
-            if fields.len() < 2 {
-                return Err(VectorsError::BadLine {
-                    path: path.to_path_buf(),
-                    line: line_no,
-                    reason: "expected a word followed by numbers".into(),
-                });
-            }
-            break fields.len() - 1;
-        };
+        let (first, dim) = l.first_vector()?;
         let mut v = Vectors::empty(dim);
-        let add = |parsed: Parsed, line: u64, v: &mut Vectors, report: &mut LoadReport| {
-            let skip = |report: &mut LoadReport| {
-                report.first_skipped_line.get_or_insert(line);
-            };
-            match parsed {
-                Parsed::NonFinite(word, value) => {
-                    return Err(VectorsError::NonFinite {
-                        path: path.to_path_buf(),
-                        line,
-                        word: word.into(),
-                        value,
-                    })
-                }
-                Parsed::Vector(word, values) => {
-                    if v.push(&word, &values) {
-                        report.loaded += 1;
-                    } else {
-                        report.duplicates += 1;
-                    }
-                }
-                Parsed::WrongDim => {
-                    report.wrong_dimension += 1;
-                    skip(report);
-                }
-                Parsed::Unparsable => {
-                    report.unparsable += 1;
-                    skip(report);
-                }
-                Parsed::Blank => {}
-            }
-            Ok(())
-        };
-        add(parse_line(&first, dim), line_no, &mut v, &mut report)?;
-
+        let mut report = LoadReport::default();
+        let first_line = l.line_no;
+        add_parsed(
+            parse_line(&first, dim),
+            first_line,
+            path,
+            &mut v,
+            &mut report,
+        )?;
         let mut block: Vec<String> = Vec::with_capacity(BLOCK_LINES);
         loop {
             block.clear();
-            for k in 0..BLOCK_LINES {
+            for _ in 0..BLOCK_LINES {
                 // Invalid UTF-8 on a line reads as NUL: counted, and gone on.
-                match next_line(&mut r, line_no + k as u64 + 1)? {
+                match l.next(l.line_no + block.len() as u64 + 1)? {
                     None => break,
                     Some(s) => block.push(s),
                 }
@@ -236,46 +301,20 @@ impl Vectors {
             }
             let parsed: Vec<Parsed> = block
                 .par_iter()
-                .map(|l| {
-                    if l == "\u{0}" {
+                .map(|s| {
+                    if s == "\u{0}" {
                         Parsed::Unparsable
                     } else {
-                        parse_line(l, dim)
+                        parse_line(s, dim)
                     }
                 })
                 .collect();
             for p in parsed {
-                line_no += 1;
-                add(p, line_no, &mut v, &mut report)?;
+                l.line_no += 1;
+                add_parsed(p, l.line_no, path, &mut v, &mut report)?;
             }
         }
-        if v.words.is_empty() {
-            return Err(VectorsError::Empty {
-                path: path.to_path_buf(),
-            });
-        }
-        let skipped = report.wrong_dimension + report.unparsable;
-        if skipped > report.loaded {
-            return Err(VectorsError::MostlyUnreadable {
-                path: path.to_path_buf(),
-                dim,
-                loaded: report.loaded,
-                skipped,
-                first: report.first_skipped_line.unwrap_or(0),
-            });
-        }
-        if skipped + report.duplicates > 0 {
-            // Said wherever vectors are read (scoring, training, evaluation,
-            // export), not only where a caller looks at the report.
-            tracing::warn!(
-                path = %path.display(),
-                wrong_dimension = report.wrong_dimension,
-                unparsable = report.unparsable,
-                repeated_words = report.duplicates,
-                first_skipped_line = report.first_skipped_line.unwrap_or(0),
-                "word vectors: lines skipped (rows of another width or with a non-number), and repeated words (the first vector kept)"
-            );
-        }
+        check_loaded(&v, &report, path, dim)?;
         v.data.shrink_to_fit();
         v.seal();
         Ok((v, report))

@@ -410,66 +410,10 @@ fn default_local() -> usize {
     1
 }
 
-/// Widest beam accepted (`model.beam`, `translate --beam`). Memory grows
-/// with beam x batch size x vocabulary per decoding step; beams past a few
-/// dozen do not improve translations, and 256 already needs gigabytes with
-/// a full-size model. The engine also refuses a beam wider than the
-/// model's vocabulary, which only it knows.
-pub const MAX_BEAM: usize = 256;
-
-/// Longest side accepted (`input.max_chars`). The readers hold a line of
-/// up to 8 bytes per character of it (`bitext::max_line_bytes`); a million
-/// characters is already far past any sentence a model translates.
-pub const MAX_CHARS: usize = 1_000_000;
-
-/// Most sentences per batch (`model.batch_size`, `translate --batch-size`);
-/// larger batches only add padding and memory.
-pub const MAX_BATCH_SIZE: usize = 1024;
-
-/// Most padded source tokens per batch (`model.batch_tokens`,
-/// `translate --batch-tokens`): a full batch of the longest inputs.
-pub const MAX_BATCH_TOKENS: usize = MAX_BATCH_SIZE * 512;
-
-/// ONNX Runtime threads are bounded by this many times the cores of the
-/// machine that checks the config: more threads than cores never helps
-/// (one per core is what 0 means), and a typo like 100000 would spend
-/// minutes and gigabytes starting threads. The multiple leaves room for a
-/// coordinator with fewer cores than its workers.
-pub const THREADS_PER_CORE: usize = 4;
-
-/// The cores of this machine (1 when they cannot be told).
-pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
-}
-
-/// Most decoder streams per worker (each holds a copy of the model).
-pub const MAX_STREAMS: usize = 64;
-
-/// Whether `streams` decoders of `threads` threads each (0 counting as
-/// one) fit this machine: 1 to [`MAX_STREAMS`] streams, and threads in all
-/// within [`max_threads`]. Shared by the job config and `translate`.
-pub fn check_streams(threads: usize, streams: usize) -> Result<(), String> {
-    if streams == 0 || streams > MAX_STREAMS {
-        return Err(format!(
-            "{streams} streams: must be between 1 and {MAX_STREAMS}"
-        ));
-    }
-    let total = threads.max(1) * streams;
-    if total > max_threads() {
-        return Err(format!(
-            "{streams} streams x {} threads is {total} threads, more than the limit of {} ({THREADS_PER_CORE} x the {} cores of this machine)",
-            threads.max(1),
-            max_threads(),
-            cores()
-        ));
-    }
-    Ok(())
-}
-
-/// Most threads accepted on this machine: [`THREADS_PER_CORE`] x [`cores`].
-pub fn max_threads() -> usize {
-    THREADS_PER_CORE * cores()
-}
+pub use crate::limits::{
+    check_streams, cores, max_threads, MAX_BATCH_SIZE, MAX_BATCH_TOKENS, MAX_BEAM, MAX_CHARS,
+    MAX_STREAMS, THREADS_PER_CORE,
+};
 
 const SCORES: [&str; 7] = [
     "para_score",
@@ -501,13 +445,23 @@ impl JobConfig {
     }
 
     fn validate(&self, path: &Path) -> Result<(), ConfigError> {
-        let bad = |key: &'static str, message: String| {
-            Err(ConfigError::Invalid {
+        // Section by section, in the order the keys are read: the first
+        // error found is the one reported.
+        self.check_job()
+            .and_then(|()| self.check_reads())
+            .and_then(|()| self.check_input_files())
+            .and_then(|()| self.check_model())
+            .and_then(|()| self.check_bins())
+            .and_then(|()| self.check_coordinator())
+            .map_err(|(key, message)| ConfigError::Invalid {
                 path: path.to_path_buf(),
                 key,
                 message,
             })
-        };
+    }
+
+    /// `[job]`'s keys but `max_reject_rate`.
+    fn check_job(&self) -> Result<(), (&'static str, String)> {
         if self.job.name.trim().is_empty() {
             return bad("job.name", "must not be empty".into());
         }
@@ -531,6 +485,12 @@ impl JobConfig {
         if self.job.lease_seconds < 5 {
             return bad("job.lease_seconds", "must be at least 5".into());
         }
+        Ok(())
+    }
+
+    /// What the job reads besides the bitext's lines: that there are
+    /// inputs, `[filters]`, and `[scoring]`'s files.
+    fn check_reads(&self) -> Result<(), (&'static str, String)> {
         if self.input.paths.is_empty() {
             return bad("input.paths", "needs at least one file".into());
         }
@@ -560,6 +520,12 @@ impl JobConfig {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// `[input]`: its files' schemes, no file twice, what the format
+    /// needs, the side bound and the columns.
+    fn check_input_files(&self) -> Result<(), (&'static str, String)> {
         for (key, list) in [
             ("input.paths", &self.input.paths),
             ("input.reference_paths", &self.input.reference_paths),
@@ -625,13 +591,13 @@ impl JobConfig {
                 format!("{} must be between 1 and {MAX_CHARS}", self.input.max_chars),
             );
         }
-        if let Err((key, message)) = self.check_input_columns() {
-            return bad(key, message);
-        }
+        self.check_input_columns()
+    }
+
+    /// `[model]`, and the share of malformed lines a job may reject.
+    fn check_model(&self) -> Result<(), (&'static str, String)> {
         if let Some(m) = &self.model {
-            if let Err((key, message)) = m.validate() {
-                return bad(key, message);
-            }
+            m.validate()?;
         }
         if !(0.0..=1.0).contains(&self.job.max_reject_rate) {
             return bad(
@@ -642,6 +608,11 @@ impl JobConfig {
                 ),
             );
         }
+        Ok(())
+    }
+
+    /// `[bins]`.
+    fn check_bins(&self) -> Result<(), (&'static str, String)> {
         // `<output>-bins` of a bucket's root would be another bucket.
         if self.bins.as_ref().is_some_and(|b| b.output.is_none()) {
             let root = self
@@ -688,6 +659,11 @@ impl JobConfig {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// `[coordinator]` and `[workers]`.
+    fn check_coordinator(&self) -> Result<(), (&'static str, String)> {
         for (key, addr) in [
             ("coordinator.listen", &self.coordinator.listen),
             ("coordinator.metrics", &self.coordinator.metrics),
@@ -871,6 +847,11 @@ impl JobConfig {
         }
         out
     }
+}
+
+/// A key's error, as the section checks return it.
+fn bad(key: &'static str, message: String) -> Result<(), (&'static str, String)> {
+    Err((key, message))
 }
 
 /// What names one input file however it is spelled: a local path (or

@@ -5,4 +5,6 @@
 pub mod bitext;
 pub mod config;
 pub mod filters;
+pub mod limits;
+pub mod reject;
 pub mod storage;
