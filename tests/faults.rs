@@ -867,7 +867,8 @@ fn aftermath(seed: u64, fault: Fault, dir: &Path, cfg: &Path, ids: &[String], rn
                 err.contains("refused even with --overwrite")
                     || err.contains("is the input")
                     || err.contains("lies inside")
-                    || err.contains("must not be an input"),
+                    || err.contains("must not be an input")
+                    || err.contains("--overwrite replaces only"),
                 "seed {seed}: {args:?}: {err}"
             );
             assert_eq!(

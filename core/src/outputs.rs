@@ -223,10 +223,14 @@ pub fn check(
     if writes.is_file() && std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
         // Even an empty one: the user meant a file to go into it, or
         // another path; replacing the directory with a file is neither.
+        let what = match now {
+            Found::Nothing => "a directory".to_string(),
+            ref f => f.describe(),
+        };
         return Err(OutputRuleError::OtherKind {
             flag: flag.into(),
             target: path.to_path_buf(),
-            what: "a directory".into(),
+            what,
             writes: writes.describe(),
         });
     }

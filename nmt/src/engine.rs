@@ -19,19 +19,19 @@
 //! every later call.
 
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::cache::{BufferPool, Cache, SelfHistory};
-use crate::config::ModelConfig;
 use crate::decode::{decode, DecodeScratch, Rows, StepDecoder, StepOutput};
 use crate::error::NmtError;
 use crate::onnx_graph;
-use crate::rewrites::{top_k_session, with_past_session, Rewrites};
-use crate::runtime::{builder, onnx_error, session, DecoderLayout, Device, LoadOptions};
+use crate::rewrites::Rewrites;
 use crate::search::{Finished, Settings};
-use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
+use ort::memory::MemoryInfo;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor};
+
+mod load;
 
 enum Decoder {
     /// `decoder_model.onnx` for the first step, `decoder_with_past_model.onnx` after.
@@ -103,201 +103,6 @@ pub(crate) struct Graphs {
 }
 
 impl Graphs {
-    pub(crate) fn load(
-        dir: &Path,
-        cfg: &ModelConfig,
-        opts: &LoadOptions,
-    ) -> Result<Graphs, NmtError> {
-        // A directory that ships only the int8 files (the bundled demo
-        // models, to stay small) is loaded as int8 without being asked.
-        // (Any fp32 graph present means a full model with a file missing:
-        // that stays an error naming the file.)
-        let only_int8 = [
-            "encoder_model.onnx",
-            "decoder_model.onnx",
-            "decoder_with_past_model.onnx",
-            "decoder_model_merged.onnx",
-        ]
-        .iter()
-        .all(|f| !dir.join(f).is_file())
-            && dir.join("encoder_model_quantized.onnx").is_file();
-        if only_int8 && !opts.quantized {
-            tracing::info!(dir = %dir.display(), "only int8 graphs present; loading those");
-        }
-        let suffix = if opts.quantized || only_int8 {
-            "_quantized"
-        } else {
-            ""
-        };
-        let file = |stem: &str| dir.join(format!("{stem}{suffix}.onnx"));
-        let missing = |what: String| NmtError::MissingFile {
-            dir: dir.to_path_buf(),
-            what,
-        };
-        let enc_path = file("encoder_model");
-        if !enc_path.is_file() {
-            return Err(missing(format!("encoder_model{suffix}.onnx")));
-        }
-        let (first_p, past_p, merged_p) = (
-            file("decoder_model"),
-            file("decoder_with_past_model"),
-            file("decoder_model_merged"),
-        );
-        let mut files = vec![enc_path.clone()];
-        let mut rewrites = Rewrites::default();
-        let split = first_p.is_file() && past_p.is_file() && opts.decoder != DecoderLayout::Merged;
-        let merged = merged_p.is_file() && opts.decoder != DecoderLayout::Split;
-        let decoder = if split {
-            files.extend([first_p.clone(), past_p.clone()]);
-            let (with_past, done) = with_past_session(&past_p, cfg, opts)?;
-            let (first, top_k_first) = top_k_session(&first_p, cfg, opts)?;
-            rewrites = Rewrites {
-                top_k_first,
-                ..done
-            };
-            Decoder::Split { first, with_past }
-        } else if merged {
-            files.push(merged_p.clone());
-            let (m, top_k) = top_k_session(&merged_p, cfg, opts)?;
-            rewrites.top_k = top_k;
-            rewrites.top_k_first = top_k;
-            Decoder::Merged(m)
-        } else {
-            let what = match opts.decoder {
-                DecoderLayout::Auto => format!(
-                    "decoder_model{suffix}.onnx + decoder_with_past_model{suffix}.onnx, or decoder_model_merged{suffix}.onnx"
-                ),
-                DecoderLayout::Split => format!("decoder_model{suffix}.onnx + decoder_with_past_model{suffix}.onnx"),
-                DecoderLayout::Merged => format!("decoder_model_merged{suffix}.onnx"),
-            };
-            return Err(missing(what));
-        };
-        let encoder = session(&enc_path, opts)?;
-        let on_device = opts.io_binding || matches!(opts.device, Device::Cuda(_));
-        let elem = cache_elem(&decoder);
-        let half = elem == onnx_graph::onnx::tensor_proto::DataType::Float16;
-        if half && matches!(decoder, Decoder::Merged(_)) {
-            // The merged graph's first step is fed f32 placeholders for its
-            // cache inputs.
-            return Err(NmtError::Device {
-                device: opts.device.to_string(),
-                reason: format!(
-                    "{} keeps its KV cache in fp16 in a merged decoder; export fp16 graphs split (tools/marian_model.py export --fp16)",
-                    files.last().unwrap_or(&enc_path).display()
-                ),
-            });
-        }
-        if !on_device && half {
-            // The host's search and cache code is f32 throughout.
-            return Err(NmtError::Device {
-                device: opts.device.to_string(),
-                reason: format!(
-                    "{} keeps its KV cache in fp16 (an fp16 export for CUDA); run it with --device cuda, or --io-binding to keep the cache in ONNX Runtime's memory",
-                    files.last().unwrap_or(&enc_path).display()
-                ),
-            });
-        }
-        let device_io = if on_device {
-            let (alloc_dev, id) = match opts.device {
-                Device::Cuda(id) => (AllocationDevice::CUDA, id),
-                Device::Cpu => (AllocationDevice::CPU, 0),
-            };
-            let mem_err = |e: ort::Error| NmtError::Device {
-                device: opts.device.to_string(),
-                reason: format!("memory info: {e}"),
-            };
-            let gather_path = dir.join("<cache gather graph>");
-            let gather = builder(&gather_path, opts)?
-                .commit_from_memory(&crate::onnx_graph::gather_model(
-                    2 * cfg.decoder_layers,
-                    elem,
-                ))
-                .map_err(|e| onnx_error(&gather_path, e))?;
-            Some(DeviceIo {
-                cache_mem: MemoryInfo::new(
-                    alloc_dev,
-                    id,
-                    AllocatorType::Device,
-                    MemoryType::Default,
-                )
-                .map_err(mem_err)?,
-                host_mem: MemoryInfo::new(
-                    AllocationDevice::CPU,
-                    0,
-                    AllocatorType::Device,
-                    MemoryType::Default,
-                )
-                .map_err(mem_err)?,
-                gather,
-            })
-        } else {
-            None
-        };
-        let g = Graphs {
-            cache_half: half,
-            device_io,
-            profile: Profile::default(),
-            scratch: DecodeScratch::default(),
-            pool: BufferPool::default(),
-            rewrites,
-            encoder,
-            decoder,
-            layers: cfg.decoder_layers,
-            heads: cfg.decoder_attention_heads,
-            head_dim: cfg.head_dim(),
-            vocab: cfg.target_vocab_size(),
-            files,
-        };
-        g.check_signature(dir)?;
-        Ok(g)
-    }
-
-    /// Fails early, naming the file, when the graphs do not have the
-    /// inputs and outputs this engine feeds (a different export, a
-    /// different model than config.json describes).
-    fn check_signature(&self, dir: &Path) -> Result<(), NmtError> {
-        let mismatch = |reason: String| NmtError::VocabMismatch {
-            dir: dir.to_path_buf(),
-            reason,
-        };
-        let has_in = |s: &Session, n: &str| s.inputs().iter().any(|i| i.name() == n);
-        let has_out = |s: &Session, n: &str| s.outputs().iter().any(|o| o.name() == n);
-        for n in ["input_ids", "attention_mask"] {
-            if !has_in(&self.encoder, n) {
-                return Err(mismatch(format!("encoder has no input {n:?}")));
-            }
-        }
-        let past = match &self.decoder {
-            Decoder::Split { with_past, .. } => with_past,
-            Decoder::Merged(m) => m,
-        };
-        for l in 0..self.layers {
-            for part in [
-                "decoder.key",
-                "decoder.value",
-                "encoder.key",
-                "encoder.value",
-            ] {
-                let n = format!("past_key_values.{l}.{part}");
-                if !has_in(past, &n) {
-                    return Err(mismatch(format!(
-                        "config.json says {} decoder layers but the decoder has no input {n:?}",
-                        self.layers
-                    )));
-                }
-            }
-        }
-        let logits = if self.rewrites.top_k {
-            crate::top_k::TOP_LOGPROBS
-        } else {
-            "logits"
-        };
-        if !has_out(past, logits) {
-            return Err(mismatch(format!("decoder has no output {logits:?}")));
-        }
-        Ok(())
-    }
-
     fn run<'s>(
         session: &'s mut Session,
         stage: &'static str,
@@ -651,26 +456,8 @@ impl Graphs {
         let t0 = std::time::Instant::now();
         let rows = last.len();
         b.rows = rows;
-        // The per-sentence graph groups rows by sentence with a reshape:
-        // every live sentence must hold the same number of consecutive rows.
         if self.rewrites.cross_per_sentence {
-            let per = rows / b.cross_rows.len().max(1);
-            let grouped = per > 0
-                && rows == per * b.cross_rows.len()
-                && b.row_sents.len() == rows
-                && b.row_sents
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &s)| b.cross_rows[i / per] == s);
-            if !grouped {
-                return Err(NmtError::inference(
-                    "decoder",
-                    format!(
-                        "{rows} rows are not {} sentences' equal, consecutive blocks",
-                        b.cross_rows.len()
-                    ),
-                ));
-            }
+            check_grouped(b, rows)?;
         }
         // Per-step inputs go in from buffers the batch keeps: a fresh
         // allocation of this size every step came back from the allocator
@@ -718,27 +505,7 @@ impl Graphs {
             inputs.push(top_k_input(b.top_k)?);
         }
         if let Some(h) = &b.history {
-            let t = h.positions;
-            let slots = ort::value::TensorRef::from_array_view(([rows, t], &h.fed[..]))
-                .map_err(|e| NmtError::inference("input", e))?;
-            inputs.push((crate::self_attention::SLOTS.into(), slots.into()));
-            for l in 0..self.layers {
-                for (j, part) in ["key", "value"].iter().enumerate() {
-                    let dims = [h.slots, self.heads, self.head_dim];
-                    let view = ort::value::TensorRef::from_array_view((dims, &h.kv[2 * l + j][..]))
-                        .map_err(|e| NmtError::inference("input", e))?;
-                    inputs.push((
-                        crate::self_attention::history_input(l, part).into(),
-                        view.into(),
-                    ));
-                    // Read for its time length only.
-                    let past = tensor_f32(vec![1, 1, t, 1], vec![0.0; t])?;
-                    inputs.push((
-                        format!("past_key_values.{l}.decoder.{part}").into(),
-                        past.into(),
-                    ));
-                }
-            }
+            self.history_inputs(h, rows, &mut inputs)?;
         }
         for l in 0..self.layers {
             for (j, part) in ["key", "value"].iter().enumerate() {
@@ -777,12 +544,57 @@ impl Graphs {
             }
         }
         drop(out);
+        let on_device = io.is_some();
+        self.keep_present(b, kv, rows, on_device)?;
+        self.profile.decoder_s += t0.elapsed().as_secs_f64();
+        self.profile.decoder_calls += 1;
+        self.profile.decoder_rows += rows as u64;
+        Ok(logits)
+    }
+
+    /// The self-attention history's inputs: each row's slots, each layer's
+    /// keys and values, and the past placeholders read for their length.
+    fn history_inputs<'h>(
+        &self,
+        h: &'h SelfHistory,
+        rows: usize,
+        inputs: &mut Vec<(Cow<'static, str>, SessionInputValue<'h>)>,
+    ) -> Result<(), NmtError> {
+        let t = h.positions;
+        let slots = ort::value::TensorRef::from_array_view(([rows, t], &h.fed[..]))
+            .map_err(|e| NmtError::inference("input", e))?;
+        inputs.push((crate::self_attention::SLOTS.into(), slots.into()));
+        for l in 0..self.layers {
+            for (j, part) in ["key", "value"].iter().enumerate() {
+                let dims = [h.slots, self.heads, self.head_dim];
+                let view = ort::value::TensorRef::from_array_view((dims, &h.kv[2 * l + j][..]))
+                    .map_err(|e| NmtError::inference("input", e))?;
+                inputs.push((
+                    crate::self_attention::history_input(l, part).into(),
+                    view.into(),
+                ));
+                // Read for its time length only.
+                let past = tensor_f32(vec![1, 1, t, 1], vec![0.0; t])?;
+                inputs.push((
+                    format!("past_key_values.{l}.decoder.{part}").into(),
+                    past.into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps a step's `present` self-attention values: appended to the
+    /// history, or as the next step's cache.
+    fn keep_present(
+        &mut self,
+        b: &mut Batch,
+        kv: Vec<DynValue>,
+        rows: usize,
+        on_device: bool,
+    ) -> Result<(), NmtError> {
         if let Some(h) = &mut b.history {
-            h.append(&kv, rows)?;
-            self.profile.decoder_s += t0.elapsed().as_secs_f64();
-            self.profile.decoder_calls += 1;
-            self.profile.decoder_rows += rows as u64;
-            return Ok(logits);
+            return h.append(&kv, rows);
         }
         // Buffers of the last engine reorder, for the next one; a cache the
         // graph reordered itself holds none, and the pooled ones are kept.
@@ -790,15 +602,12 @@ impl Graphs {
         if !bufs.is_empty() {
             b.spare = bufs;
         }
-        b.self_kv = if io.is_some() {
+        b.self_kv = if on_device {
             Cache::Device(kv)
         } else {
             Cache::Ort(kv)
         };
-        self.profile.decoder_s += t0.elapsed().as_secs_f64();
-        self.profile.decoder_calls += 1;
-        self.profile.decoder_rows += rows as u64;
-        Ok(logits)
+        Ok(())
     }
 
     /// A cache holding `rows` of `cache`: on the device through the gather
@@ -839,6 +648,29 @@ impl Graphs {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Cache::Device(moved))
     }
+}
+
+/// The per-sentence graph groups rows by sentence with a reshape: every
+/// live sentence must hold the same number of consecutive rows.
+fn check_grouped(b: &Batch, rows: usize) -> Result<(), NmtError> {
+    let per = rows / b.cross_rows.len().max(1);
+    let grouped = per > 0
+        && rows == per * b.cross_rows.len()
+        && b.row_sents.len() == rows
+        && b.row_sents
+            .iter()
+            .enumerate()
+            .all(|(i, &s)| b.cross_rows[i / per] == s);
+    if grouped {
+        return Ok(());
+    }
+    Err(NmtError::inference(
+        "decoder",
+        format!(
+            "{rows} rows are not {} sentences' equal, consecutive blocks",
+            b.cross_rows.len()
+        ),
+    ))
 }
 
 fn top_k_input(k: i64) -> Result<(Cow<'static, str>, SessionInputValue<'static>), NmtError> {
