@@ -123,32 +123,7 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
         ],
         a.overwrite,
     )?;
-    let (mut inputs, mut refs) = test_pairs(&a)?;
-    // With --templates, the pairs whose reference has a template, and it.
-    let mut wanted: Vec<String> = Vec::new();
-    if a.templates {
-        crate::translate::check_template_model(&a.model)?;
-        let all = inputs.len();
-        let t = templates(&refs)?;
-        (inputs, refs) = inputs
-            .into_iter()
-            .zip(refs)
-            .zip(&t)
-            .filter(|(_, t)| t.is_some())
-            .map(|(pair, _)| pair)
-            .unzip();
-        wanted = t.into_iter().flatten().collect();
-        println!(
-            "--templates: {} of {all} pairs kept, the rest's reference having no parse",
-            inputs.len()
-        );
-        if inputs.is_empty() {
-            bail!(
-                "--data {}: the parser found no reference's template",
-                a.data.display()
-            );
-        }
-    }
+    let (inputs, refs, wanted) = test_set(&a)?;
     if inputs.is_empty() {
         bail!(
             "--data {}: no pair has para_score >= {}, trigram_overlap <= {} and both sides \
@@ -203,6 +178,51 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
         f.template_match = Some(template_match(&controlled, &wanted)?);
         rows.push(f);
     }
+    print_table(&a, &rows, &inputs, &refs, &outputs);
+    if let Some(j) = json {
+        j.write_all(serde_json::to_string_pretty(&figures_json(&a, &rows))?.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The test pairs (input, reference paraphrase) and, with --templates,
+/// only those whose reference has a template, with it.
+fn test_set(a: &EvalParaphraseArgs) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
+    let (inputs, refs) = test_pairs(a)?;
+    if !a.templates {
+        return Ok((inputs, refs, Vec::new()));
+    }
+    crate::translate::check_template_model(&a.model)?;
+    let all = inputs.len();
+    let t = templates(&refs)?;
+    let (inputs, refs): (Vec<String>, Vec<String>) = inputs
+        .into_iter()
+        .zip(refs)
+        .zip(&t)
+        .filter(|(_, t)| t.is_some())
+        .map(|(pair, _)| pair)
+        .unzip();
+    println!(
+        "--templates: {} of {all} pairs kept, the rest's reference having no parse",
+        inputs.len()
+    );
+    if inputs.is_empty() {
+        bail!(
+            "--data {}: the parser found no reference's template",
+            a.data.display()
+        );
+    }
+    Ok((inputs, refs, t.into_iter().flatten().collect()))
+}
+
+/// The systems' figures as a Markdown table, then examples.
+fn print_table(
+    a: &EvalParaphraseArgs,
+    rows: &[Figures],
+    inputs: &[String],
+    refs: &[String],
+    outputs: &[String],
+) {
     println!(
         "{} held-out pairs of {} (para_score >= {}, trigram overlap <= {}, <= {} tokens)",
         inputs.len(),
@@ -221,7 +241,7 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
         extra.0
     );
     println!("|---|---:|---:|---:|---:|{}", extra.1);
-    for f in &rows {
+    for f in rows {
         let m = f
             .template_match
             .map_or(String::new(), |m| format!(" {:.1}% |", 100.0 * m));
@@ -240,22 +260,22 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
             inputs[i], refs[i], outputs[i]
         );
     }
-    if let Some(j) = json {
-        let v = serde_json::json!({
-            "model": a.model, "data": a.data, "scorer": a.scorer, "beam": a.beam,
-            "min_para_score": a.min_para_score, "max_trigram_overlap": a.max_trigram_overlap,
-            "max_tokens": a.max_tokens,
-            "systems": rows.iter().map(|f| serde_json::json!({
-                "system": f.system, "pairs": f.pairs, "bleu": f.bleu,
-                "trigram_overlap_with_input": f.trigram_overlap_with_input,
-                "para_score_with_input": f.para_score_with_input,
-                "identical_to_input": f.identical_to_input,
-                "template_match": f.template_match,
-            })).collect::<Vec<_>>(),
-        });
-        j.write_all(serde_json::to_string_pretty(&v)?.as_bytes())?;
-    }
-    Ok(())
+}
+
+/// What `--json` holds.
+fn figures_json(a: &EvalParaphraseArgs, rows: &[Figures]) -> serde_json::Value {
+    serde_json::json!({
+        "model": a.model, "data": a.data, "scorer": a.scorer, "beam": a.beam,
+        "min_para_score": a.min_para_score, "max_trigram_overlap": a.max_trigram_overlap,
+        "max_tokens": a.max_tokens,
+        "systems": rows.iter().map(|f| serde_json::json!({
+            "system": f.system, "pairs": f.pairs, "bleu": f.bleu,
+            "trigram_overlap_with_input": f.trigram_overlap_with_input,
+            "para_score_with_input": f.para_score_with_input,
+            "identical_to_input": f.identical_to_input,
+            "template_match": f.template_match,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 fn model_name(p: &Path) -> String {

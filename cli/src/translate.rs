@@ -198,34 +198,11 @@ const SHOWN: usize = 10;
 
 pub fn run(a: Args) -> Result<()> {
     check_options(&a)?;
-    if let Some(t) = &a.template {
-        if !a.paraphrasing {
-            bail!("--template is `paraforge paraphrase`'s: a translation model reads no template");
-        }
-        if !paraforge_encoders::tree::is_template(t) {
-            bail!(
-                "--template {t:?} is not a template: bracketed labels without words, as `paraforge parse --template 2` prints them, e.g. \"(S (NP) (VP) (.))\""
-            );
-        }
-        check_template_model(&a.model)?;
-    }
+    check_template(&a)?;
     if let Some(output) = &a.output {
         check_output(output, &a.model, a.input.as_deref(), a.overwrite)?;
     }
-    let opts = GenerateOptions {
-        num_beams: a.beam,
-        max_length: a.max_length,
-        max_new_tokens: a.max_new_tokens,
-        min_length: a.min_length,
-        min_new_tokens: a.min_new_tokens,
-        length_penalty: a.length_penalty,
-        early_stopping: a.early_stopping,
-        nbest: a.nbest.unwrap_or(1),
-        batch_size: a
-            .batch_size
-            .unwrap_or_else(|| paraforge_nmt::default_batch_size(&a.device)),
-        batch_tokens: a.batch_tokens,
-    };
+    let opts = generate_options(&a);
     // The search and cache copies run on rayon's pool between graph runs:
     // held to the same count, so that `--threads 1` processes side by side
     // do not each take every core. (Several streams each get a pool of
@@ -236,24 +213,12 @@ pub fn run(a: Args) -> Result<()> {
             .build_global()
             .context("starting the search's thread pool")?;
     }
-    let load = LoadOptions {
-        device: a.device,
-        threads: a.threads,
-        streams: streams(&a),
-        quantized: a.quantized,
-        decoder: Default::default(),
-        io_binding: a.io_binding,
-        cross_attention_per_beam: a.cross_attention_per_beam,
-        reorder_in_engine: a.reorder_in_engine,
-        unfused_self_attention: a.unfused_self_attention,
-        top_k_on: a.top_k_on,
-    };
     // The same reader as `run`'s, so .gz and .zst inputs are decompressed.
     let (mut reader, total): (Box<dyn BufRead>, Option<u64>) = match &a.input {
         Some(p) => (open_text(p)?, Some(count_lines(p, a.max_line_bytes)?)),
         None => (Box::new(BufReader::new(std::io::stdin().lock())), None),
     };
-    let mut model = Translator::load(&a.model, &load)
+    let mut model = Translator::load(&a.model, &load_options(&a))
         .with_context(|| format!("loading model {}", a.model.display()))?;
     if opts.batch_tokens.is_none() {
         if let Some(t) = model.auto_batch_tokens(opts.num_beams) {
@@ -268,144 +233,259 @@ pub fn run(a: Args) -> Result<()> {
         .input
         .as_ref()
         .map_or("<stdin>".to_string(), |p| p.display().to_string());
-    let mut warmed = 0;
-    if let Some(p) = a.input.as_ref().filter(|_| a.warmup > 0) {
-        let mut r = open_text(p)?;
-        let mut first = Vec::new();
-        let mut buf = Vec::new();
-        while first.len() < a.warmup
-            && next_line(&mut r, &mut buf, a.max_line_bytes, &name, first.len() + 1)?
-        {
-            first.push(String::from_utf8_lossy(&buf).trim_end().to_string());
-        }
-        model.translate(&first, &opts)?;
-        model.reset_profile();
-        warmed = first.len();
-    }
+    let warmed = warm_up(&mut model, &a, &opts, &name)?;
     let mut out = Output::create(a.output.as_deref())?;
-    let bar = match total {
-        Some(n) => {
-            let b = ProgressBar::new(n);
-            b.set_style(
-                ProgressStyle::with_template("{bar:40} {pos}/{len} sentences {per_sec} eta {eta}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            b
-        }
-        None => ProgressBar::hidden(),
-    };
-
-    let mut line_no = 0usize;
-    let mut flagged = 0usize;
-    let (mut not_utf8, mut legacy, mut translatable) = (0usize, 0usize, 0usize);
-    let mut busy = std::time::Duration::ZERO;
+    let bar = progress_bar(total);
+    let mut c = Counts::default();
     let mut buf = Vec::new();
     loop {
-        // A block of lines; invalid UTF-8 is flagged per line, not fatal.
-        let mut texts = Vec::with_capacity(BLOCK);
-        let mut bad = Vec::new();
-        while texts.len() < BLOCK {
-            let at = line_no + texts.len() + 1;
-            if !next_line(&mut reader, &mut buf, a.max_line_bytes, &name, at)? {
-                break;
-            }
-            match std::str::from_utf8(&buf) {
-                Ok(s) => {
-                    translatable += usize::from(!s.trim().is_empty());
-                    texts.push(match &a.template {
-                        Some(t) if !s.trim().is_empty() => with_template(t.trim(), s),
-                        _ => s.to_string(),
-                    });
-                }
-                Err(e) => {
-                    not_utf8 += 1;
-                    legacy += usize::from(looks_legacy_8bit(&buf));
-                    if not_utf8 <= SHOWN {
-                        eprintln!(
-                            "{name}:{}: invalid UTF-8 ({e}); empty output line",
-                            line_no + texts.len() + 1
-                        );
-                    }
-                    bad.push(texts.len());
-                    texts.push(String::new());
-                }
-            }
-        }
+        let (texts, bad) = read_block(&mut reader, &mut buf, &a, &name, &mut c)?;
         if texts.is_empty() {
             break;
         }
         let started = std::time::Instant::now();
         let results = model.translate_with_progress(&texts, &opts, |n| bar.inc(n as u64))?;
-        busy += started.elapsed();
-        for (i, t) in results.iter().enumerate() {
-            let n = line_no + i + 1;
-            match t.flag {
-                Some(Flag::Empty) if !bad.contains(&i) => {
-                    flagged += 1;
-                    eprintln!("{name}:{n}: empty line; empty output line");
-                }
-                Some(Flag::Truncated { tokens, kept }) => {
-                    flagged += 1;
-                    eprintln!("{name}:{n}: {tokens} tokens exceed the model's {kept} positions; translated the first {kept}");
-                }
-                _ => {}
-            }
-            if let Some(k) = a.nbest {
-                // An empty or undecodable line has no hypotheses; it still
-                // gets its one (empty) row, as it gets its empty line
-                // without --nbest, so no input line goes missing.
-                if t.nbest.is_empty() {
-                    writeln!(out, "{n}\t0\t{:.6}\t{}", t.score, t.text)?;
-                }
-                for (rank, h) in t.nbest.iter().take(k).enumerate() {
-                    writeln!(out, "{n}\t{rank}\t{:.6}\t{}", h.score, h.text)?;
-                }
-            } else if a.scores {
-                writeln!(out, "{:.6}\t{}", t.score, t.text)?;
-            } else {
-                writeln!(out, "{}", t.text)?;
-            }
-        }
-        flagged += bad.len();
-        line_no += texts.len();
+        c.busy += started.elapsed();
+        write_results(
+            &mut out,
+            &results,
+            &bad,
+            &a,
+            &name,
+            c.line_no,
+            &mut c.flagged,
+        )?;
+        c.flagged += bad.len();
+        c.line_no += texts.len();
     }
     bar.finish_and_clear();
-    if not_utf8 > 0 {
-        let hint = if 2 * legacy > not_utf8 {
-            format!(" ({LEGACY_HINT})")
-        } else {
-            String::new()
-        };
-        // Nothing but empty lines would be a wrong output reported as a success.
-        if translatable == 0 {
-            bail!(
-                "{name}: none of its {line_no} lines is UTF-8 text, nothing was translated{hint}"
-            );
+    c.finish(&name, out, &a, &model, warmed)
+}
+
+/// `--template`: `paraphrase`'s alone, a template, and a model trained on them.
+fn check_template(a: &Args) -> Result<()> {
+    let Some(t) = &a.template else {
+        return Ok(());
+    };
+    if !a.paraphrasing {
+        bail!("--template is `paraforge paraphrase`'s: a translation model reads no template");
+    }
+    if !paraforge_encoders::tree::is_template(t) {
+        bail!(
+            "--template {t:?} is not a template: bracketed labels without words, as `paraforge parse --template 2` prints them, e.g. \"(S (NP) (VP) (.))\""
+        );
+    }
+    check_template_model(&a.model)
+}
+
+fn generate_options(a: &Args) -> GenerateOptions {
+    GenerateOptions {
+        num_beams: a.beam,
+        max_length: a.max_length,
+        max_new_tokens: a.max_new_tokens,
+        min_length: a.min_length,
+        min_new_tokens: a.min_new_tokens,
+        length_penalty: a.length_penalty,
+        early_stopping: a.early_stopping,
+        nbest: a.nbest.unwrap_or(1),
+        batch_size: a
+            .batch_size
+            .unwrap_or_else(|| paraforge_nmt::default_batch_size(&a.device)),
+        batch_tokens: a.batch_tokens,
+    }
+}
+
+fn load_options(a: &Args) -> LoadOptions {
+    LoadOptions {
+        device: a.device,
+        threads: a.threads,
+        streams: streams(a),
+        quantized: a.quantized,
+        decoder: Default::default(),
+        io_binding: a.io_binding,
+        cross_attention_per_beam: a.cross_attention_per_beam,
+        reorder_in_engine: a.reorder_in_engine,
+        unfused_self_attention: a.unfused_self_attention,
+        top_k_on: a.top_k_on,
+    }
+}
+
+/// `--warmup N`: the input's first N lines translated and discarded, the
+/// profile cleared; returns how many.
+fn warm_up(model: &mut Translator, a: &Args, opts: &GenerateOptions, name: &str) -> Result<usize> {
+    let Some(p) = a.input.as_ref().filter(|_| a.warmup > 0) else {
+        return Ok(0);
+    };
+    let mut r = open_text(p)?;
+    let mut first = Vec::new();
+    let mut buf = Vec::new();
+    while first.len() < a.warmup
+        && next_line(&mut r, &mut buf, a.max_line_bytes, name, first.len() + 1)?
+    {
+        first.push(String::from_utf8_lossy(&buf).trim_end().to_string());
+    }
+    model.translate(&first, opts)?;
+    model.reset_profile();
+    Ok(first.len())
+}
+
+fn progress_bar(total: Option<u64>) -> ProgressBar {
+    let Some(n) = total else {
+        return ProgressBar::hidden();
+    };
+    let b = ProgressBar::new(n);
+    b.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} sentences {per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    b
+}
+
+/// What a run counted, for its messages at the end.
+#[derive(Default)]
+struct Counts {
+    line_no: usize,
+    flagged: usize,
+    not_utf8: usize,
+    legacy: usize,
+    translatable: usize,
+    busy: std::time::Duration,
+}
+
+/// A block of lines, and which of them were not UTF-8 (each an empty
+/// text, flagged per line, not fatal).
+fn read_block(
+    reader: &mut dyn BufRead,
+    buf: &mut Vec<u8>,
+    a: &Args,
+    name: &str,
+    c: &mut Counts,
+) -> Result<(Vec<String>, Vec<usize>)> {
+    let mut texts = Vec::with_capacity(BLOCK);
+    let mut bad = Vec::new();
+    while texts.len() < BLOCK {
+        let at = c.line_no + texts.len() + 1;
+        if !next_line(reader, buf, a.max_line_bytes, name, at)? {
+            break;
         }
-        eprintln!(
-            "paraforge translate: {not_utf8} of the {line_no} lines of {name} are not UTF-8{hint} (the first {} are listed above)",
-            not_utf8.min(SHOWN)
-        );
+        match std::str::from_utf8(buf) {
+            Ok(s) => {
+                c.translatable += usize::from(!s.trim().is_empty());
+                texts.push(match &a.template {
+                    Some(t) if !s.trim().is_empty() => with_template(t.trim(), s),
+                    _ => s.to_string(),
+                });
+            }
+            Err(e) => {
+                c.not_utf8 += 1;
+                c.legacy += usize::from(looks_legacy_8bit(buf));
+                if c.not_utf8 <= SHOWN {
+                    eprintln!("{name}:{at}: invalid UTF-8 ({e}); empty output line");
+                }
+                bad.push(texts.len());
+                texts.push(String::new());
+            }
+        }
     }
-    out.commit()?;
-    if flagged > 0 {
-        eprintln!("paraforge translate: {line_no} lines, {flagged} flagged (see above)");
-    }
-    if a.timing {
-        let p = model.profile();
-        eprintln!(
-            "{{\"sentences\":{line_no},\"warmup_sentences\":{warmed},\"seconds\":{:.6},\"encoder_s\":{:.3},\"decoder_s\":{:.3},\"search_s\":{:.3},\"cache_s\":{:.3},\"cross_cache_s\":{:.3},\"decoder_calls\":{},\"decoder_rows\":{}}}",
-            busy.as_secs_f64(),
-            p.encoder_s,
-            p.decoder_s,
-            p.search_s,
-            p.cache_s,
-            p.cross_cache_s,
-            p.decoder_calls,
-            p.decoder_rows
-        );
+    Ok((texts, bad))
+}
+
+/// One output line per input line (or its `--nbest` rows), after the lines
+/// before it (`line_no`); empty and truncated inputs are said.
+fn write_results(
+    out: &mut Output,
+    results: &[paraforge_nmt::Translation],
+    bad: &[usize],
+    a: &Args,
+    name: &str,
+    line_no: usize,
+    flagged: &mut usize,
+) -> Result<()> {
+    for (i, t) in results.iter().enumerate() {
+        let n = line_no + i + 1;
+        match t.flag {
+            Some(Flag::Empty) if !bad.contains(&i) => {
+                *flagged += 1;
+                eprintln!("{name}:{n}: empty line; empty output line");
+            }
+            Some(Flag::Truncated { tokens, kept }) => {
+                *flagged += 1;
+                eprintln!("{name}:{n}: {tokens} tokens exceed the model's {kept} positions; translated the first {kept}");
+            }
+            _ => {}
+        }
+        if let Some(k) = a.nbest {
+            // An empty or undecodable line has no hypotheses; it still gets
+            // its one (empty) row, as it gets its empty line without
+            // --nbest, so no input line goes missing.
+            if t.nbest.is_empty() {
+                writeln!(out, "{n}\t0\t{:.6}\t{}", t.score, t.text)?;
+            }
+            for (rank, h) in t.nbest.iter().take(k).enumerate() {
+                writeln!(out, "{n}\t{rank}\t{:.6}\t{}", h.score, h.text)?;
+            }
+        } else if a.scores {
+            writeln!(out, "{:.6}\t{}", t.score, t.text)?;
+        } else {
+            writeln!(out, "{}", t.text)?;
+        }
     }
     Ok(())
+}
+
+impl Counts {
+    /// Refuses an input with no UTF-8 text, puts the output in place, and
+    /// says what was flagged (and, with `--timing`, the time).
+    fn finish(
+        self,
+        name: &str,
+        out: Output,
+        a: &Args,
+        model: &Translator,
+        warmed: usize,
+    ) -> Result<()> {
+        let line_no = self.line_no;
+        if self.not_utf8 > 0 {
+            let hint = if 2 * self.legacy > self.not_utf8 {
+                format!(" ({LEGACY_HINT})")
+            } else {
+                String::new()
+            };
+            // Nothing but empty lines would be a wrong output reported as a success.
+            if self.translatable == 0 {
+                bail!(
+                    "{name}: none of its {line_no} lines is UTF-8 text, nothing was translated{hint}"
+                );
+            }
+            eprintln!(
+                "paraforge translate: {} of the {line_no} lines of {name} are not UTF-8{hint} (the first {} are listed above)",
+                self.not_utf8,
+                self.not_utf8.min(SHOWN)
+            );
+        }
+        out.commit()?;
+        if self.flagged > 0 {
+            eprintln!(
+                "paraforge translate: {line_no} lines, {} flagged (see above)",
+                self.flagged
+            );
+        }
+        if a.timing {
+            let p = model.profile();
+            eprintln!(
+                "{{\"sentences\":{line_no},\"warmup_sentences\":{warmed},\"seconds\":{:.6},\"encoder_s\":{:.3},\"decoder_s\":{:.3},\"search_s\":{:.3},\"cache_s\":{:.3},\"cross_cache_s\":{:.3},\"decoder_calls\":{},\"decoder_rows\":{}}}",
+                self.busy.as_secs_f64(),
+                p.encoder_s,
+                p.decoder_s,
+                p.search_s,
+                p.cache_s,
+                p.cross_cache_s,
+                p.decoder_calls,
+                p.decoder_rows
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Upper bounds, checked before the model loads: an unbounded beam, batch

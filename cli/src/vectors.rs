@@ -571,14 +571,36 @@ pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
     if failed > 0 {
         bail!("{what}: the encoder failed on {failed} sentences (see the log)");
     }
-    println!(
-        "\n{} ({}), frozen embeddings, logistic regression\n",
-        what,
-        encoder.short_name()
-    );
+    print_frozen(&what, encoder.short_name(), &results);
+    if !absent.is_empty() {
+        println!("\nnot under {}: {}", a.tasks.display(), absent.join(", "));
+    }
+    let supervised = match (a.fine_tune, fine_model.as_ref()) {
+        (true, Some(model)) => fine_tune(&a, model, &tasks, &what)?,
+        _ => Vec::new(),
+    };
+    if let Some(j) = json {
+        let out = if a.fine_tune {
+            serde_json::json!({"logistic_regression": results, "supervised": supervised})
+        } else {
+            serde_json::to_value(&results)?
+        };
+        j.write_all(serde_json::to_string_pretty(&out)?.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The frozen embeddings' results as a Markdown table.
+fn print_frozen(
+    what: &str,
+    short_name: String,
+    results: &[paraforge_trainer::transfer::TaskResult],
+) {
+    use paraforge_trainer::transfer;
+    println!("\n{what} ({short_name}), frozen embeddings, logistic regression\n");
     println!("| task | metric | score | train | test | unembedded |");
     println!("|---|---|---:|---:|---:|---:|");
-    for r in &results {
+    for r in results {
         let score = match r.f1 {
             Some(f1) => format!("{:.1} / {f1:.1}", r.score),
             None => format!("{:.1}", r.score),
@@ -593,13 +615,19 @@ pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
             r.task, r.train, r.test, r.unembedded
         );
     }
-    if !absent.is_empty() {
-        println!("\nnot under {}: {}", a.tasks.display(), absent.join(", "));
-    }
+}
+
+/// `--fine-tune`: the averaging model trained on SICK-R and SICK-E, and the
+/// same network with its tables frozen.
+fn fine_tune(
+    a: &EvalTransferArgs,
+    model: &paraforge_core::Model,
+    tasks: &[paraforge_trainer::transfer::Task],
+    what: &str,
+) -> Result<Vec<paraforge_trainer::sick_tune::TuneResult>> {
+    use paraforge_trainer::sick_tune::{self, TuneOptions};
     let mut supervised = Vec::new();
-    if a.fine_tune {
-        use paraforge_trainer::sick_tune::{self, TuneOptions};
-        let model = fine_model.as_ref().expect("loaded with --fine-tune");
+    {
         let sick: Vec<_> = tasks
             .iter()
             .filter(|t| t.name == "SICK-R" || t.name == "SICK-E")
@@ -621,7 +649,7 @@ pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
                     seed: a.seed,
                     ..TuneOptions::default()
                 };
-                supervised.push(sick_tune::tune(model, t, &o).with_context(|| what.clone())?);
+                supervised.push(sick_tune::tune(model, t, &o).with_context(|| what.to_string())?);
                 bar.inc(1);
             }
         }
@@ -644,13 +672,5 @@ pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
             );
         }
     }
-    if let Some(j) = json {
-        let out = if a.fine_tune {
-            serde_json::json!({"logistic_regression": results, "supervised": supervised})
-        } else {
-            serde_json::to_value(&results)?
-        };
-        j.write_all(serde_json::to_string_pretty(&out)?.as_bytes())?;
-    }
-    Ok(())
+    Ok(supervised)
 }

@@ -707,62 +707,23 @@ fn write_partitions(
         path: out.clone(),
         source: e,
     })?;
-    let metadata = vec![
-        (schema::meta::VERSION, env!("CARGO_PKG_VERSION").to_string()),
-        ("paraforge.bins.input", o.input_name()),
-    ];
-    let mut writers: BTreeMap<String, PairFileWriter> = BTreeMap::new();
+    let mut w = PartWriters {
+        out,
+        metadata: vec![
+            (schema::meta::VERSION, env!("CARGO_PKG_VERSION").to_string()),
+            ("paraforge.bins.input", o.input_name()),
+        ],
+        writers: BTreeMap::new(),
+    };
     let mut folds: Vec<FoldAssigner> = bounds.iter().map(FoldAssigner::new).collect();
     let mut eligible_rank = 0u64;
-    let write = |rel: String,
-                 batch: &RecordBatch,
-                 mask: Vec<bool>,
-                 writers: &mut BTreeMap<String, PairFileWriter>|
-     -> Result<(), BinError> {
-        if !mask.iter().any(|&b| b) {
-            return Ok(());
-        }
-        let sel = filter_record_batch(batch, &BooleanArray::from(mask)).map_err(|source| {
-            DataError::Arrow {
-                path: out.join(&rel),
-                source,
-            }
-        })?;
-        if !writers.contains_key(&rel) {
-            let w = PairFileWriter::create(&out.join(&rel), batch.schema(), &metadata)?;
-            writers.insert(rel.clone(), w);
-        }
-        writers.get_mut(&rel).map(|w| w.write(&sel)).transpose()?;
-        Ok(())
-    };
     for_each_batch(files, &[], |path, batch, first| {
         let n = batch.num_rows();
         let keep: Vec<bool> = (0..n).map(|r| kept.get(first + r as u64)).collect();
         let rl = schema::column::<Int32Array>(batch, col::REFERENCE_LEN, path)?;
         let tl = schema::column::<Int32Array>(batch, col::TRANSLATION_LEN, path)?;
         if o.ranges {
-            let para = schema::column::<Float32Array>(batch, col::PARA_SCORE, path)?;
-            let ranges: Vec<Option<usize>> = (0..n)
-                .map(|r| {
-                    para_range(if para.is_null(r) {
-                        None
-                    } else {
-                        Some(para.value(r))
-                    })
-                })
-                .collect();
-            for (i, &(_, _, label)) in PARA_RANGES.iter().enumerate() {
-                let mask: Vec<bool> = (0..n).map(|r| keep[r] && ranges[r] == Some(i)).collect();
-                *m.ranges.entry(label.to_string()).or_insert(0) +=
-                    mask.iter().filter(|&&b| b).count() as u64;
-                write(OutputLayout::bin_range(label), batch, mask, &mut writers)?;
-            }
-            let mask: Vec<bool> = (0..n).map(|r| keep[r] && ranges[r].is_none()).collect();
-            let c = mask.iter().filter(|&&b| b).count() as u64;
-            if c > 0 {
-                *m.ranges.entry("none".into()).or_insert(0) += c;
-            }
-            write(OutputLayout::bin_range("none"), batch, mask, &mut writers)?;
+            write_ranges(batch, path, &keep, m, &mut w)?;
         }
         let mut para_folds: Vec<Option<usize>> = vec![None; n];
         for (s, name) in decile_scores.iter().enumerate() {
@@ -784,7 +745,7 @@ fn write_partitions(
             for f in 0..10 {
                 let mask: Vec<bool> = row_fold.iter().map(|x| *x == Some(f)).collect();
                 d.counts[f] += mask.iter().filter(|&&b| b).count() as u64;
-                write(OutputLayout::bin_fold(name, f), batch, mask, &mut writers)?;
+                w.write(OutputLayout::bin_fold(name, f), batch, mask)?;
             }
         }
         if o.train_sample.is_some() {
@@ -798,28 +759,98 @@ fn write_partitions(
                     eligible_rank += 1;
                 }
             }
-            write(OutputLayout::bin_train(), batch, mask, &mut writers)?;
+            w.write(OutputLayout::bin_train(), batch, mask)?;
         }
         Ok(())
     })?;
-    let mut configs = Vec::new();
-    for (rel, w) in writers {
-        let rows = w.close()?;
-        let path = out.join(&rel);
-        let io = |source| BinError::Io {
-            path: path.clone(),
-            source,
-        };
-        m.files.push(layout::ListedFile {
-            path: rel.clone(),
-            rows,
-            bytes: Some(std::fs::metadata(&path).map_err(io)?.len()),
-            sha256: Some(layout::sha256_file(&path).map_err(io)?),
-        });
-        configs.push(OutputLayout::bin_config(&rel));
+    w.close(m)
+}
+
+/// A batch's kept rows into the para_score ranges (and `none`), counted.
+fn write_ranges(
+    batch: &RecordBatch,
+    path: &Path,
+    keep: &[bool],
+    m: &mut BinManifest,
+    w: &mut PartWriters<'_>,
+) -> Result<(), BinError> {
+    let n = batch.num_rows();
+    let para = schema::column::<Float32Array>(batch, col::PARA_SCORE, path)?;
+    let ranges: Vec<Option<usize>> = (0..n)
+        .map(|r| {
+            para_range(if para.is_null(r) {
+                None
+            } else {
+                Some(para.value(r))
+            })
+        })
+        .collect();
+    for (i, &(_, _, label)) in PARA_RANGES.iter().enumerate() {
+        let mask: Vec<bool> = (0..n).map(|r| keep[r] && ranges[r] == Some(i)).collect();
+        *m.ranges.entry(label.to_string()).or_insert(0) +=
+            mask.iter().filter(|&&b| b).count() as u64;
+        w.write(OutputLayout::bin_range(label), batch, mask)?;
     }
-    configs.sort();
-    Ok(configs)
+    let mask: Vec<bool> = (0..n).map(|r| keep[r] && ranges[r].is_none()).collect();
+    let c = mask.iter().filter(|&&b| b).count() as u64;
+    if c > 0 {
+        *m.ranges.entry("none".into()).or_insert(0) += c;
+    }
+    w.write(OutputLayout::bin_range("none"), batch, mask)
+}
+
+/// One Parquet file per partition, opened at its first row.
+struct PartWriters<'a> {
+    out: &'a Path,
+    metadata: Vec<(&'static str, String)>,
+    writers: BTreeMap<String, PairFileWriter>,
+}
+
+impl PartWriters<'_> {
+    /// The rows of `batch` that `mask` selects, into partition `rel`.
+    fn write(&mut self, rel: String, batch: &RecordBatch, mask: Vec<bool>) -> Result<(), BinError> {
+        if !mask.iter().any(|&b| b) {
+            return Ok(());
+        }
+        let sel = filter_record_batch(batch, &BooleanArray::from(mask)).map_err(|source| {
+            DataError::Arrow {
+                path: self.out.join(&rel),
+                source,
+            }
+        })?;
+        if !self.writers.contains_key(&rel) {
+            let w = PairFileWriter::create(&self.out.join(&rel), batch.schema(), &self.metadata)?;
+            self.writers.insert(rel.clone(), w);
+        }
+        self.writers
+            .get_mut(&rel)
+            .map(|w| w.write(&sel))
+            .transpose()?;
+        Ok(())
+    }
+
+    /// Closes every file, lists it in the manifest, and returns each
+    /// partition's config (name, path pattern), sorted.
+    fn close(self, m: &mut BinManifest) -> Result<Vec<(String, String)>, BinError> {
+        let mut configs = Vec::new();
+        for (rel, w) in self.writers {
+            let rows = w.close()?;
+            let path = self.out.join(&rel);
+            let io = |source| BinError::Io {
+                path: path.clone(),
+                source,
+            };
+            m.files.push(layout::ListedFile {
+                path: rel.clone(),
+                rows,
+                bytes: Some(std::fs::metadata(&path).map_err(io)?.len()),
+                sha256: Some(layout::sha256_file(&path).map_err(io)?),
+            });
+            configs.push(OutputLayout::bin_config(&rel));
+        }
+        configs.sort();
+        Ok(configs)
+    }
 }
 
 /// The dataset card (every bin a config, with its rows; where the pairs

@@ -14,8 +14,7 @@
 //! merged at the end, so memory is bounded by the budget and the
 //! vocabulary, not by the corpus.
 
-use std::collections::{BinaryHeap, HashMap, HashSet};
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -24,7 +23,6 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use paraforge_core::layout::{self, ManifestKind};
 use paraforge_core::schema::{self, col, DataError, PairFileWriter, PairReader};
 use paraforge_core::tokenize::{tokenize_into, Tokens};
-use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::output::{NewDataset, OutputError};
@@ -260,25 +258,7 @@ pub fn run(
     let paths = dataset.paths();
     progress(Progress::Total(dataset.rows()));
 
-    // Pass 1: the vocabulary and each word's sentence counts.
-    let mut vocab: HashMap<String, [u64; 2]> = HashMap::new();
-    let counted = for_each_pair(&paths, o, progress, |r, t| {
-        for (side, toks) in [r, t].into_iter().enumerate() {
-            let mut types = toks.texts();
-            types.sort_unstable();
-            types.dedup();
-            for w in &types {
-                match vocab.get_mut(*w) {
-                    Some(c) => c[side] += 1,
-                    None => {
-                        let mut c = [0; 2];
-                        c[side] = 1;
-                        vocab.insert(w.to_string(), c);
-                    }
-                }
-            }
-        }
-    })?;
+    let (vocab, counted) = count_words(&paths, o, progress)?;
     let [input_rows, kept_rows, dropped_score, dropped_length] = counted;
     if kept_rows == 0 {
         return Err(LexiconError::Empty {
@@ -293,87 +273,17 @@ pub fn run(
         .filter(|(_, c)| c[0] + c[1] >= o.min_word_sentences)
         .collect();
     sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    let ids: HashMap<&str, u32> = sorted
-        .iter()
-        .enumerate()
-        .map(|(i, (w, _))| (w.as_str(), i as u32))
-        .collect();
     let mut totals = Totals {
         cross: 0,
         within: [0; 2],
         marginals: sorted.iter().map(|(_, c)| *c).collect(),
     };
 
-    // Pass 2: the pair counts. Totals are over every event, written or not.
-    progress(Progress::Counting);
-    let mut counts = PairCounts::new(o.memory);
-    let mut sides = Sides {
-        r: Vec::new(),
-        t: Vec::new(),
-    };
-    let mut failed: Option<std::io::Error> = None;
-    for_each_pair(&paths, o, progress, |r, t| {
-        if failed.is_some() {
-            return;
-        }
-        for (toks, out) in [(r, &mut sides.r), (t, &mut sides.t)] {
-            out.clear();
-            out.extend(toks.texts().iter().filter_map(|w| ids.get(w).copied()));
-            out.sort_unstable();
-            out.dedup();
-        }
-        if let Err(e) = counts.add_pair(&sides, &mut totals) {
-            failed = Some(e);
-        }
-    })?;
-    drop(ids);
-    let spill_error = |source| LexiconError::Io {
-        path: counts.dir(),
-        source,
-    };
-    if let Some(e) = failed {
-        return Err(spill_error(e));
-    }
-
-    // Merge and write, in key order: word1 < word2, both ascending.
+    let counts = count_pairs(&paths, o, progress, &sorted, &mut totals)?;
     let path = staged.dir().join(FILE);
-    let mut writer = PairFileWriter::create(
-        &path,
-        lexicon_schema(),
-        &[(
-            "paraforge.lexicon",
-            serde_json::to_string(o).unwrap_or_default(),
-        )],
-    )?;
-    let mut batch = Batch::default();
-    let (mut word_pairs, mut written) = (0u64, 0u64);
-    let mut write_err: Option<DataError> = None;
     let spills = counts.spills();
-    let dir = counts.dir();
-    counts
-        .drain_sorted(|key, c| {
-            word_pairs += u64::from(c[0] > 0);
-            if u64::from(c[0]) < o.min_count || write_err.is_some() {
-                return;
-            }
-            let (u, v) = ((key >> 32) as usize, (key & 0xffff_ffff) as usize);
-            let pmi = pmis(u, v, &c, &totals, o.smoothing);
-            batch.push(&sorted[u], &sorted[v], c, pmi);
-            written += 1;
-            if batch.len() == BATCH_ROWS {
-                if let Err(e) = writer.write(&batch.finish()) {
-                    write_err = Some(e);
-                }
-            }
-        })
-        .map_err(|source| LexiconError::Io { path: dir, source })?;
-    if let Some(e) = write_err {
-        return Err(e.into());
-    }
-    if batch.len() > 0 {
-        writer.write(&batch.finish())?;
-    }
-    let rows = writer.close()?;
+    let w = write_pairs(&path, o, counts, &sorted, &totals)?;
+    let (rows, word_pairs, written) = (w.rows, w.word_pairs, w.written);
     let sha256 = layout::sha256_file(&path).map_err(|e| LexiconError::Io {
         path: path.clone(),
         source: e,
@@ -415,6 +325,140 @@ pub fn run(
     Ok(m)
 }
 
+/// Each word's sentence counts: [references, translations].
+type WordCounts = HashMap<String, [u64; 2]>;
+
+/// Pass 1: the vocabulary and each word's sentence counts per side, and
+/// the rows read, kept and dropped.
+fn count_words(
+    paths: &[std::path::PathBuf],
+    o: &LexiconOptions,
+    progress: &dyn Fn(Progress),
+) -> Result<(WordCounts, [u64; 4]), LexiconError> {
+    let mut vocab: HashMap<String, [u64; 2]> = HashMap::new();
+    let counted = for_each_pair(paths, o, progress, |r, t| {
+        for (side, toks) in [r, t].into_iter().enumerate() {
+            let mut types = toks.texts();
+            types.sort_unstable();
+            types.dedup();
+            for w in &types {
+                match vocab.get_mut(*w) {
+                    Some(c) => c[side] += 1,
+                    None => {
+                        let mut c = [0; 2];
+                        c[side] = 1;
+                        vocab.insert(w.to_string(), c);
+                    }
+                }
+            }
+        }
+    })?;
+    Ok((vocab, counted))
+}
+
+/// Pass 2: the pair counts of the words in `sorted`. Totals are over every
+/// event, written or not.
+fn count_pairs(
+    paths: &[std::path::PathBuf],
+    o: &LexiconOptions,
+    progress: &dyn Fn(Progress),
+    sorted: &[(String, [u64; 2])],
+    totals: &mut Totals,
+) -> Result<PairCounts, LexiconError> {
+    let ids: HashMap<&str, u32> = sorted
+        .iter()
+        .enumerate()
+        .map(|(i, (w, _))| (w.as_str(), i as u32))
+        .collect();
+    progress(Progress::Counting);
+    let mut counts = PairCounts::new(o.memory);
+    let mut sides = Sides {
+        r: Vec::new(),
+        t: Vec::new(),
+    };
+    let mut failed: Option<std::io::Error> = None;
+    for_each_pair(paths, o, progress, |r, t| {
+        if failed.is_some() {
+            return;
+        }
+        for (toks, out) in [(r, &mut sides.r), (t, &mut sides.t)] {
+            out.clear();
+            out.extend(toks.texts().iter().filter_map(|w| ids.get(w).copied()));
+            out.sort_unstable();
+            out.dedup();
+        }
+        if let Err(e) = counts.add_pair(&sides, totals) {
+            failed = Some(e);
+        }
+    })?;
+    if let Some(source) = failed {
+        return Err(LexiconError::Io {
+            path: counts.dir(),
+            source,
+        });
+    }
+    Ok(counts)
+}
+
+/// What writing the pairs file counted.
+struct Written {
+    rows: u64,
+    /// Word pairs seen across sentences; those written (`min_count`).
+    word_pairs: u64,
+    written: u64,
+}
+
+/// Merges the counts and writes the pairs at `min_count` or more, in key
+/// order (word1 < word2, both ascending), with their PMIs.
+fn write_pairs(
+    path: &Path,
+    o: &LexiconOptions,
+    counts: PairCounts,
+    sorted: &[(String, [u64; 2])],
+    totals: &Totals,
+) -> Result<Written, LexiconError> {
+    let mut writer = PairFileWriter::create(
+        path,
+        lexicon_schema(),
+        &[(
+            "paraforge.lexicon",
+            serde_json::to_string(o).unwrap_or_default(),
+        )],
+    )?;
+    let mut batch = Batch::default();
+    let (mut word_pairs, mut written) = (0u64, 0u64);
+    let mut write_err: Option<DataError> = None;
+    let dir = counts.dir();
+    counts
+        .drain_sorted(|key, c| {
+            word_pairs += u64::from(c[0] > 0);
+            if u64::from(c[0]) < o.min_count || write_err.is_some() {
+                return;
+            }
+            let (u, v) = ((key >> 32) as usize, (key & 0xffff_ffff) as usize);
+            let pmi = pmis(u, v, &c, totals, o.smoothing);
+            batch.push(&sorted[u], &sorted[v], c, pmi);
+            written += 1;
+            if batch.len() == BATCH_ROWS {
+                if let Err(e) = writer.write(&batch.finish()) {
+                    write_err = Some(e);
+                }
+            }
+        })
+        .map_err(|source| LexiconError::Io { path: dir, source })?;
+    if let Some(e) = write_err {
+        return Err(e.into());
+    }
+    if batch.len() > 0 {
+        writer.write(&batch.finish())?;
+    }
+    Ok(Written {
+        rows: writer.close()?,
+        word_pairs,
+        written,
+    })
+}
+
 /// Event totals and word marginals the PMIs divide by.
 #[derive(Debug)]
 struct Totals {
@@ -450,211 +494,10 @@ fn pmis(u: usize, v: usize, c: &[u32; 3], t: &Totals, k: f64) -> [f64; 3] {
     [cross, ordinary, cross - ordinary]
 }
 
-/// Bytes one held pair costs at worst: the hash map's slot (24 bytes and a
-/// control byte, at most 7/8 full, doubled while it grows) and the sorted
-/// copy a spill makes.
-const PAIR_BYTES: u64 = 84;
-
-/// Pair counts, [cross, within references, within translations], keyed by
-/// `u << 32 | v` with `u < v`; spilled as sorted runs past the budget.
-struct PairCounts {
-    map: FxHashMap<u64, [u32; 3]>,
-    max_entries: usize,
-    dir: Option<tempfile::TempDir>,
-    runs: Vec<PathBuf>,
-    /// Runs written so far, merged ones included.
-    spilled: u64,
-    fan_in: usize,
-}
-
-const RECORD: usize = 8 + 12;
-
-fn key(a: u32, b: u32) -> u64 {
-    let (u, v) = if a < b { (a, b) } else { (b, a) };
-    (u64::from(u) << 32) | u64::from(v)
-}
-
-impl PairCounts {
-    fn new(memory: u64) -> PairCounts {
-        PairCounts {
-            map: FxHashMap::default(),
-            max_entries: (memory / PAIR_BYTES).max(1) as usize,
-            dir: None,
-            runs: Vec::new(),
-            spilled: 0,
-            fan_in: FAN_IN,
-        }
-    }
-
-    fn dir(&self) -> PathBuf {
-        self.dir
-            .as_ref()
-            .map(|d| d.path().to_path_buf())
-            .unwrap_or_else(std::env::temp_dir)
-    }
-
-    fn spills(&self) -> u64 {
-        self.spilled
-    }
-
-    fn bump(&mut self, key: u64, which: usize) -> std::io::Result<()> {
-        let e = self.map.entry(key).or_insert([0; 3]);
-        e[which] = e[which].saturating_add(1);
-        if self.map.len() >= self.max_entries {
-            self.spill()?;
-        }
-        Ok(())
-    }
-
-    fn add_pair(&mut self, s: &Sides, t: &mut Totals) -> std::io::Result<()> {
-        for &u in &s.r {
-            for &v in &s.t {
-                if u != v {
-                    t.cross += 1;
-                    self.bump(key(u, v), 0)?;
-                }
-            }
-        }
-        for (side, ids) in [&s.r, &s.t].into_iter().enumerate() {
-            for (i, &u) in ids.iter().enumerate() {
-                for &v in &ids[i + 1..] {
-                    t.within[side] += 1;
-                    self.bump(key(u, v), 1 + side)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn sorted(&mut self) -> Vec<(u64, [u32; 3])> {
-        let mut v: Vec<(u64, [u32; 3])> = self.map.drain().collect();
-        v.sort_unstable_by_key(|e| e.0);
-        v
-    }
-
-    fn spill(&mut self) -> std::io::Result<()> {
-        if self.dir.is_none() {
-            self.dir = Some(
-                tempfile::Builder::new()
-                    .prefix("paraforge-lexicon-")
-                    .tempdir()?,
-            );
-        }
-        let path = self.dir().join(format!("run-{:05}", self.spilled));
-        let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(&path)?);
-        for (k, c) in self.sorted() {
-            write_record(&mut w, k, c)?;
-        }
-        w.into_inner().map_err(|e| e.into_error())?;
-        self.runs.push(path);
-        self.spilled += 1;
-        if self.runs.len() >= self.fan_in {
-            // One run in place of many: the final merge opens at most
-            // `fan_in` files whatever the corpus.
-            let merged = self.dir().join(format!("merged-{:05}", self.spilled));
-            let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(&merged)?);
-            let mut err = None;
-            merge_runs(&self.runs, |k, c| {
-                if err.is_none() {
-                    err = write_record(&mut w, k, c).err();
-                }
-            })?;
-            if let Some(e) = err {
-                return Err(e);
-            }
-            w.into_inner().map_err(|e| e.into_error())?;
-            for r in self.runs.drain(..) {
-                std::fs::remove_file(r)?;
-            }
-            self.runs.push(merged);
-        }
-        Ok(())
-    }
-
-    /// Calls `f` once per key in ascending order with its summed counts.
-    fn drain_sorted(mut self, mut f: impl FnMut(u64, [u32; 3])) -> std::io::Result<()> {
-        if self.runs.is_empty() {
-            for (k, c) in self.sorted() {
-                f(k, c);
-            }
-            return Ok(());
-        }
-        if !self.map.is_empty() {
-            self.spill()?;
-        }
-        self.map = FxHashMap::default();
-        merge_runs(&self.runs, f)
-    }
-}
-
-/// Runs merged at once at most: past it the runs are merged into one
-/// first, so that open files and read buffers stay bounded.
-const FAN_IN: usize = 64;
-
-/// The k-way merge of sorted run files: `f` once per key, ascending, with
-/// the counts of every run that holds it summed.
-fn merge_runs(runs: &[PathBuf], mut f: impl FnMut(u64, [u32; 3])) -> std::io::Result<()> {
-    let mut readers = Vec::with_capacity(runs.len());
-    for p in runs {
-        readers.push(BufReader::with_capacity(1 << 16, std::fs::File::open(p)?));
-    }
-    let mut heap = BinaryHeap::new();
-    let mut heads: Vec<[u32; 3]> = vec![[0; 3]; readers.len()];
-    for (i, r) in readers.iter_mut().enumerate() {
-        if let Some((k, c)) = next_record(r)? {
-            heads[i] = c;
-            heap.push(std::cmp::Reverse((k, i)));
-        }
-    }
-    let mut cur: Option<(u64, [u32; 3])> = None;
-    while let Some(std::cmp::Reverse((k, i))) = heap.pop() {
-        let c = heads[i];
-        match &mut cur {
-            Some((ck, cc)) if *ck == k => {
-                for j in 0..3 {
-                    cc[j] = cc[j].saturating_add(c[j]);
-                }
-            }
-            _ => {
-                if let Some((ck, cc)) = cur.take() {
-                    f(ck, cc);
-                }
-                cur = Some((k, c));
-            }
-        }
-        if let Some((k, c)) = next_record(&mut readers[i])? {
-            heads[i] = c;
-            heap.push(std::cmp::Reverse((k, i)));
-        }
-    }
-    if let Some((ck, cc)) = cur {
-        f(ck, cc);
-    }
-    Ok(())
-}
-
-fn write_record(w: &mut impl Write, k: u64, c: [u32; 3]) -> std::io::Result<()> {
-    w.write_all(&k.to_le_bytes())?;
-    for x in c {
-        w.write_all(&x.to_le_bytes())?;
-    }
-    Ok(())
-}
-
-fn next_record(r: &mut impl Read) -> std::io::Result<Option<(u64, [u32; 3])>> {
-    let mut b = [0u8; RECORD];
-    match r.read_exact(&mut b) {
-        Ok(()) => {
-            let u = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-            Ok(Some((
-                u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
-                [u(8), u(12), u(16)],
-            )))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
-        Err(e) => Err(e),
-    }
-}
+mod counts;
+use counts::PairCounts;
+#[cfg(test)]
+use counts::PAIR_BYTES;
 
 const BATCH_ROWS: usize = 8192;
 

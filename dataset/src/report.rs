@@ -373,22 +373,58 @@ pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError>
     {
         return Err(ReportError::NotAReport(out.to_path_buf()));
     }
-    let idf = Idf::load(freq)?;
-    let files = dataset_files(input)?;
-    let rejects_by_reason = manifest_rejects(input)?;
-    let mut r = Report {
-        input: input.display().to_string(),
-        ranges: PARA_RANGES
-            .iter()
-            .map(|&(_, _, l)| RangeRow {
-                label: l.to_string(),
-                ..Default::default()
-            })
-            .collect(),
-        rejects_by_reason,
-        ..Default::default()
+    let mut acc = Tally {
+        idf: Idf::load(freq)?,
+        r: Report {
+            input: input.display().to_string(),
+            ranges: PARA_RANGES
+                .iter()
+                .map(|&(_, _, l)| RangeRow {
+                    label: l.to_string(),
+                    ..Default::default()
+                })
+                .collect(),
+            rejects_by_reason: manifest_rejects(input)?,
+            ..Default::default()
+        },
+        hists: histograms(),
+        vocab: HashMap::new(),
+        scatter: Vec::with_capacity(SCATTER_POINTS),
+        rng: rand_chacha::ChaCha8Rng::seed_from_u64(7),
     };
-    let mut hists: Vec<(&str, &str, Hist)> = vec![
+    let required = [
+        col::REFERENCE,
+        col::PARA_SCORE,
+        col::TRIGRAM_OVERLAP,
+        col::TRANSLATION_SCORE,
+        col::REFERENCE_LEN,
+        col::TRANSLATION_LEN,
+    ];
+    for path in &dataset_files(input)? {
+        for batch in PairReader::open(path, &required)? {
+            acc.add_batch(&batch?, path)?;
+        }
+    }
+    if acc.r.pairs == 0 {
+        return Err(ReportError::Empty(input.to_path_buf()));
+    }
+    let total: u64 = acc.vocab.values().sum();
+    acc.r.vocab_size = acc.vocab.len();
+    acc.r.vocab_entropy = acc
+        .vocab
+        .values()
+        .map(|&c| {
+            let p = c as f64 / total as f64;
+            -p * p.ln()
+        })
+        .sum();
+    write_report(out, &acc.r, &acc.hists, &acc.scatter)?;
+    Ok(acc.r)
+}
+
+/// The histograms drawn: (column, title, bins).
+fn histograms() -> Vec<(&'static str, &'static str, Hist)> {
+    vec![
         (col::PARA_SCORE, "para_score", Hist::new(-0.2, 1.0, 60)),
         (
             col::TRIGRAM_OVERLAP,
@@ -420,133 +456,152 @@ pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError>
             "translation length (tokens)",
             Hist::new(0.0, 80.0, 80),
         ),
-    ];
-    let mut vocab: HashMap<String, u64> = HashMap::new();
-    let mut scatter: Vec<(f32, f32)> = Vec::with_capacity(SCATTER_POINTS);
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-    let required = [
-        col::REFERENCE,
-        col::PARA_SCORE,
-        col::TRIGRAM_OVERLAP,
-        col::TRANSLATION_SCORE,
-        col::REFERENCE_LEN,
-        col::TRANSLATION_LEN,
-    ];
-    for path in &files {
-        for batch in PairReader::open(path, &required)? {
-            let b = batch?;
-            let refs = schema::column::<StringArray>(&b, col::REFERENCE, path)?;
-            let para = schema::column::<Float32Array>(&b, col::PARA_SCORE, path)?;
-            let tri = schema::column::<Float32Array>(&b, col::TRIGRAM_OVERLAP, path)?;
-            let ts = schema::column::<Float32Array>(&b, col::TRANSLATION_SCORE, path)?;
-            let rl = schema::column::<Int32Array>(&b, col::REFERENCE_LEN, path)?;
-            let tl = schema::column::<Int32Array>(&b, col::TRANSLATION_LEN, path)?;
-            let trunc = schema::column::<BooleanArray>(&b, col::TRUNCATED, path).ok();
-            for i in 0..b.num_rows() {
-                r.pairs += 1;
-                let p = if para.is_null(i) || para.value(i).is_nan() {
-                    None
-                } else {
-                    Some(para.value(i))
-                };
-                r.reference_len.add(rl.value(i) as f64);
-                r.translation_len.add(tl.value(i) as f64);
-                r.trigram_overlap.add(tri.value(i) as f64);
-                let score = (!ts.is_null(i) && ts.value(i).is_finite()).then(|| ts.value(i));
-                if let Some(v) = score {
-                    r.translation_score.add(v as f64);
-                }
-                if trunc.is_some_and(|t| t.value(i)) {
-                    r.truncated += 1;
-                }
-                match p {
-                    Some(v) => r.para_score.add(v as f64),
-                    None => r.no_para_score += 1,
-                }
-                if let Some(k) = para_range(p) {
-                    let row = &mut r.ranges[k];
-                    row.pairs += 1;
-                    row.trigram_overlap.add(tri.value(i) as f64);
-                    row.reference_len.add(rl.value(i) as f64);
-                    row.translation_len.add(tl.value(i) as f64);
-                    if let Some(v) = score {
-                        row.translation_score.add(v as f64);
-                    }
-                }
-                let toks = tokenize(refs.value(i));
-                if !toks.is_empty() {
-                    let s: f32 = toks.iter().map(|t| idf.get(t.text)).sum();
-                    r.reference_idf.add((s / toks.len() as f32) as f64);
-                }
-                for t in toks.iter() {
-                    *vocab.entry(t.text.to_string()).or_insert(0) += 1;
-                }
-                if let Some(v) = p {
-                    // Reservoir sample for the scatter plot.
-                    let point = (tri.value(i), v);
-                    if scatter.len() < SCATTER_POINTS {
-                        scatter.push(point);
-                    } else {
-                        let j = rng.random_range(0..r.pairs) as usize;
-                        if j < SCATTER_POINTS {
-                            scatter[j] = point;
-                        }
-                    }
-                }
-            }
-            for (name, _, h) in hists.iter_mut() {
-                if let Ok(c) = schema::column::<Float32Array>(&b, name, path) {
-                    for i in 0..c.len() {
-                        if !c.is_null(i) {
-                            h.add(c.value(i) as f64);
-                        }
-                    }
-                } else if let Ok(c) = schema::column::<Int32Array>(&b, name, path) {
-                    for i in 0..c.len() {
+    ]
+}
+
+/// What the report counts as it reads the pairs.
+struct Tally {
+    idf: Idf,
+    r: Report,
+    hists: Vec<(&'static str, &'static str, Hist)>,
+    vocab: HashMap<String, u64>,
+    /// A reservoir sample for the scatter plot.
+    scatter: Vec<(f32, f32)>,
+    rng: rand_chacha::ChaCha8Rng,
+}
+
+impl Tally {
+    fn add_batch(&mut self, b: &arrow_array::RecordBatch, path: &Path) -> Result<(), ReportError> {
+        let refs = schema::column::<StringArray>(b, col::REFERENCE, path)?;
+        let para = schema::column::<Float32Array>(b, col::PARA_SCORE, path)?;
+        let tri = schema::column::<Float32Array>(b, col::TRIGRAM_OVERLAP, path)?;
+        let ts = schema::column::<Float32Array>(b, col::TRANSLATION_SCORE, path)?;
+        let rl = schema::column::<Int32Array>(b, col::REFERENCE_LEN, path)?;
+        let tl = schema::column::<Int32Array>(b, col::TRANSLATION_LEN, path)?;
+        let trunc = schema::column::<BooleanArray>(b, col::TRUNCATED, path).ok();
+        for i in 0..b.num_rows() {
+            let p = if para.is_null(i) || para.value(i).is_nan() {
+                None
+            } else {
+                Some(para.value(i))
+            };
+            let score = (!ts.is_null(i) && ts.value(i).is_finite()).then(|| ts.value(i));
+            let lens = (rl.value(i) as f64, tl.value(i) as f64);
+            self.add_pair(
+                p,
+                tri.value(i),
+                score,
+                lens,
+                trunc.is_some_and(|t| t.value(i)),
+            );
+            self.add_reference(refs.value(i));
+        }
+        for (name, _, h) in self.hists.iter_mut() {
+            if let Ok(c) = schema::column::<Float32Array>(b, name, path) {
+                for i in 0..c.len() {
+                    if !c.is_null(i) {
                         h.add(c.value(i) as f64);
                     }
+                }
+            } else if let Ok(c) = schema::column::<Int32Array>(b, name, path) {
+                for i in 0..c.len() {
+                    h.add(c.value(i) as f64);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One pair's scores and lengths, overall and in its para_score range.
+    fn add_pair(
+        &mut self,
+        p: Option<f32>,
+        tri: f32,
+        score: Option<f32>,
+        (rl, tl): (f64, f64),
+        truncated: bool,
+    ) {
+        let r = &mut self.r;
+        r.pairs += 1;
+        r.reference_len.add(rl);
+        r.translation_len.add(tl);
+        r.trigram_overlap.add(tri as f64);
+        if let Some(v) = score {
+            r.translation_score.add(v as f64);
+        }
+        if truncated {
+            r.truncated += 1;
+        }
+        match p {
+            Some(v) => r.para_score.add(v as f64),
+            None => r.no_para_score += 1,
+        }
+        if let Some(k) = para_range(p) {
+            let row = &mut r.ranges[k];
+            row.pairs += 1;
+            row.trigram_overlap.add(tri as f64);
+            row.reference_len.add(rl);
+            row.translation_len.add(tl);
+            if let Some(v) = score {
+                row.translation_score.add(v as f64);
+            }
+        }
+        if let Some(v) = p {
+            let point = (tri, v);
+            if self.scatter.len() < SCATTER_POINTS {
+                self.scatter.push(point);
+            } else {
+                let j = self.rng.random_range(0..r.pairs) as usize;
+                if j < SCATTER_POINTS {
+                    self.scatter[j] = point;
                 }
             }
         }
     }
-    if r.pairs == 0 {
-        return Err(ReportError::Empty(input.to_path_buf()));
-    }
-    let total: u64 = vocab.values().sum();
-    r.vocab_size = vocab.len();
-    r.vocab_entropy = vocab
-        .values()
-        .map(|&c| {
-            let p = c as f64 / total as f64;
-            -p * p.ln()
-        })
-        .sum();
 
+    /// The reference's mean IDF and its words for the vocabulary.
+    fn add_reference(&mut self, reference: &str) {
+        let toks = tokenize(reference);
+        if !toks.is_empty() {
+            let s: f32 = toks.iter().map(|t| self.idf.get(t.text)).sum();
+            self.r.reference_idf.add((s / toks.len() as f32) as f64);
+        }
+        for t in toks.iter() {
+            *self.vocab.entry(t.text.to_string()).or_insert(0) += 1;
+        }
+    }
+}
+
+/// The figures, `report.md`, `report.html` and `report.json` in `out`.
+fn write_report(
+    out: &Path,
+    r: &Report,
+    hists: &[(&str, &str, Hist)],
+    scatter: &[(f32, f32)],
+) -> Result<(), ReportError> {
     std::fs::create_dir_all(out).map_err(io(out))?;
     let mut figures = Vec::new();
-    for (name, title, h) in &hists {
+    for (name, title, h) in hists {
         let file = format!("hist_{name}.svg");
         draw_histogram(&out.join(&file), title, h)?;
         figures.push((title.to_string(), file));
     }
-    draw_scatter(&out.join("scatter_para_trigram.svg"), &scatter)?;
+    draw_scatter(&out.join("scatter_para_trigram.svg"), scatter)?;
     figures.push((
         "para_score against trigram overlap (sample)".into(),
         "scatter_para_trigram.svg".into(),
     ));
-
-    let md = markdown(&r, &figures);
+    let md = markdown(r, &figures);
     let md_path = out.join("report.md");
     std::fs::write(&md_path, &md).map_err(io(&md_path))?;
     let html_path = out.join("report.html");
-    std::fs::write(&html_path, html(&r, &figures)).map_err(io(&html_path))?;
+    std::fs::write(&html_path, html(r, &figures)).map_err(io(&html_path))?;
     let json_path = out.join("report.json");
     std::fs::write(
         &json_path,
-        serde_json::to_string_pretty(&r).unwrap_or_default(),
+        serde_json::to_string_pretty(r).unwrap_or_default(),
     )
-    .map_err(io(&json_path))?;
-    Ok(r)
+    .map_err(io(&json_path))
 }
 
 fn plot_err(path: &Path, e: impl std::fmt::Display) -> ReportError {

@@ -280,22 +280,7 @@ pub fn train(
     use crate::limits::{at_most, MAX_EPOCHS, MAX_MEGABATCH_PAIRS};
     at_most("--epochs", o.epochs, MAX_EPOCHS)?;
     at_most("--batch-pairs", o.batch_pairs, MAX_MEGABATCH_PAIRS)?;
-    let encoded: Vec<Encoded> = examples
-        .iter()
-        .filter_map(|e| {
-            let reference = model.ids(&e.reference, MAX_TOKENS);
-            let candidates: Vec<Vec<u32>> = e
-                .candidates
-                .iter()
-                .map(|c| model.ids(c, MAX_TOKENS))
-                .filter(|c| !c.is_empty())
-                .collect();
-            (!reference.is_empty() && !candidates.is_empty()).then_some(Encoded {
-                reference,
-                candidates,
-            })
-        })
-        .collect();
+    let encoded = encode_examples(model, &examples);
     let [train, valid, test] = split(encoded, o);
     if train.len() < 2 || valid.is_empty() || test.is_empty() {
         return Err(TrainError::Invalid(format!(
@@ -324,32 +309,7 @@ pub fn train(
         order.shuffle(&mut rng);
         let (mut loss_sum, mut done) = (0f64, 0usize);
         for chunk in order.chunks(o.batch_pairs) {
-            let negatives: Vec<&[u32]> = match o.negatives {
-                NegativeChoice::Random => chunk
-                    .iter()
-                    .map(|&i| {
-                        let c = &train[i].candidates;
-                        c[rng.random_range(0..c.len())].as_slice()
-                    })
-                    .collect(),
-                NegativeChoice::Hardest => {
-                    let plain = net.valid();
-                    chunk
-                        .iter()
-                        .map(|&i| {
-                            let c: Vec<&[u32]> =
-                                train[i].candidates.iter().map(|c| c.as_slice()).collect();
-                            let p = probabilities_of(&plain, &c);
-                            let best = (0..c.len())
-                                .max_by(|&a, &b| {
-                                    p[a].unwrap_or(0.0).total_cmp(&p[b].unwrap_or(0.0))
-                                })
-                                .unwrap_or(0);
-                            c[best]
-                        })
-                        .collect()
-                }
-            };
+            let negatives = pick_negatives(&train, chunk, o.negatives, &net, &mut rng);
             let mut sents: Vec<&[u32]> = chunk
                 .iter()
                 .map(|&i| train[i].reference.as_slice())
@@ -413,6 +373,61 @@ pub fn train(
     report.test = accuracy(&kept, &ts, &tl);
     model.net = kept;
     Ok(report)
+}
+
+/// Each example as token ids: its reference and its candidates with a
+/// token (an example with neither is left out).
+fn encode_examples(model: &ReferenceClassifier, examples: &[Example]) -> Vec<Encoded> {
+    examples
+        .iter()
+        .filter_map(|e| {
+            let reference = model.ids(&e.reference, MAX_TOKENS);
+            let candidates: Vec<Vec<u32>> = e
+                .candidates
+                .iter()
+                .map(|c| model.ids(c, MAX_TOKENS))
+                .filter(|c| !c.is_empty())
+                .collect();
+            (!reference.is_empty() && !candidates.is_empty()).then_some(Encoded {
+                reference,
+                candidates,
+            })
+        })
+        .collect()
+}
+
+/// Each pair's negative: one of its candidates at random, or the one the
+/// classifier now finds most like a reference.
+fn pick_negatives<'t>(
+    train: &'t [Encoded],
+    chunk: &[usize],
+    choice: NegativeChoice,
+    net: &RefNet,
+    rng: &mut rand_chacha::ChaCha8Rng,
+) -> Vec<&'t [u32]> {
+    match choice {
+        NegativeChoice::Random => chunk
+            .iter()
+            .map(|&i| {
+                let c = &train[i].candidates;
+                c[rng.random_range(0..c.len())].as_slice()
+            })
+            .collect(),
+        NegativeChoice::Hardest => {
+            let plain = net.valid();
+            chunk
+                .iter()
+                .map(|&i| {
+                    let c: Vec<&[u32]> = train[i].candidates.iter().map(|c| c.as_slice()).collect();
+                    let p = probabilities_of(&plain, &c);
+                    let best = (0..c.len())
+                        .max_by(|&a, &b| p[a].unwrap_or(0.0).total_cmp(&p[b].unwrap_or(0.0)))
+                        .unwrap_or(0);
+                    c[best]
+                })
+                .collect()
+        }
+    }
 }
 
 /// `paraforge train-classifier`: what to train on and how, each option

@@ -180,29 +180,7 @@ pub fn train(
             o.scramble
         )));
     }
-    let key = NeuralKey {
-        shape: model.net.shape.clone(),
-        megabatch: b.megabatch,
-        batch_size: b.batch_size,
-        margin: b.margin,
-        lr: b.lr,
-        seed: b.seed,
-        shuffle_buffer: b.shuffle_buffer,
-        max_pairs: b.max_pairs,
-        scramble: o.scramble,
-        sampling: o.sampling,
-        lambda_c: o.lambda_c,
-        lambda_w: o.lambda_w,
-        max_tokens: o.max_tokens,
-        lambda_kl: if model.net.shape.arch.is_gaussian() {
-            o.lambda_kl
-        } else {
-            0.0
-        },
-        rows: source.rows(),
-        data_sha256: source.digest().to_string(),
-        init_vectors_sha256: b.init_vectors_sha256.clone(),
-    };
+    let key = run_key(model, source, o);
     // The regulariser's start is the network as the run began, resumed or not.
     let initial = model.net.clone();
     let mut opt = AdamConfig::new().with_epsilon(1e-8).init();
@@ -252,62 +230,11 @@ pub fn train(
             check_negatives(&neg, epoch, pairs)?;
             for lo in (0..mb.len()).step_by(b.batch_size) {
                 let hi = (lo + b.batch_size).min(mb.len());
-                // s, s', t(s), t(s'): sentence i of the mega-batch is side
-                // i % 2 of pair i / 2.
-                let sentence = |i: usize| {
-                    let p = &mb[i / 2];
-                    if i.is_multiple_of(2) {
-                        &p.0
-                    } else {
-                        &p.1
-                    }
-                };
-                let mut sents: Vec<Encoded> = Vec::with_capacity(4 * (hi - lo));
-                for part in 0..4 {
-                    for p in lo..hi {
-                        let i = match part {
-                            0 => 2 * p,
-                            1 => 2 * p + 1,
-                            2 => neg[2 * p] as usize,
-                            _ => neg[2 * p + 1] as usize,
-                        };
-                        let mut s = sentence(i).clone();
-                        if o.scramble > 0.0 && mrng.random_bool(o.scramble) {
-                            s.words.shuffle(&mut mrng);
-                        }
-                        sents.push(s);
-                    }
-                }
-                let refs: Vec<&[u32]> = sents.iter().map(|s| s.words.as_slice()).collect();
-                let mut batch = if net.shape.trigrams > 0 {
-                    let t: Vec<&[u32]> = sents.iter().map(|s| s.trigrams.as_slice()).collect();
-                    Batch::with_trigrams(&refs, &t)
-                } else {
-                    Batch::new(&refs)
-                };
-                if net.shape.arch == Arch::TreeRnn {
-                    batch = batch.with_trees(sents.iter().map(|s| s.tree.clone()).collect());
-                }
-                let (mut loss, prior) =
-                    objective(&net, &batch, hi - lo, b.margin as f64, o.lambda_kl);
-                let value: f64 = loss.clone().into_scalar::<f64>() * (hi - lo) as f64;
-                if let Some(p) = prior {
-                    loss = loss + p;
-                }
-                if let Some(r) = start
-                    .as_ref()
-                    .and_then(|s| regulariser(&net, s, o.lambda_c, o.lambda_w))
-                {
-                    loss = loss + r;
-                }
-                if !value.is_finite() {
-                    return Err(TrainError::Invalid(format!(
-                        "epoch {epoch}: the loss became {value} (lower --lr?)"
-                    )));
-                }
+                let batch = minibatch(&mb, &neg, lo..hi, o.scramble, &net.shape, &mut mrng);
+                let (stepped, value) =
+                    update(net, &mut opt, &batch, hi - lo, o, start.as_ref(), epoch)?;
+                net = stepped;
                 loss_sum += value;
-                let grads = GradientsParams::from_grads(loss.backward(), &net);
-                net = opt.step(b.lr as f64, net, grads);
                 // After every update, the last of an epoch included:
                 // nothing later would see it before the model is written.
                 if let Some(what) = first_non_finite(&named_params(&net.valid())) {
@@ -344,29 +271,146 @@ pub fn train(
         let row = EpochReport::logged(epoch, pairs, loss_sum, secs, score);
         run.end_epoch(row, || model.net.clone())?;
         if let Some(dir) = &b.checkpoint {
-            let ids = ParamIds {
-                param_ids: nn_checkpoint::param_ids(&model.net),
-            };
-            let best_model = run.best().map(|net| NeuralModel {
-                net: net.clone(),
-                words: model.words.clone(),
-                notes: serde_json::Value::Null,
-            });
-            let adam = opt.into_bytes().map_err(|e| {
-                TrainError::Invalid(format!("checkpoint {}: adam: {e}", dir.display()))
-            })?;
-            nn_checkpoint::save(
-                dir,
-                &run.state(epoch, ids),
-                model,
-                best_model.as_ref(),
-                &adam,
-            )?;
+            save_checkpoint(dir, &run, epoch, model, &opt)?;
         }
     }
     let report = run.finish(|n| model.net = n);
     check_finite(&report, first_non_finite(&named_params(&model.net)), b.lr)?;
     Ok(report)
+}
+
+/// Everything about a run that must match for a checkpoint to resume it.
+fn run_key(model: &NeuralModel, source: &PairSource, o: &NeuralOptions) -> NeuralKey {
+    let b = &o.base;
+    NeuralKey {
+        shape: model.net.shape.clone(),
+        megabatch: b.megabatch,
+        batch_size: b.batch_size,
+        margin: b.margin,
+        lr: b.lr,
+        seed: b.seed,
+        shuffle_buffer: b.shuffle_buffer,
+        max_pairs: b.max_pairs,
+        scramble: o.scramble,
+        sampling: o.sampling,
+        lambda_c: o.lambda_c,
+        lambda_w: o.lambda_w,
+        max_tokens: o.max_tokens,
+        lambda_kl: if model.net.shape.arch.is_gaussian() {
+            o.lambda_kl
+        } else {
+            0.0
+        },
+        rows: source.rows(),
+        data_sha256: source.digest().to_string(),
+        init_vectors_sha256: b.init_vectors_sha256.clone(),
+    }
+}
+
+/// The mini-batch `pairs` of the mega-batch as the network reads it:
+/// s, s', t(s), t(s') for each pair (sentence i of the mega-batch is side
+/// i % 2 of pair i / 2), words scrambled at rate `scramble`.
+fn minibatch(
+    mb: &[(Encoded, Encoded)],
+    neg: &[u32],
+    pairs: std::ops::Range<usize>,
+    scramble: f64,
+    shape: &crate::neural::Shape,
+    rng: &mut rand_chacha::ChaCha8Rng,
+) -> Batch {
+    let sentence = |i: usize| {
+        let p = &mb[i / 2];
+        if i.is_multiple_of(2) {
+            &p.0
+        } else {
+            &p.1
+        }
+    };
+    let mut sents: Vec<Encoded> = Vec::with_capacity(4 * pairs.len());
+    for part in 0..4 {
+        for p in pairs.clone() {
+            let i = match part {
+                0 => 2 * p,
+                1 => 2 * p + 1,
+                2 => neg[2 * p] as usize,
+                _ => neg[2 * p + 1] as usize,
+            };
+            let mut s = sentence(i).clone();
+            if scramble > 0.0 && rng.random_bool(scramble) {
+                s.words.shuffle(rng);
+            }
+            sents.push(s);
+        }
+    }
+    let refs: Vec<&[u32]> = sents.iter().map(|s| s.words.as_slice()).collect();
+    let mut batch = if shape.trigrams > 0 {
+        let t: Vec<&[u32]> = sents.iter().map(|s| s.trigrams.as_slice()).collect();
+        Batch::with_trigrams(&refs, &t)
+    } else {
+        Batch::new(&refs)
+    };
+    if shape.arch == Arch::TreeRnn {
+        batch = batch.with_trees(sents.iter().map(|s| s.tree.clone()).collect());
+    }
+    batch
+}
+
+/// One update on a mini-batch of `n` pairs: the network after Adam's step,
+/// and the loss summed over the pairs.
+fn update(
+    net: Net,
+    opt: &mut burn::optim::ModuleOptimizer,
+    batch: &Batch,
+    n: usize,
+    o: &NeuralOptions,
+    start: Option<&Net>,
+    epoch: usize,
+) -> Result<(Net, f64), TrainError> {
+    let b = &o.base;
+    let (mut loss, prior) = objective(&net, batch, n, b.margin as f64, o.lambda_kl);
+    let value: f64 = loss.clone().into_scalar::<f64>() * n as f64;
+    if let Some(p) = prior {
+        loss = loss + p;
+    }
+    if let Some(r) = start.and_then(|s| regulariser(&net, s, o.lambda_c, o.lambda_w)) {
+        loss = loss + r;
+    }
+    if !value.is_finite() {
+        return Err(TrainError::Invalid(format!(
+            "epoch {epoch}: the loss became {value} (lower --lr?)"
+        )));
+    }
+    let grads = GradientsParams::from_grads(loss.backward(), &net);
+    Ok((opt.step(b.lr as f64, net, grads), value))
+}
+
+/// The checkpoint after `epoch`: the state, the model, the best one so far
+/// and Adam's moments.
+fn save_checkpoint(
+    dir: &std::path::Path,
+    run: &Epochs<NeuralKey, Net>,
+    epoch: usize,
+    model: &NeuralModel,
+    opt: &burn::optim::ModuleOptimizer,
+) -> Result<(), TrainError> {
+    let ids = ParamIds {
+        param_ids: nn_checkpoint::param_ids(&model.net),
+    };
+    let best_model = run.best().map(|net| NeuralModel {
+        net: net.clone(),
+        words: model.words.clone(),
+        notes: serde_json::Value::Null,
+    });
+    let adam = opt
+        .into_bytes()
+        .map_err(|e| TrainError::Invalid(format!("checkpoint {}: adam: {e}", dir.display())))?;
+    nn_checkpoint::save(
+        dir,
+        &run.state(epoch, ids),
+        model,
+        best_model.as_ref(),
+        &adam,
+    )
 }
 
 /// Writes the parser's trees to `--parse-cache` when it keeps more than at

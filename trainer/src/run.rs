@@ -590,6 +590,83 @@ fn finish(
 ) -> Result<Vec<SetResult>, TrainError> {
     use crate::card::{self, ModelCard};
     let neural = matches!(outcome.model, Trained::Neural(_));
+    let (describe, scored) = score_written(s, neural, write_to, sts_sets);
+    let (results, failed) = match scored {
+        Ok(r) => (r, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    let r = &outcome.report;
+    let parts: Vec<String> = match &s.model {
+        Encoder::Average(Kind::WordTrigram) => vec!["word".into(), "trigram".into()],
+        Encoder::Average(k) => vec![k.name().into()],
+        Encoder::Neural(n) if n.parts.is_empty() => vec![n.arch.name().into()],
+        Encoder::Neural(n) => n.parts.iter().map(|a| a.name().to_string()).collect(),
+    };
+    let settings = card_settings(s, outcome, describe);
+    let dev = r.best_epoch.and(s.dev.as_deref());
+    let out = s.out.display().to_string();
+    let c = ModelCard {
+        name: s
+            .out
+            .file_name()
+            .map_or_else(|| out.clone(), |n| n.to_string_lossy().into_owned()),
+        out: out.clone(),
+        summary: format!(
+            "A paraphrastic sentence encoder ({}) trained by `paraforge train` with the margin \
+             loss and mega-batch negatives of Wieting and Gimpel (2018) on paraphrase pairs: \
+             {}-dimensional sentence embeddings whose cosine says how close two sentences are \
+             in meaning.",
+            s.model.name(),
+            outcome.dim
+        ),
+        tags: card::encoder_tags(&parts),
+        pipeline_tag: Some("sentence-similarity"),
+        command: s.command.clone(),
+        settings,
+        data: s.data.display().to_string(),
+        data_rows: format!(
+            "{rows} rows; over all epochs {} read, {} empty and {} null sides skipped, {} pairs without a known {} skipped",
+            r.read.rows,
+            r.read.skipped_empty,
+            r.read.skipped_null,
+            r.skipped_unembeddable,
+            outcome.units
+        ),
+        provenance: paraforge_core::dataset::trace(&s.data),
+        figures: {
+            let mut f = card::figures(r, dev, &results);
+            if let (Some(d), Some(Precision::Bf16)) = (f.first_mut(), s.precision) {
+                if d.split == "dev" && d.spearman.is_none() {
+                    d.note += " (on the f32 tables, before they were saved as bf16)";
+                }
+            }
+            f
+        },
+        results_note: card::epochs_table(r),
+        evaluate_with: format!("paraforge eval-sts --model {out}"),
+        evaluation_failed: failed.as_ref().map(ToString::to_string),
+        usage: card::encoder_usage(&out, neural),
+    };
+    let path = card::card_path(write_to);
+    let written = std::fs::write(&path, c.text()).map_err(|e| TrainError::io(&path, e));
+    match (failed, written) {
+        (Some(e), Ok(())) => Err(e),
+        (Some(e), Err(w)) => Err(TrainError::Invalid(format!(
+            "{e} (and its card was not written: {w})"
+        ))),
+        (None, Err(w)) => Err(w),
+        (None, Ok(())) => Ok(results),
+    }
+}
+
+/// The model as written, loaded back: what it is, and its STS results
+/// on `--sts` (none without it).
+fn score_written(
+    s: &TrainSpec,
+    neural: bool,
+    write_to: &Path,
+    sts_sets: Option<&[StsSet]>,
+) -> (String, Result<Vec<SetResult>, TrainError>) {
     let loaded: Result<Box<dyn paraforge_core::SentenceEncoder>, TrainError> = if neural {
         paraforge_encoders::nn_model::NeuralEncoder::load(write_to)
             .map(|e| Box::new(e) as Box<dyn paraforge_core::SentenceEncoder>)
@@ -603,7 +680,7 @@ fn finish(
                 })
             })
     };
-    let (describe, scored) = match loaded {
+    match loaded {
         Ok(encoder) => {
             let scored = match sts_sets {
                 Some(sets) => sts::evaluate_encoder(sets, encoder.as_ref()).map_err(|e| {
@@ -621,18 +698,13 @@ fn finish(
             "not known (the written model did not load)".to_string(),
             Err(e.context(format!("loading the written model {}", s.out.display()))),
         ),
-    };
-    let (results, failed) = match scored {
-        Ok(r) => (r, None),
-        Err(e) => (Vec::new(), Some(e)),
-    };
+    }
+}
+
+/// The card's settings: the encoder, the model file's training notes, and
+/// the options that shaped the vocabulary and the run.
+fn card_settings(s: &TrainSpec, outcome: &TrainOutcome, describe: String) -> Vec<(String, String)> {
     let r = &outcome.report;
-    let parts: Vec<String> = match &s.model {
-        Encoder::Average(Kind::WordTrigram) => vec!["word".into(), "trigram".into()],
-        Encoder::Average(k) => vec![k.name().into()],
-        Encoder::Neural(n) if n.parts.is_empty() => vec![n.arch.name().into()],
-        Encoder::Neural(n) => n.parts.iter().map(|a| a.name().to_string()).collect(),
-    };
     let mut settings = vec![
         ("encoder".to_string(), format!("`{}`", s.model.name())),
         ("model".to_string(), describe),
@@ -695,60 +767,7 @@ fn finish(
             .into_iter()
             .filter_map(|(k, v)| v.map(|v| (k.to_string(), v))),
     );
-    let dev = r.best_epoch.and(s.dev.as_deref());
-    let out = s.out.display().to_string();
-    let c = ModelCard {
-        name: s
-            .out
-            .file_name()
-            .map_or_else(|| out.clone(), |n| n.to_string_lossy().into_owned()),
-        out: out.clone(),
-        summary: format!(
-            "A paraphrastic sentence encoder ({}) trained by `paraforge train` with the margin \
-             loss and mega-batch negatives of Wieting and Gimpel (2018) on paraphrase pairs: \
-             {}-dimensional sentence embeddings whose cosine says how close two sentences are \
-             in meaning.",
-            s.model.name(),
-            outcome.dim
-        ),
-        tags: card::encoder_tags(&parts),
-        pipeline_tag: Some("sentence-similarity"),
-        command: s.command.clone(),
-        settings,
-        data: s.data.display().to_string(),
-        data_rows: format!(
-            "{rows} rows; over all epochs {} read, {} empty and {} null sides skipped, {} pairs without a known {} skipped",
-            r.read.rows,
-            r.read.skipped_empty,
-            r.read.skipped_null,
-            r.skipped_unembeddable,
-            outcome.units
-        ),
-        provenance: paraforge_core::dataset::trace(&s.data),
-        figures: {
-            let mut f = card::figures(r, dev, &results);
-            if let (Some(d), Some(Precision::Bf16)) = (f.first_mut(), s.precision) {
-                if d.split == "dev" && d.spearman.is_none() {
-                    d.note += " (on the f32 tables, before they were saved as bf16)";
-                }
-            }
-            f
-        },
-        results_note: card::epochs_table(r),
-        evaluate_with: format!("paraforge eval-sts --model {out}"),
-        evaluation_failed: failed.as_ref().map(ToString::to_string),
-        usage: card::encoder_usage(&out, neural),
-    };
-    let path = card::card_path(write_to);
-    let written = std::fs::write(&path, c.text()).map_err(|e| TrainError::io(&path, e));
-    match (failed, written) {
-        (Some(e), Ok(())) => Err(e),
-        (Some(e), Err(w)) => Err(TrainError::Invalid(format!(
-            "{e} (and its card was not written: {w})"
-        ))),
-        (None, Err(w)) => Err(w),
-        (None, Ok(())) => Ok(results),
-    }
+    settings
 }
 
 fn train_average(

@@ -223,6 +223,38 @@ fn score(pred: &[f32], gold: &[f32], scored: bool) -> f64 {
     100.0 * crate::transfer::score(pred, gold, scored)
 }
 
+/// The network at its start: the model's tables, and Glorot-uniform
+/// layers as a freshly initialized dense layer has (drawn from `rng`).
+fn init_net(model: &Model, k: usize, rng: &mut rand_chacha::ChaCha8Rng, cpu: &Device) -> Net {
+    let dim = model.dim();
+    let hidden = dim;
+    // Glorot-uniform layers, as a freshly initialized dense layer.
+    let mut glorot = |rows: usize, cols: usize| {
+        use rand::Rng;
+        let a = (6.0 / (rows + cols) as f64).sqrt() as f32;
+        let v: Vec<f32> = (0..rows * cols).map(|_| rng.random_range(-a..a)).collect();
+        Param::from_tensor(t2(v, [rows, cols], cpu))
+    };
+    let table = |v: &[f32], rows: usize, cols: usize| -> Option<Param<Tensor<2>>> {
+        (rows > 0 && cols > 0).then(|| Param::from_tensor(t2(v.to_vec(), [rows, cols], cpu)))
+    };
+    let word_rows = if model.word_dim > 0 {
+        model.words().len() + 1
+    } else {
+        0
+    };
+    Net {
+        words: table(&model.w, word_rows, model.word_dim),
+        trigrams: table(&model.t, model.trigrams().len(), model.trigram_dim),
+        part_lengths: model.part_lengths(),
+        w_mul: glorot(dim, hidden),
+        w_abs: glorot(dim, hidden),
+        b_hidden: Param::from_tensor(Tensor::<2>::zeros([1, hidden], cpu)),
+        w_out: glorot(hidden, k),
+        b_out: Param::from_tensor(Tensor::<2>::zeros([1, k], cpu)),
+    }
+}
+
 /// Trains `model`'s tables and a classifier on `task` (SICK-R or SICK-E:
 /// `transfer::load`'s tasks with pairs), keeps the best epoch on its dev
 /// split and scores it on its test split.
@@ -258,34 +290,8 @@ pub fn tune(model: &Model, task: &Task, o: &TuneOptions) -> Result<TuneResult, T
     }
     let cpu = crate::nn_model::cpu();
     let ad = cpu.clone().autodiff();
-    let dim = model.dim();
-    let hidden = dim;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(o.seed);
-    // Glorot-uniform layers, as a freshly initialized dense layer.
-    let mut glorot = |rows: usize, cols: usize| {
-        use rand::Rng;
-        let a = (6.0 / (rows + cols) as f64).sqrt() as f32;
-        let v: Vec<f32> = (0..rows * cols).map(|_| rng.random_range(-a..a)).collect();
-        Param::from_tensor(t2(v, [rows, cols], &cpu))
-    };
-    let table = |v: &[f32], rows: usize, cols: usize| -> Option<Param<Tensor<2>>> {
-        (rows > 0 && cols > 0).then(|| Param::from_tensor(t2(v.to_vec(), [rows, cols], &cpu)))
-    };
-    let word_rows = if model.word_dim > 0 {
-        model.words().len() + 1
-    } else {
-        0
-    };
-    let net = Net {
-        words: table(&model.w, word_rows, model.word_dim),
-        trigrams: table(&model.t, model.trigrams().len(), model.trigram_dim),
-        part_lengths: model.part_lengths(),
-        w_mul: glorot(dim, hidden),
-        w_abs: glorot(dim, hidden),
-        b_hidden: Param::from_tensor(Tensor::<2>::zeros([1, hidden], &cpu)),
-        w_out: glorot(hidden, k),
-        b_out: Param::from_tensor(Tensor::<2>::zeros([1, k], &cpu)),
-    };
+    let net = init_net(model, k, &mut rng, &cpu);
     let start_words = net.words.as_ref().map(|p| p.val().fork(&ad));
     let start_trigrams = net.trigrams.as_ref().map(|p| p.val().fork(&ad));
     let mut net = net.fork(&ad).train();

@@ -558,16 +558,15 @@ fn train_and_test(
     (predict(&net, &te, dim, task.classes, scored), te.gold, l2)
 }
 
-/// Embeds many sentences at once: None for one with no token the encoder
-/// knows.
-pub type EmbedMany<'a> = dyn Fn(&[&str]) -> Vec<Option<Vec<f32>>> + 'a;
+/// A sentence's unit-length embedding.
+type Table<'t> = std::collections::HashMap<&'t str, Vec<f32>>;
 
-/// Runs `task` on embeddings from `embed`.
-pub fn evaluate(
-    task: &Task,
+/// Every distinct sentence of `task` once, at unit length (zeros for one
+/// without an embedding); the dimension, and how many had none.
+fn embedding_table<'t>(
+    task: &'t Task,
     embed: &EmbedMany<'_>,
-    o: &TransferOptions,
-) -> Result<TaskResult, TrainError> {
+) -> Result<(Table<'t>, usize, usize), TrainError> {
     // Every distinct sentence once, at unit length; zeros for one without
     // an embedding.
     let mut sentences: Vec<&str> = task
@@ -611,6 +610,32 @@ pub fn evaluate(
             (*s, v)
         })
         .collect();
+    Ok((table, dim, unembedded))
+}
+
+/// F1 of the positive class, x 100.
+fn f1_percent(pred: &[f32], gold: &[f32]) -> f64 {
+    let count = |p: f32, g: f32| {
+        pred.iter()
+            .zip(gold)
+            .filter(|(x, y)| **x == p && **y == g)
+            .count() as f64
+    };
+    let (tp, fp, fneg) = (count(1.0, 1.0), count(1.0, 0.0), count(0.0, 1.0));
+    100.0 * 2.0 * tp / (2.0 * tp + fp + fneg).max(1.0)
+}
+
+/// Embeds many sentences at once: None for one with no token the encoder
+/// knows.
+pub type EmbedMany<'a> = dyn Fn(&[&str]) -> Vec<Option<Vec<f32>>> + 'a;
+
+/// Runs `task` on embeddings from `embed`.
+pub fn evaluate(
+    task: &Task,
+    embed: &EmbedMany<'_>,
+    o: &TransferOptions,
+) -> Result<TaskResult, TrainError> {
+    let (table, dim, unembedded) = embedding_table(task, embed)?;
     let emb = |s: &str| table[s].clone();
     let fdim = match task.train[0] {
         Example::One(..) => dim,
@@ -681,24 +706,7 @@ pub fn evaluate(
             task.name
         )));
     }
-    let f1 = (task.metric == Metric::AccuracyF1).then(|| {
-        let tp = pred
-            .iter()
-            .zip(&gold)
-            .filter(|(p, g)| **p == 1.0 && **g == 1.0)
-            .count() as f64;
-        let fp = pred
-            .iter()
-            .zip(&gold)
-            .filter(|(p, g)| **p == 1.0 && **g == 0.0)
-            .count() as f64;
-        let fneg = pred
-            .iter()
-            .zip(&gold)
-            .filter(|(p, g)| **p == 0.0 && **g == 1.0)
-            .count() as f64;
-        100.0 * 2.0 * tp / (2.0 * tp + fp + fneg).max(1.0)
-    });
+    let f1 = (task.metric == Metric::AccuracyF1).then(|| f1_percent(&pred, &gold));
     Ok(TaskResult {
         task: task.name.to_string(),
         metric: task.metric,
