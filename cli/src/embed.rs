@@ -460,10 +460,8 @@ pub fn train(a: TrainArgs) -> Result<()> {
     // The run goes onto a pool thread, so that its parallel steps (the
     // scan's sentence groups, twice a batch) start on a worker that takes
     // its share and wakes one sleeping worker, where the main thread would
-    // queue them, sleep and be woken at the end: LSTM training at 2 threads
-    // on the benchmark's short sentences, six interleaved runs each, went
-    // from 2,442-3,193 pairs/s to 2,882-3,587 (docs/bench/HISTORY.md,
-    // "Training speed, 2026-11-29: huge pages").
+    // queue them, sleep and be woken at the end; sleeping workers wake
+    // slowly (docs/bench/HISTORY.md, "Training speed").
     let run = rayon::scope(|_| {
         paraforge_trainer::run(spec, &path, &mut |e| match e {
             Event::Note(n) => eprintln!("{n}"),

@@ -20,15 +20,11 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc rather than glibc's malloc: training allocates and frees
 /// megabyte tensors every step (burn's dense embedding gradient, the LSTM
-/// op's buffers), which glibc hands back to the kernel and faults in again;
-/// LSTM training ran ~20% faster (BENCHMARKS.md, "Training speed,
-/// 2026-11-25"). Built with `no_thp`: mimalloc otherwise asks for
-/// transparent huge pages, and each page it hands back and faults in again
-/// is then a 2 MiB clear. That made LSTM training's speed depend on the
-/// host's memory state: on the benchmark's 2,000 pairs at 2 threads, right
-/// after a PyTorch run, 1,442 to 2,087 pairs/s with huge pages and 3,361
-/// to 3,817 without (docs/bench/HISTORY.md, "Training speed, 2026-11-29:
-/// huge pages").
+/// op's buffers), which glibc hands back to the kernel and faults in again.
+/// Built with `no_thp`: mimalloc otherwise asks for transparent huge pages,
+/// and each page it hands back and faults in again is then a 2 MiB clear,
+/// which made LSTM training's speed depend on the host's memory state. The
+/// measurements: docs/bench/HISTORY.md, "Training speed".
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -7,7 +7,7 @@ use ndarray::{ArrayView2, ArrayViewMut2, LinalgScalar};
 /// the `gemm` crate, which burn-flex links too. Measured: the fused LSTM
 /// op's products (at most a few hundred rows by 4h = 200 columns) ran
 /// faster than on ndarray's matrixmultiply, which packs both operands on
-/// every call (BENCHMARKS.md, "Training speed, 2026-11-25").
+/// every call (docs/bench/HISTORY.md, "Training speed").
 pub fn general_mat_mul<T: LinalgScalar + PartialEq>(
     alpha: T,
     a: &ArrayView2<T>,

@@ -8,7 +8,7 @@
 //! dispatch, an allocation and an autodiff node, forward and backward; at
 //! 50 dimensions that bookkeeping, not arithmetic, kept training at 0.11x
 //! PyTorch; with this op LSTM and BLSTM train faster than PyTorch per core
-//! at 1 and 2 threads (BENCHMARKS.md, "Training speed, 2026-11-25"). Here
+//! at 1 and 2 threads (docs/bench/HISTORY.md, "Training speed"). Here
 //! each step is one matrix product into preallocated buffers and a loop
 //! over the gates, and sentences are sorted by length so a step only
 //! touches the sentences still running (the packed sequences of PyTorch's

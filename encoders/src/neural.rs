@@ -1105,9 +1105,9 @@ mod tests {
     /// The untrained rnn's last state still depends on a sentence's first
     /// word: changing it moves the embedding (1 - cosine) at least a
     /// fiftieth as far as changing the last word (measured: 0.094 of it).
-    /// With W_h uniform in +-1/sqrt(h) (before 2026-11-28) the first of 12
-    /// words moved it 2.4e-6 as far, and the RNN trained to below the word
-    /// average (docs/encoders.md).
+    /// With W_h uniform in +-1/sqrt(h) the first of 12 words moved it
+    /// 2.4e-6 as far, and the RNN trained to below the word average
+    /// (docs/encoders.md).
     #[test]
     fn the_untrained_rnn_remembers_the_first_word() {
         let dev = Device::flex();

@@ -123,12 +123,10 @@ pub struct Translation {
 /// Sentences per batch when none is given: 16 on the CPU, 64 on CUDA.
 /// On a GPU each decoder step costs about the same launches whatever its
 /// rows, so rows pay, but one large batch leaves the GPU idle while the
-/// host searches; several streams of batch 64 overlap the two. Measured on
-/// an H200 (2026-11-27, 500 sentences, beam 12, fp32, medians of one
-/// interleaved run): batch 64 with four streams 0.52 s, batch 128 with
-/// four 0.63 s, batch 256 with one 0.81 s (docs/bench/HISTORY.md, "GPU"). Batches of long sentences are also
-/// bounded by the token budget from the device's memory
-/// ([`Translator::auto_batch_tokens`]).
+/// host searches; several streams of batch 64 overlap the two, which was
+/// the fastest of the batch sizes measured (docs/bench/HISTORY.md, "GPU").
+/// Batches of long sentences are also bounded by the token budget from the
+/// device's memory ([`Translator::auto_batch_tokens`]).
 pub fn default_batch_size(device: &Device) -> usize {
     match device {
         Device::Cpu => 16,
@@ -138,11 +136,9 @@ pub fn default_batch_size(device: &Device) -> usize {
 
 /// Decoder streams when none is given: 1 on the CPU (where `--streams` is
 /// a trade of threads that depends on the machine), 4 on CUDA, where the
-/// streams overlap one batch's host-side search with another's kernels:
-/// batch 64 on an H200 (2026-11-27, 500 sentences, medians of one run
-/// each): one stream 1.33 s against four 0.52 s (2.55x); in another run
-/// four 0.42 s, six 0.52 s, eight 0.55 s. Each stream holds its own copy
-/// of the model on the device.
+/// streams overlap one batch's host-side search with another's kernels
+/// (four beat one, six and eight: docs/bench/HISTORY.md, "GPU"). Each
+/// stream holds its own copy of the model on the device.
 pub fn default_streams(device: &Device) -> usize {
     match device {
         Device::Cpu => 1,

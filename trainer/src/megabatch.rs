@@ -123,7 +123,7 @@ fn column_max(row: &[f32], i: u32, best: &mut [f32], at: &mut [u32]) {
 /// when nothing exceeds minus infinity. Each of 16 lanes keeps its largest
 /// value and where it was, which vectorises; one loop carrying a single
 /// (value, index) does not, and was a third of a WORD epoch at M = 40
-/// (BENCHMARKS.md, "Training speed, 2026-11-25").
+/// (docs/bench/HISTORY.md, "Training speed").
 #[multiversion::multiversion(targets("x86_64+avx2", "x86_64+sse4.1"))]
 fn first_max(v: &[f32]) -> u32 {
     const LANES: usize = 16;
