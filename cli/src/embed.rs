@@ -334,72 +334,46 @@ fn train_paragram(a: TrainArgs) -> Result<()> {
         a.overwrite,
         &[paraforge_trainer::card::CARD_SUFFIX],
     )?;
-    let from_lexicon = a.data.is_dir();
     anyhow::ensure!(
-        from_lexicon || (a.lexicon_min_count.is_none() && a.lexicon_min_pmi.is_none()),
+        a.data.is_dir() || (a.lexicon_min_count.is_none() && a.lexicon_min_pmi.is_none()),
         "--lexicon-min-count and --lexicon-min-pmi choose a lexicon's pairs; --data {} is a file (PPDB)",
         a.data.display()
     );
-    let (min_count, min_pmi) = (
-        a.lexicon_min_count.unwrap_or(5),
-        a.lexicon_min_pmi.unwrap_or(0.5),
-    );
-    let pairs = if from_lexicon {
-        paraforge_dataset::lexicon::training_pairs(&a.data, min_count, min_pmi)?
-    } else {
-        let (pairs, phrases) = paragram::read_ppdb(&a.data)?;
-        eprintln!(
-            "{}: {} word pairs, {phrases} phrase pairs skipped",
-            a.data.display(),
-            pairs.len()
-        );
-        pairs
-    };
-    let (init, _) = paraforge_core::Vectors::load(init_path)
-        .with_context(|| format!("--init-vectors {}", init_path.display()))?;
     let d = ParagramOptions::default();
-    let o = ParagramOptions {
-        epochs: a.epochs.unwrap_or(d.epochs),
-        batch_size: a.batch_size,
-        lr: a.lr.unwrap_or(d.lr),
-        margin: a.margin.unwrap_or(d.margin),
-        lambda: a.lambda_w.map(|l| l as f32).unwrap_or(d.lambda),
-        seed: a.seed,
+    let spec = paragram::ParagramSpec {
+        data: a.data.clone(),
+        init_vectors: init_path.to_path_buf(),
+        out: a.out.clone(),
+        min_count: a.lexicon_min_count.unwrap_or(5),
+        min_pmi: a.lexicon_min_pmi.unwrap_or(0.5),
+        options: ParagramOptions {
+            epochs: a.epochs.unwrap_or(d.epochs),
+            batch_size: a.batch_size,
+            lr: a.lr.unwrap_or(d.lr),
+            margin: a.margin.unwrap_or(d.margin),
+            lambda: a.lambda_w.map(|l| l as f32).unwrap_or(d.lambda),
+            seed: a.seed,
+        },
+        command: Some(paraforge_trainer::card::command_line(std::env::args_os())),
     };
     crate::threads(a.threads)?;
-    let bar = ProgressBar::new(o.epochs as u64).with_style(
+    let bar = ProgressBar::new(spec.options.epochs as u64).with_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] epoch {pos}/{len} {msg}")
             .expect("valid template"),
     );
-    let (vectors, report) = paragram::train(&init, &pairs, &o, &mut |_, loss| {
-        bar.inc(1);
-        bar.set_message(format!("loss {loss:.4}"));
-    })
+    let done = paragram::run(
+        &spec,
+        &out.path(),
+        &mut |n| eprintln!("{n}"),
+        &mut |_, loss| {
+            bar.inc(1);
+            bar.set_message(format!("loss {loss:.4}"));
+        },
+    )
     .with_context(|| format!("training {PARAGRAM_WORDS} on {}", a.data.display()))?;
     bar.finish_and_clear();
-    let path = out.path();
-    let file =
-        std::fs::File::create(&path).with_context(|| format!("--out {}", a.out.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    vectors
-        .write(&mut w)
-        .and_then(|()| std::io::Write::flush(&mut w))
-        .with_context(|| format!("--out {}", a.out.display()))?;
-    drop(w);
-    let card = paraforge_trainer::card::ParagramCard {
-        out: &a.out,
-        data: &a.data,
-        init_vectors: init_path,
-        command: Some(paraforge_trainer::card::command_line(std::env::args_os())),
-        options: &o,
-        lexicon: from_lexicon.then_some((min_count, min_pmi)),
-        report: &report,
-        vectors: (vectors.len(), vectors.dim()),
-    };
-    let card_path = paraforge_trainer::card::card_path(&path);
-    std::fs::write(&card_path, card.card().text())
-        .with_context(|| format!("writing {}", card_path.display()))?;
     out.commit()?;
+    let (report, vectors) = (done.report, done.vectors);
     println!(
         "{} of {} word pairs trained ({} with a word the vectors lack, {} repeated), {} words moved; loss {:.4} -> {:.4}",
         report.pairs,
@@ -412,8 +386,8 @@ fn train_paragram(a: TrainArgs) -> Result<()> {
     );
     println!(
         "{} vectors ({} dimensions) written to {}; model card: {}",
-        vectors.len(),
-        vectors.dim(),
+        vectors.0,
+        vectors.1,
         a.out.display(),
         paraforge_trainer::card::card_path(&a.out).display()
     );
