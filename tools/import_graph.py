@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CRATES = ["core", "job", "rpc", "nmt", "dataset", "coordinator", "worker", "encoders",
-          "trainer", "scorer", "rescore", "cli", "python"]
+          "eval", "trainer", "scorer", "rescore", "cli", "python"]
 
 
 def modules(src: Path) -> dict[str, list[Path]]:

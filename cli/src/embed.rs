@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use crate::out::Artifact;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use paraforge_eval::sts;
 use paraforge_trainer::nn_model::{self, NeuralModel};
-use paraforge_trainer::sts;
 use paraforge_trainer::train::TrainReport;
 use paraforge_trainer::{Encoder, Event, Model, TrainSpec};
 
@@ -316,7 +316,8 @@ impl TrainArgs {
 /// 2015) tuned on the word pairs of a lexicon or a PPDB file, written as
 /// GloVe text.
 fn train_paragram(a: TrainArgs) -> Result<()> {
-    use paraforge_trainer::paragram::{self, ParagramOptions};
+    use paraforge_trainer::paragram::ParagramOptions;
+    use paraforge_trainer::paragram_run as paragram;
     if let Some(flag) = a.unused_by_paragram() {
         anyhow::bail!(
             "{flag} is not used by --model {PARAGRAM_WORDS}: it reads --data, --init-vectors, --epochs, --batch-size, --lr, --margin, --lambda-w, --seed, --lexicon-min-count and --lexicon-min-pmi"
@@ -712,7 +713,7 @@ fn table_head<'a>(names: impl Iterator<Item = &'a str> + Clone) {
 
 pub fn eval_words(a: EvalWordsArgs) -> Result<()> {
     use paraforge_dataset::lexicon::{self, Score};
-    use paraforge_trainer::words;
+    use paraforge_eval::words;
     anyhow::ensure!(
         !a.model.is_empty() || !a.vectors.is_empty() || !a.lexicon.is_empty(),
         "give at least one --model, --vectors or --lexicon"

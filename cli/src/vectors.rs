@@ -480,9 +480,9 @@ fn word_model(vec: &paraforge_core::Vectors) -> Result<Model> {
 }
 
 /// `paraforge eval-transfer`: frozen embeddings as the features of a
-/// classifier per task (paraforge_trainer::transfer).
+/// classifier per task (paraforge_eval::transfer).
 pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
-    use paraforge_trainer::transfer::{self, TransferOptions};
+    use paraforge_eval::transfer::{self, TransferOptions};
     let mut inputs = vec![("--tasks", a.tasks.as_path())];
     inputs.extend(a.model.iter().map(|p| ("--model", p.as_path())));
     inputs.extend(a.vectors.iter().map(|p| ("--vectors", p.as_path())));
@@ -591,12 +591,8 @@ pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
 }
 
 /// The frozen embeddings' results as a Markdown table.
-fn print_frozen(
-    what: &str,
-    short_name: String,
-    results: &[paraforge_trainer::transfer::TaskResult],
-) {
-    use paraforge_trainer::transfer;
+fn print_frozen(what: &str, short_name: String, results: &[paraforge_eval::transfer::TaskResult]) {
+    use paraforge_eval::transfer;
     println!("\n{what} ({short_name}), frozen embeddings, logistic regression\n");
     println!("| task | metric | score | train | test | unembedded |");
     println!("|---|---|---:|---:|---:|---:|");
@@ -622,10 +618,10 @@ fn print_frozen(
 fn fine_tune(
     a: &EvalTransferArgs,
     model: &paraforge_core::Model,
-    tasks: &[paraforge_trainer::transfer::Task],
+    tasks: &[paraforge_eval::transfer::Task],
     what: &str,
-) -> Result<Vec<paraforge_trainer::sick_tune::TuneResult>> {
-    use paraforge_trainer::sick_tune::{self, TuneOptions};
+) -> Result<Vec<paraforge_eval::sick_tune::TuneResult>> {
+    use paraforge_eval::sick_tune::{self, TuneOptions};
     let mut supervised = Vec::new();
     {
         let sick: Vec<_> = tasks

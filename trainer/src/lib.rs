@@ -13,6 +13,8 @@
 //! [`TrainSpec`] and shows what the run reports.
 
 pub mod card;
+// The evaluations live in their own crate; here under their old paths.
+pub use paraforge_eval::{sick_tune, sts, transfer, words};
 pub mod checkpoint;
 pub mod classifier;
 pub mod data;
@@ -26,12 +28,9 @@ pub mod nn_model;
 pub mod nn_train;
 pub mod options;
 pub mod paragram;
+pub mod paragram_run;
 mod run;
-pub mod sick_tune;
-pub mod sts;
 pub mod train;
-pub mod transfer;
-pub mod words;
 
 pub use model::{Kind, Model};
 pub use run::{
@@ -153,6 +152,22 @@ impl From<paraforge_encoders::ModelError> for TrainError {
             M::Model(e) => TrainError::Model(e),
             M::Invalid(m) => TrainError::Invalid(m),
             M::BadModel { path, reason } => TrainError::BadModel { path, reason },
+        }
+    }
+}
+
+impl From<paraforge_eval::EvalError> for TrainError {
+    fn from(e: paraforge_eval::EvalError) -> TrainError {
+        use paraforge_eval::EvalError as E;
+        match e {
+            E::Io { path, source } => TrainError::Io { path, source },
+            E::Model(e) => TrainError::Model(e),
+            E::Invalid(m) => TrainError::Invalid(m),
+            E::BadSts { path, reason } => TrainError::BadSts { path, reason },
+            E::Context { context, source } => TrainError::Context {
+                context,
+                source: Box::new(TrainError::from(*source)),
+            },
         }
     }
 }

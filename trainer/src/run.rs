@@ -684,7 +684,7 @@ fn score_written(
         Ok(encoder) => {
             let scored = match sts_sets {
                 Some(sets) => sts::evaluate_encoder(sets, encoder.as_ref()).map_err(|e| {
-                    e.context(format!(
+                    TrainError::from(e).context(format!(
                         "evaluating {} on --sts {}",
                         s.out.display(),
                         s.sts.as_deref().unwrap_or(Path::new("")).display()

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use crate::TrainError;
+use crate::EvalError;
 
 /// One word-similarity set: word pairs and their human scores.
 #[derive(Debug, Clone)]
@@ -37,12 +37,12 @@ pub const SETS: [(&str, &str); 2] = [
 /// Every set of [`SETS`] under `dir`: `word1 TAB word2 TAB score` lines,
 /// `#` lines are comments. A line that is not that is an error naming the
 /// file and line.
-pub fn load(dir: &Path) -> Result<Vec<WordSet>, TrainError> {
+pub fn load(dir: &Path) -> Result<Vec<WordSet>, EvalError> {
     let mut sets = Vec::new();
     for (name, file) in SETS {
         let path = dir.join(file);
         let failed = |e: std::io::Error| {
-            TrainError::Invalid(format!(
+            EvalError::Invalid(format!(
                 "{}: {e} (the word-similarity sets)",
                 path.display()
             ))
@@ -58,7 +58,7 @@ pub fn load(dir: &Path) -> Result<Vec<WordSet>, TrainError> {
                 continue;
             }
             let bad = || {
-                TrainError::Invalid(format!(
+                EvalError::Invalid(format!(
                     "{} line {}: expected `word TAB word TAB score`, found {line:?}",
                     path.display(),
                     i + 1
@@ -75,7 +75,7 @@ pub fn load(dir: &Path) -> Result<Vec<WordSet>, TrainError> {
             pairs.push((c[0].trim().to_string(), c[1].trim().to_string(), score));
         }
         if pairs.len() < 2 {
-            return Err(TrainError::Invalid(format!(
+            return Err(EvalError::Invalid(format!(
                 "{}: fewer than two scored pairs",
                 path.display()
             )));
@@ -93,7 +93,7 @@ pub fn load(dir: &Path) -> Result<Vec<WordSet>, TrainError> {
 pub fn evaluate(
     sets: &[WordSet],
     similarity: &dyn Fn(&str, &str) -> Option<f64>,
-) -> Result<Vec<WordResult>, TrainError> {
+) -> Result<Vec<WordResult>, EvalError> {
     sets.iter()
         .map(|s| {
             let mut covered = 0;
@@ -102,7 +102,7 @@ pub fn evaluate(
                 let v = similarity(a, b);
                 if let Some(x) = v {
                     if !x.is_finite() {
-                        return Err(TrainError::Invalid(format!(
+                        return Err(EvalError::Invalid(format!(
                             "{}: the similarity of {a:?} and {b:?} is {x}",
                             s.name
                         )));
@@ -116,7 +116,7 @@ pub fn evaluate(
             // No pair covered, or every similarity the same: no ranking to
             // correlate, which must not pass for a score.
             if covered == 0 || !rho.is_finite() {
-                return Err(TrainError::Invalid(format!(
+                return Err(EvalError::Invalid(format!(
                     "{}: no correlation to report ({covered} of {} pairs covered, every similarity the same)",
                     s.name,
                     s.pairs.len()

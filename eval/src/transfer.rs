@@ -25,7 +25,7 @@ use burn::tensor::{activation, Device, Tensor, TensorData};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use crate::TrainError;
+use crate::EvalError;
 
 /// What a task's examples hold.
 #[derive(Debug, Clone)]
@@ -109,8 +109,8 @@ pub const TASK_FILES: [(&str, &[&str]); 9] = [
 ];
 
 /// A task file's text: UTF-8, or else Latin-1, as MR's files are written.
-fn read(path: &Path) -> Result<String, TrainError> {
-    let bytes = std::fs::read(path).map_err(|e| TrainError::Io {
+fn read(path: &Path) -> Result<String, EvalError> {
+    let bytes = std::fs::read(path).map_err(|e| EvalError::Io {
         path: path.to_path_buf(),
         source: e,
     })?;
@@ -118,12 +118,12 @@ fn read(path: &Path) -> Result<String, TrainError> {
         .unwrap_or_else(|e| e.into_bytes().iter().map(|&b| char::from(b)).collect()))
 }
 
-fn bad(path: &Path, line: usize, what: &str) -> TrainError {
-    TrainError::Invalid(format!("{} line {line}: {what}", path.display()))
+fn bad(path: &Path, line: usize, what: &str) -> EvalError {
+    EvalError::Invalid(format!("{} line {line}: {what}", path.display()))
 }
 
 /// `LABEL SENTENCE` lines.
-fn labelled(path: &Path) -> Result<Vec<Example>, TrainError> {
+fn labelled(path: &Path) -> Result<Vec<Example>, EvalError> {
     let text = read(path)?;
     let mut out = Vec::new();
     for (i, l) in text.lines().enumerate() {
@@ -143,7 +143,7 @@ fn labelled(path: &Path) -> Result<Vec<Example>, TrainError> {
 }
 
 /// MRPC: `Quality TAB #1 ID TAB #2 ID TAB #1 String TAB #2 String`, a header.
-fn mrpc(path: &Path) -> Result<Vec<Example>, TrainError> {
+fn mrpc(path: &Path) -> Result<Vec<Example>, EvalError> {
     let text = read(path)?;
     let mut out = Vec::new();
     for (i, l) in text.lines().enumerate().skip(1) {
@@ -172,7 +172,7 @@ const SICK_LABELS: [&str; 3] = ["NEUTRAL", "ENTAILMENT", "CONTRADICTION"];
 
 /// SICK: `pair_ID TAB sentence_A TAB sentence_B TAB relatedness_score TAB
 /// entailment_judgment`, a header.
-fn sick(path: &Path, relatedness: bool) -> Result<Vec<Example>, TrainError> {
+fn sick(path: &Path, relatedness: bool) -> Result<Vec<Example>, EvalError> {
     let text = read(path)?;
     let mut out = Vec::new();
     for (i, l) in text.lines().enumerate().skip(1) {
@@ -210,7 +210,7 @@ fn sick(path: &Path, relatedness: bool) -> Result<Vec<Example>, TrainError> {
 
 /// The tasks whose files are under `dir` (in [`TASK_FILES`] order) and
 /// the names of those whose files are not.
-pub fn load(dir: &Path) -> Result<(Vec<Task>, Vec<&'static str>), TrainError> {
+pub fn load(dir: &Path) -> Result<(Vec<Task>, Vec<&'static str>), EvalError> {
     let mut tasks = Vec::new();
     let mut absent = Vec::new();
     for (name, files) in TASK_FILES {
@@ -274,7 +274,7 @@ pub fn load(dir: &Path) -> Result<(Vec<Task>, Vec<&'static str>), TrainError> {
             _ => vec![task.train.len()],
         };
         if let Some((path, _)) = paths.iter().zip(&parts).find(|(_, n)| **n < 2) {
-            return Err(TrainError::Invalid(format!(
+            return Err(EvalError::Invalid(format!(
                 "{name}: {} holds fewer than two examples",
                 path.display()
             )));
@@ -287,7 +287,7 @@ pub fn load(dir: &Path) -> Result<(Vec<Task>, Vec<&'static str>), TrainError> {
             for e in ex.iter() {
                 if let Example::One(_, c) | Example::Two(_, _, c) = e {
                     if *c >= task.classes {
-                        return Err(TrainError::Invalid(format!(
+                        return Err(EvalError::Invalid(format!(
                             "{name} ({part}): class {c} where the task has {} (0 to {})",
                             task.classes,
                             task.classes - 1
@@ -307,7 +307,7 @@ pub fn load(dir: &Path) -> Result<(Vec<Task>, Vec<&'static str>), TrainError> {
             })
             .collect();
         if classes.len() == 1 {
-            return Err(TrainError::Invalid(format!(
+            return Err(EvalError::Invalid(format!(
                 "{name}: {} holds one class only ({}): a classifier cannot be trained or judged on it",
                 paths[0].display(),
                 classes.first().copied().unwrap_or_default()
@@ -439,7 +439,7 @@ fn fit(
     l2: f64,
     o: &TransferOptions,
 ) -> (Linear, f64) {
-    let cpu = crate::nn_model::cpu();
+    let cpu = paraforge_encoders::nn_model::cpu();
     let ad = cpu.clone().autodiff();
     let mut net = Linear {
         w: Param::from_tensor(Tensor::<2>::zeros([dim, classes], &cpu)),
@@ -566,7 +566,7 @@ type Table<'t> = std::collections::HashMap<&'t str, Vec<f32>>;
 fn embedding_table<'t>(
     task: &'t Task,
     embed: &EmbedMany<'_>,
-) -> Result<(Table<'t>, usize, usize), TrainError> {
+) -> Result<(Table<'t>, usize, usize), EvalError> {
     // Every distinct sentence once, at unit length; zeros for one without
     // an embedding.
     let mut sentences: Vec<&str> = task
@@ -584,7 +584,7 @@ fn embedding_table<'t>(
     let vecs = embed(&sentences);
     let dim = vecs.iter().flatten().map(|v| v.len()).next().unwrap_or(0);
     if dim == 0 {
-        return Err(TrainError::Invalid(format!(
+        return Err(EvalError::Invalid(format!(
             "{}: the encoder embeds none of its sentences",
             task.name
         )));
@@ -634,7 +634,7 @@ pub fn evaluate(
     task: &Task,
     embed: &EmbedMany<'_>,
     o: &TransferOptions,
-) -> Result<TaskResult, TrainError> {
+) -> Result<TaskResult, EvalError> {
     let (table, dim, unembedded) = embedding_table(task, embed)?;
     let emb = |s: &str| table[s].clone();
     let fdim = match task.train[0] {
@@ -643,7 +643,7 @@ pub fn evaluate(
         _ => 4 * dim,
     };
     if task.test.is_empty() && task.train.len() < 2 * o.folds {
-        return Err(TrainError::Invalid(format!(
+        return Err(EvalError::Invalid(format!(
             "{}: {} examples, too few for {}-fold cross-validation",
             task.name,
             task.train.len(),
@@ -701,7 +701,7 @@ pub fn evaluate(
     }
     let s = score(&pred, &gold, scored);
     if !s.is_finite() {
-        return Err(TrainError::Invalid(format!(
+        return Err(EvalError::Invalid(format!(
             "{}: the classifier's score is {s} (every prediction the same?)",
             task.name
         )));

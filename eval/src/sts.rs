@@ -21,8 +21,8 @@ use rayon::prelude::*;
 
 use paraforge_core::SentenceEncoder;
 
-use crate::model::cosine;
-use crate::TrainError;
+use crate::EvalError;
+use paraforge_core::score::cosine;
 
 /// One scored dataset.
 #[derive(Debug, Clone)]
@@ -43,14 +43,14 @@ pub struct SetResult {
     pub spearman: f64,
 }
 
-fn read_lines(path: &Path) -> Result<Vec<String>, TrainError> {
+fn read_lines(path: &Path) -> Result<Vec<String>, EvalError> {
     use paraforge_core::text::{read_line_limited, LineRead, LineTooLong, MAX_LINE_BYTES};
-    let f = std::fs::File::open(path).map_err(|e| TrainError::io(path, e))?;
+    let f = std::fs::File::open(path).map_err(|e| EvalError::io(path, e))?;
     let mut r = std::io::BufReader::new(f);
     let (mut lines, mut buf) = (Vec::new(), Vec::new());
     loop {
         match read_line_limited(&mut r, &mut buf, MAX_LINE_BYTES)
-            .map_err(|e| TrainError::io(path, e))?
+            .map_err(|e| EvalError::io(path, e))?
         {
             LineRead::Eof => return Ok(lines),
             LineRead::TooLong { bytes } => {
@@ -73,14 +73,14 @@ fn read_lines(path: &Path) -> Result<Vec<String>, TrainError> {
     }
 }
 
-fn bad(path: &Path, reason: String) -> TrainError {
-    TrainError::BadSts {
+fn bad(path: &Path, reason: String) -> EvalError {
+    EvalError::BadSts {
         path: path.to_path_buf(),
         reason,
     }
 }
 
-fn semeval_set(group: &str, name: &str, input: &Path, gold: &Path) -> Result<StsSet, TrainError> {
+fn semeval_set(group: &str, name: &str, input: &Path, gold: &Path) -> Result<StsSet, EvalError> {
     let (inp, gs) = (read_lines(input)?, read_lines(gold)?);
     // Line i of one is line i of the other: a file a line short (or cut)
     // pairs every later score with another pair's sentences.
@@ -121,7 +121,7 @@ fn semeval_set(group: &str, name: &str, input: &Path, gold: &Path) -> Result<Sts
 
 /// The gold score on line `i` (0-based) of `path`: a finite number (NaN
 /// would make every correlation NaN, or rank as the largest score).
-fn gold_score(text: &str, path: &Path, i: usize) -> Result<f64, TrainError> {
+fn gold_score(text: &str, path: &Path, i: usize) -> Result<f64, EvalError> {
     match text.trim().parse::<f64>() {
         Ok(x) if x.is_finite() => Ok(x),
         _ => Err(bad(
@@ -134,7 +134,7 @@ fn gold_score(text: &str, path: &Path, i: usize) -> Result<f64, TrainError> {
 /// A correlation needs two scored pairs whose gold scores differ: a set
 /// with fewer, or with one score for all, would report NaN (or pick a dev
 /// epoch by NaN) instead of failing.
-fn correlatable(path: &Path, pairs: &[(String, String, f64)]) -> Result<(), TrainError> {
+fn correlatable(path: &Path, pairs: &[(String, String, f64)]) -> Result<(), EvalError> {
     if pairs.len() < 2 {
         return Err(bad(
             path,
@@ -161,7 +161,7 @@ fn tsv_set(
     path: &Path,
     header: bool,
     cols: (usize, usize, usize),
-) -> Result<StsSet, TrainError> {
+) -> Result<StsSet, EvalError> {
     let mut pairs = Vec::new();
     for (i, line) in read_lines(path)?.iter().enumerate().skip(header as usize) {
         if line.trim().is_empty() {
@@ -215,9 +215,9 @@ fn semeval_group(d: &Path) -> String {
 
 /// The SemEval datasets of one directory: every `STS*.input.<set>.txt`
 /// with its `.gs.` file, sorted by set name.
-fn semeval_dir(d: &Path) -> Result<Vec<StsSet>, TrainError> {
+fn semeval_dir(d: &Path) -> Result<Vec<StsSet>, EvalError> {
     let mut names: Vec<(String, PathBuf)> = std::fs::read_dir(d)
-        .map_err(|e| TrainError::io(d, e))?
+        .map_err(|e| EvalError::io(d, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter_map(|p| {
             let f = p.file_name()?.to_str()?.to_string();
@@ -279,7 +279,7 @@ fn subdirs(d: &Path) -> Vec<PathBuf> {
 /// The sets a dev score is the mean Pearson of: a file in the STS Benchmark
 /// layout (`sts-dev.csv`), or a directory: its STS Benchmark dev set if it
 /// has one, else every set found there.
-pub fn load_dev(path: &Path) -> Result<Vec<StsSet>, TrainError> {
+pub fn load_dev(path: &Path) -> Result<Vec<StsSet>, EvalError> {
     if path.is_file() {
         let mut set = tsv_set("dev", path, false, (5, 6, 4))?;
         set.group = "dev".into();
@@ -325,7 +325,7 @@ pub fn embed_sets(
 pub fn embed_with(
     sets: &[StsSet],
     encoder: &dyn SentenceEncoder,
-) -> Result<HashMap<String, Vec<f32>>, TrainError> {
+) -> Result<HashMap<String, Vec<f32>>, EvalError> {
     let before = encoder.failures();
     let texts = sentences(sets);
     let tokens: Vec<paraforge_core::Tokens> = texts
@@ -337,7 +337,7 @@ pub fn embed_with(
     encoder.embed_batch(&tokens, &mut flat);
     let failed = encoder.failures().saturating_sub(before);
     if failed > 0 {
-        return Err(TrainError::Invalid(format!(
+        return Err(EvalError::Invalid(format!(
             "the encoder failed on {failed} sentences (see the log)"
         )));
     }
@@ -353,7 +353,7 @@ pub fn embed_with(
 pub fn evaluate_encoder(
     sets: &[StsSet],
     encoder: &dyn SentenceEncoder,
-) -> Result<Vec<SetResult>, TrainError> {
+) -> Result<Vec<SetResult>, EvalError> {
     let table = embed_with(sets, encoder)?;
     evaluate(sets, &|s| table[s].clone())
 }
@@ -368,7 +368,7 @@ pub fn dev_score(sets: &[StsSet], embed: &(dyn Fn(&str) -> Vec<f32> + Sync)) -> 
 }
 
 /// Every dataset found under `dir` (see the module docs for the layout).
-pub fn load(dir: &Path) -> Result<Vec<StsSet>, TrainError> {
+pub fn load(dir: &Path) -> Result<Vec<StsSet>, EvalError> {
     let mut sets = Vec::new();
     let mut dirs = vec![dir.to_path_buf()];
     for d in subdirs(dir) {
@@ -450,7 +450,7 @@ pub fn spearman(x: &[f64], y: &[f64]) -> f64 {
 pub fn evaluate(
     sets: &[StsSet],
     embed: &(dyn Fn(&str) -> Vec<f32> + Sync),
-) -> Result<Vec<SetResult>, TrainError> {
+) -> Result<Vec<SetResult>, EvalError> {
     sets.iter()
         .map(|s| {
             let sims: Vec<f64> = s
@@ -488,8 +488,8 @@ pub fn evaluate(
         .collect()
 }
 
-fn not_finite(set: &StsSet, what: String) -> TrainError {
-    TrainError::Invalid(format!(
+fn not_finite(set: &StsSet, what: String) -> EvalError {
+    EvalError::Invalid(format!(
         "{} {}: {what}; a model whose embeddings are not finite numbers has no correlation",
         set.group, set.name
     ))

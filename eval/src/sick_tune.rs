@@ -25,7 +25,7 @@ use rand::SeedableRng;
 use paraforge_core::encoder::{Encoded, Model};
 
 use crate::transfer::{prediction, relatedness_target, Example, Task};
-use crate::TrainError;
+use crate::EvalError;
 use paraforge_encoders::neural::unit_rows;
 
 /// Settings of a supervised run.
@@ -170,7 +170,7 @@ fn pairs(
     k: usize,
     split: &str,
     task: &str,
-) -> Result<Pairs, TrainError> {
+) -> Result<Pairs, EvalError> {
     let mut p = Pairs {
         left: Vec::new(),
         right: Vec::new(),
@@ -179,7 +179,7 @@ fn pairs(
     };
     for (i, e) in ex.iter().enumerate() {
         let (Example::Two(a, b, _) | Example::Scored(a, b, _)) = e else {
-            return Err(TrainError::Invalid(format!(
+            return Err(EvalError::Invalid(format!(
                 "{task} {split}: example {} is one sentence; supervised training takes pairs",
                 i + 1
             )));
@@ -258,18 +258,18 @@ fn init_net(model: &Model, k: usize, rng: &mut rand_chacha::ChaCha8Rng, cpu: &De
 /// Trains `model`'s tables and a classifier on `task` (SICK-R or SICK-E:
 /// `transfer::load`'s tasks with pairs), keeps the best epoch on its dev
 /// split and scores it on its test split.
-pub fn tune(model: &Model, task: &Task, o: &TuneOptions) -> Result<TuneResult, TrainError> {
+pub fn tune(model: &Model, task: &Task, o: &TuneOptions) -> Result<TuneResult, EvalError> {
     let scored = match task.name {
         "SICK-R" => true,
         "SICK-E" => false,
         other => {
-            return Err(TrainError::Invalid(format!(
+            return Err(EvalError::Invalid(format!(
                 "supervised training is for SICK-R and SICK-E, not {other}"
             )))
         }
     };
     if o.epochs == 0 || o.batch_size == 0 {
-        return Err(TrainError::Invalid(
+        return Err(EvalError::Invalid(
             "supervised training needs at least one epoch and a batch of one".into(),
         ));
     }
@@ -280,7 +280,7 @@ pub fn tune(model: &Model, task: &Task, o: &TuneOptions) -> Result<TuneResult, T
         pairs(model, &task.test, k, "test", task.name)?,
     );
     if train.gold.is_empty() || dev_split.gold.is_empty() || test.gold.is_empty() {
-        return Err(TrainError::Invalid(format!(
+        return Err(EvalError::Invalid(format!(
             "{}: a split is empty (train {}, dev {}, test {})",
             task.name,
             train.gold.len(),
@@ -288,7 +288,7 @@ pub fn tune(model: &Model, task: &Task, o: &TuneOptions) -> Result<TuneResult, T
             test.gold.len()
         )));
     }
-    let cpu = crate::nn_model::cpu();
+    let cpu = paraforge_encoders::nn_model::cpu();
     let ad = cpu.clone().autodiff();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(o.seed);
     let net = init_net(model, k, &mut rng, &cpu);
@@ -339,7 +339,7 @@ pub fn tune(model: &Model, task: &Task, o: &TuneOptions) -> Result<TuneResult, T
             scored,
         );
         if !d.is_finite() {
-            return Err(TrainError::Invalid(format!(
+            return Err(EvalError::Invalid(format!(
                 "{}: the trial-split score is not finite after epoch {epoch} (a diverged run, or predictions that do not vary over the split)",
                 task.name
             )));
@@ -381,7 +381,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(model.parts, paraforge_core::PartScale::ByDimension);
-        let cpu = crate::nn_model::cpu();
+        let cpu = paraforge_encoders::nn_model::cpu();
         let p = |v: &[f32], r, c| Some(Param::from_tensor(t2(v.to_vec(), [r, c], &cpu)));
         let zero = || Param::from_tensor(Tensor::<2>::zeros([1, 1], &cpu));
         let net = Net {
