@@ -132,6 +132,8 @@ link-grammar:
 
 test: $(ORT_LIB) testenv link-grammar
 	deploy/k8s/validate.sh
+	$(PYTHON) tools/import_graph.py > /dev/null
+	$(PYTHON) tools/sizes.py
 	$(CARGO) build --bin paraforge
 	PARAFORGE_TEST_PYTHON=$(TESTENV)/bin/python $(CARGO) test --workspace --all-targets < /dev/null
 	$(MAKE) test-python

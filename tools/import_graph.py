@@ -96,6 +96,7 @@ def main() -> int:
                 print(f"  {m} -> {', '.join(sorted(g[m]))}")
         for comp in cs:
             print(f"  CIRCLE: {' <-> '.join(comp)}")
+            print(f"{c}: import circle {' <-> '.join(comp)}", file=sys.stderr)
             bad += 1
     return 1 if bad else 0
 
