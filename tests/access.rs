@@ -1,6 +1,6 @@
 //! Access to a coordinator: the shared-secret token, TLS, message size
 //! limits, and a whole job over TLS with a token. Certificates are the
-//! test-only ones in tests/data/tls (tools/make_test_certs.sh).
+//! test-only ones in tests/data/tls (tools/dev/make_test_certs.sh).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;

@@ -1170,7 +1170,7 @@ fn parse_prints_trees_and_templates_line_for_line() {
         ],
         "translates cs to en",
     );
-    // The bundled paraphraser reads templates (tools/scpn.sh); one trained
+    // The bundled paraphraser reads templates (tools/models/scpn.sh); one trained
     // without them does not.
     let plain = dir.path().join("plain-paraphraser");
     std::fs::create_dir(&plain).unwrap();

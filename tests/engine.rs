@@ -1,6 +1,6 @@
 //! The engine against transformers: tokenizer ids and text, and generated
 //! tokens and scores for greedy, beam 4 and beam 12, on real Czech
-//! sentences, with the references recorded by tools/reference_outputs.py.
+//! sentences, with the references recorded by tools/models/reference_outputs.py.
 //! Also the model layouts (split and merged decoder, int8) and bad input.
 
 use std::path::PathBuf;

@@ -54,7 +54,7 @@ pub struct EvalParaphraseArgs {
     #[arg(long)]
     overwrite: bool,
     /// Syntactic control (a paraphraser trained on templates,
-    /// tools/scpn.sh): also paraphrase each input to its reference
+    /// tools/models/scpn.sh): also paraphrase each input to its reference
     /// paraphrase's template (`paraforge parse --template 2`), and report
     /// for every system how often its output has that template. Pairs
     /// whose reference the parser cannot parse are left out.

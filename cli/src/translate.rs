@@ -126,7 +126,7 @@ pub struct Args {
     /// the top levels of a constituent tree without its words (as
     /// `paraforge parse --template 2` prints them, e.g. "(S (PP) (,) (NP)
     /// (VP) (.))"), with a paraphraser trained on templates
-    /// (models/paraphrase-en, tools/scpn.sh): each input is read as
+    /// (models/paraphrase-en, tools/models/scpn.sh): each input is read as
     /// `TEMPLATE || input`.
     #[arg(long)]
     template: Option<String>,
@@ -161,7 +161,7 @@ fn check_one_language(model: &Path) -> Result<()> {
     Ok(())
 }
 
-/// What tools/scpn.sh writes into a paraphraser it trained on templates;
+/// What tools/models/scpn.sh writes into a paraphraser it trained on templates;
 /// another model would read `TEMPLATE || sentence` as text it never saw.
 pub(crate) const TEMPLATES_FILE: &str = "templates.json";
 
@@ -169,7 +169,7 @@ pub(crate) const TEMPLATES_FILE: &str = "templates.json";
 pub(crate) fn check_template_model(model: &std::path::Path) -> Result<()> {
     if !model.join(TEMPLATES_FILE).is_file() {
         bail!(
-            "{} was not trained on templates (no {TEMPLATES_FILE}; tools/scpn.sh trains one)",
+            "{} was not trained on templates (no {TEMPLATES_FILE}; tools/models/scpn.sh trains one)",
             model.display()
         );
     }
@@ -177,7 +177,7 @@ pub(crate) fn check_template_model(model: &std::path::Path) -> Result<()> {
 }
 
 /// What a template-trained paraphraser reads: the template, ` || `, the
-/// sentence (tools/scpn.sh trains on this form).
+/// sentence (tools/models/scpn.sh trains on this form).
 pub(crate) fn with_template(template: &str, line: &str) -> String {
     format!("{template} || {line}")
 }

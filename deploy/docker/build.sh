@@ -7,7 +7,7 @@
 # Environment (defaults for a repository checkout after `make build` and
 # `make ort` / `make ort ORT_WHEEL=onnxruntime-gpu`):
 #   PARAFORGE_BIN  the binary to copy in (target/release/paraforge)
-#   ORT_DIR        the directory tools/extract_ort.py filled from the wheel
+#   ORT_DIR        the directory tools/dev/extract_ort.py filled from the wheel
 #                  (.cache/ort/onnxruntime-1.31.1, or onnxruntime-gpu-1.31.1
 #                  for cuda)
 #   BASE           the base image (default: the Dockerfile's ARG BASE,

@@ -1,7 +1,7 @@
 //! Scoring throughput: every score of every pair on all cores, then every
 //! score but sentence BLEU (tokenization, unigram/bigram/trigram overlap and
 //! para_score, what the Python peer computes). Used by `make bench-score`
-//! (tools/bench_score.py), which runs the Python peer on the same pairs.
+//! (tools/bench/bench_score.py), which runs the Python peer on the same pairs.
 //!
 //! usage: bench_score PAIRS.tsv SCORER [MIN_PAIRS]
 //! PAIRS.tsv holds `reference<TAB>translation` per line; the pairs are

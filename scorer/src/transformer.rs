@@ -2,7 +2,7 @@
 //! a directory holding `model.onnx` (input_ids,
 //! attention_mask, token_type_ids -> last_hidden_state), the Hugging Face
 //! `tokenizer.json` and `paraforge-encoder.json` (pooling, normalisation,
-//! longest input), as `tools/export_sentence_encoder.py` writes it, e.g. for
+//! longest input), as `tools/models/export_sentence_encoder.py` writes it, e.g. for
 //! sentence-transformers' all-MiniLM-L6-v2. The embedding is the mean of the
 //! last hidden states over the sentence's tokens ([CLS] and [SEP]
 //! included, as sentence-transformers pools), then L2-normalised.
@@ -295,7 +295,7 @@ mod tests {
     }
 
     /// A real ONNX BERT (tiny, random, exported by
-    /// tools/export_sentence_encoder.py with PyTorch's own embeddings):
+    /// tools/models/export_sentence_encoder.py with PyTorch's own embeddings):
     /// the same wordpieces as Hugging Face's tokenizer, the same pooled and
     /// normalised embedding to 1e-5, empty and truncated inputs included.
     #[test]
@@ -304,11 +304,11 @@ mod tests {
     }
 
     /// The same for all-MiniLM-L6-v2, which is not in the repository (91
-    /// MB): `tools/export_sentence_encoder.py minilm --out
+    /// MB): `tools/models/export_sentence_encoder.py minilm --out
     /// .cache/all-minilm-l6-v2`, then `cargo test -p paraforge-scorer --
     /// --ignored`.
     #[test]
-    #[ignore = "needs .cache/all-minilm-l6-v2 (tools/export_sentence_encoder.py minilm)"]
+    #[ignore = "needs .cache/all-minilm-l6-v2 (tools/models/export_sentence_encoder.py minilm)"]
     fn minilm_reproduces_pytorch() {
         reproduces_pytorch(
             &Path::new(env!("CARGO_MANIFEST_DIR")).join("../.cache/all-minilm-l6-v2"),

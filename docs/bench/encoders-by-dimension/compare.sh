@@ -3,7 +3,7 @@
 # equal unit parts and TRIGRAM alone (docs/replication.md, "Combinations
 # weighted by dimension"): one eval-sts run over all of them, one table.
 # Run from the repository root after
-#   OUT=bench-out/encoders-bydim TRAIN_ONLY=1 ENCODERS="word,trigram word,trigram,lstm" tools/replicate_encoders.sh
+#   OUT=bench-out/encoders-bydim TRAIN_ONLY=1 ENCODERS="word,trigram word,trigram,lstm" tools/studies/replicate_encoders.sh
 # with the 2026-11-28 table's models in bench-out/encoders-2026-11-28.
 set -euo pipefail
 BIN=${PARAFORGE_BIN:-target/release/paraforge}
@@ -28,7 +28,7 @@ done
 models=()
 for m in "$C"/*; do case $m in *.tsv) ;; *) models+=(--model "$m") ;; esac; done
 "$BIN" eval-sts "${models[@]}" --json "$C/sts.json" > "$C/sts.md"
-python3 tools/encoders_report.py --sts "$C/sts.json" --runs "$C/models.tsv" \
+python3 tools/studies/encoders_report.py --sts "$C/sts.json" --runs "$C/models.tsv" \
   --papers docs/bench/encoders/paper_figures.json --epochs 5 > "$C/table.md"
 mkdir -p "$D/logs"
 cp "$C/sts.json" "$C/sts.md" "$C/table.md" "$C/models.tsv" "$D/"

@@ -28,7 +28,7 @@ echo "== the demo job on cuda:0"
 timeout 150 $P run --config .gpuS3/demo-gpu.toml --gpus 0 > $R/demo-gpu-log.txt 2>&1; echo "run rc $?"; tail -5 $R/demo-gpu-log.txt
 grep -c . $R/metrics.txt; grep 'worker_sentences_per_second\|worker_tokens_per' $R/metrics.txt | head -4; head -c 600 $R/status.json; echo
 echo "== bench_nmt --gpu --prepared"
-timeout 300 python3 tools/bench_nmt.py --gpu --prepared --paraforge $P 2>&1 | grep -v "Loading weights\|LOAD REPORT\|^Key\|^---\|MISSING\|^Notes\|^- MISSING\|^$"
+timeout 300 python3 tools/bench/bench_nmt.py --gpu --prepared --paraforge $P 2>&1 | grep -v "Loading weights\|LOAD REPORT\|^Key\|^---\|MISSING\|^Notes\|^- MISSING\|^$"
 cp bench-out/nmt-gpu.json $OUT/ 2>/dev/null
 tar -czf $OUT/results.tar.gz -C $R .
 date -u

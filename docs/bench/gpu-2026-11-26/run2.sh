@@ -32,7 +32,7 @@ tl onnx-b64-cpu-host --model $M/onnx --device cpu --threads 16 --batch-size 64
 echo "== identical lines (of 500) against onnx-b64-host"
 for f in $R/*.txt; do echo "$(basename $f .txt): $(paste -d'\t' $f $R/onnx-b64-host.txt | awk -F'\t' '$1==$2' | wc -l)"; done
 echo "== bench_nmt --gpu --prepared"
-timeout 330 python3 tools/bench_nmt.py --gpu --prepared --paraforge $P 2>&1 | grep -v "Loading weights\|LOAD REPORT\|^Key\|^---\|MISSING\|^Notes\|^- MISSING\|^$\|sacremoses"
+timeout 330 python3 tools/bench/bench_nmt.py --gpu --prepared --paraforge $P 2>&1 | grep -v "Loading weights\|LOAD REPORT\|^Key\|^---\|MISSING\|^Notes\|^- MISSING\|^$\|sacremoses"
 cp bench-out/nmt-gpu.json $OUT/nmt-gpu2.json 2>/dev/null
 tar -czf $OUT/results2.tar.gz -C $R .
 date -u

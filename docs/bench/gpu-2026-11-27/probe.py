@@ -4,7 +4,7 @@ with the fp16 cache, the default batch (256 sentences) with the token
 budget from the GPU's free memory, and streams, against transformers'
 `generate` fp32 and CTranslate2 (float16, int8_float16) on the same GPU,
 and ONNX Runtime's own `BeamSearch`
-operator (tools/ort_beam_search.py), 500 held-out sentences, beam 12,
+operator (tools/bench/ort_beam_search.py), 500 held-out sentences, beam 12,
 repeats interleaved. Identical-translation counts against transformers
 fp32 on this GPU and against paraforge fp32 on the CPU (token-exact with
 transformers on the CPU). Writes probe.json into the directory given.
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "bench"))
 import bench_nmt as b  # noqa: E402
 
 P, OUT = sys.argv[1], Path(sys.argv[2])
@@ -110,11 +110,11 @@ for prec, d in (("fp32", "onnx"), ("fp16", "onnx-fp16")):
     name = f"ort-beam-search-{prec}-b64"
     try:
         g = OUT / f"bs-{prec}.onnx"
-        subprocess.run([sys.executable, str(ROOT / "tools/ort_beam_search.py"), "build", str(M / d), str(g)],
+        subprocess.run([sys.executable, str(ROOT / "tools/bench/ort_beam_search.py"), "build", str(M / d), str(g)],
                        check=True, timeout=60)
         secs = []
         for rep in range(1):
-            r = subprocess.run([sys.executable, str(ROOT / "tools/ort_beam_search.py"), "run", str(g), str(M / "hf"),
+            r = subprocess.run([sys.executable, str(ROOT / "tools/bench/ort_beam_search.py"), "run", str(g), str(M / "hf"),
                                 str(src), str(OUT / f"{name}.txt"), "--device", DEV, "--batch-size", "64"],
                                capture_output=True, text=True, timeout=45)
             if r.returncode != 0:

@@ -199,7 +199,7 @@ fn check_half(
         return Err(NmtError::Device {
             device: opts.device.to_string(),
             reason: format!(
-                "{last} keeps its KV cache in fp16 in a merged decoder; export fp16 graphs split (tools/marian_model.py export --fp16)"
+                "{last} keeps its KV cache in fp16 in a merged decoder; export fp16 graphs split (tools/models/marian_model.py export --fp16)"
             ),
         });
     }
