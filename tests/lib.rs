@@ -97,7 +97,9 @@ pub fn scored_dataset(dir: &Path, n: usize, files: usize) -> Vec<paraforge_core:
 }
 
 /// [`scored_dataset`] with the bundled model `model` (e.g. `demo-cs-en`,
-/// whose translations are good enough to learn from) and `beams`.
+/// whose translations are good enough to learn from) and `beams`. With
+/// `demo-en-cs` the English side is translated: Czech pairs, whose
+/// para_score the English vectors mostly cannot give.
 pub fn scored_dataset_with(
     dir: &Path,
     n: usize,
@@ -111,7 +113,15 @@ pub fn scored_dataset_with(
 
     let pairs = sample_pairs(n);
     let mut t = Translator::load(&model(model_name), &LoadOptions::default()).expect("test model");
-    let cs: Vec<&str> = pairs.iter().map(|p| p.1.as_str()).collect();
+    let en_cs = model_name.ends_with("en-cs");
+    let sides = |p: &(String, String, String)| -> (String, String) {
+        match en_cs {
+            true => (p.2.clone(), p.1.clone()),
+            false => (p.1.clone(), p.2.clone()),
+        }
+    };
+    let cs: Vec<String> = pairs.iter().map(|p| sides(p).0).collect();
+    let cs: Vec<&str> = cs.iter().map(String::as_str).collect();
     let o = GenerateOptions {
         num_beams: beams,
         max_new_tokens: Some(48),
@@ -124,16 +134,19 @@ pub fn scored_dataset_with(
     let rows: Vec<paraforge_core::PairRow> = pairs
         .iter()
         .zip(&out)
-        .map(|((id, cs, en), tr)| paraforge_core::PairRow {
-            id: id.clone(),
-            source: cs.clone(),
-            reference: en.clone(),
-            translation: tr.text.clone(),
-            candidate_rank: 1,
-            translation_score: Some(tr.score),
-            source_len: Some(tr.source_tokens as i32),
-            truncated: tr.flag.is_some(),
-            scores: scorer.score(en, &tr.text),
+        .map(|(p, tr)| {
+            let (source, reference) = sides(p);
+            paraforge_core::PairRow {
+                id: p.0.clone(),
+                scores: scorer.score(&reference, &tr.text),
+                source,
+                reference,
+                translation: tr.text.clone(),
+                candidate_rank: 1,
+                translation_score: Some(tr.score),
+                source_len: Some(tr.source_tokens as i32),
+                truncated: tr.flag.is_some(),
+            }
         })
         .collect();
     let per = rows.len().div_ceil(files.max(1));

@@ -1916,3 +1916,195 @@ fn bundled_model_cards_carry_the_recorded_figures() {
         }
     }
 }
+
+/// Reference-to-translation retrieval P@1 of `enc` over `pairs`.
+fn retrieval_of(enc: &dyn paraforge_core::SentenceEncoder, pairs: &[(&str, &str)]) -> f64 {
+    let emb = |s: &str| {
+        let mut v = vec![0f32; enc.dim()];
+        enc.embed_batch(&[paraforge_core::tokenize(s)], &mut v);
+        v
+    };
+    let r: Vec<Vec<f32>> = pairs.iter().map(|p| emb(p.0)).collect();
+    let t: Vec<Vec<f32>> = pairs.iter().map(|p| emb(p.1)).collect();
+    let hits = (0..pairs.len())
+        .filter(|&i| {
+            let own = cosine(&r[i], &t[i]);
+            (0..pairs.len()).all(|j| j == i || cosine(&r[i], &t[j]) < own)
+        })
+        .count();
+    hits as f64 / pairs.len() as f64
+}
+
+/// `rescore --bootstrap` on Czech pairs, which the bundled English scorer
+/// cannot score: every row gets a para_score, each from the model trained
+/// without the row's fold (recomputed here from the kept models), and on
+/// its held-out fold that model retrieves translations better than the
+/// untrained TRIGRAM it started from. A corpus too small is refused by count.
+#[test]
+fn a_bootstrap_scorer_scores_each_fold_with_the_model_that_never_saw_it() {
+    use paraforge_core::folds::fold_of;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("cs");
+    std::fs::create_dir(&data).unwrap();
+    let rows = paraforge_tests::scored_dataset_with(&data, 600, 2, "demo-en-cs", 2);
+    // As an English-to-Czech job's manifest records its languages.
+    let mpath = data.join("_manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
+    m["languages"] = serde_json::json!({"source": "eng", "reference": "ces"});
+    std::fs::write(&mpath, m.to_string()).unwrap();
+
+    // The bundled scorer reads English: refused by name, nothing written.
+    let refused = dir.path().join("english-scored");
+    let o = paraforge_tests::paraforge_cmd(&[
+        "rescore".as_ref(),
+        "--data".as_ref(),
+        data.as_os_str(),
+        "--model".as_ref(),
+        paraforge_tests::model("scorer-trigram").as_os_str(),
+        "--out".as_ref(),
+        refused.as_os_str(),
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains("its card says it reads \"en\", but the data's references are \"cs\""),
+        "{e}"
+    );
+    assert!(!refused.exists());
+    let out = dir.path().join("rescored");
+    let stdout = paraforge_ok(&[
+        "rescore".as_ref(),
+        "--data".as_ref(),
+        data.as_os_str(),
+        "--bootstrap".as_ref(),
+        "trigram".as_ref(),
+        "--bootstrap-epochs".as_ref(),
+        "3".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(stdout.contains("600 pairs in 2 files rescored"), "{stdout}");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("_manifest.json")).unwrap()).unwrap();
+    let folds = manifest["folds"].as_array().expect("folds in the manifest");
+    assert_eq!(folds.len(), 2, "{manifest}");
+    let models: Vec<Box<dyn paraforge_core::SentenceEncoder>> = (0..2)
+        .map(|i| {
+            let d = out.join(format!("_scorers/fold-{i}"));
+            let card = std::fs::read_to_string(d.join("README.md")).unwrap();
+            assert!(card.contains(&format!("fold {i} of 2")), "{card}");
+            paraforge_scorer::load_encoder(Some(&d), None)
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    let want: HashMap<&str, &PairRow> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
+    let (mut seen, mut other_differs) = (0, 0);
+    for f in dataset_files(&out).unwrap() {
+        let reader = PairReader::open(&f, &[]).unwrap();
+        assert_eq!(
+            reader
+                .metadata()
+                .get("paraforge.para_scorer_folds")
+                .map(String::as_str),
+            Some("2")
+        );
+        for b in reader {
+            let b = b.unwrap();
+            let id = column::<StringArray>(&b, col::ID, &f).unwrap();
+            let para = column::<Float32Array>(&b, col::PARA_SCORE, &f).unwrap();
+            for i in 0..b.num_rows() {
+                let r = want[id.value(i)];
+                assert!(!para.is_null(i), "{}: no para_score", r.id);
+                let k = fold_of(&r.id, 2) as usize;
+                let mut own = Scorer::new(Some(models[k].as_ref()));
+                assert_eq!(
+                    own.score(&r.reference, &r.translation).para_score,
+                    Some(para.value(i)),
+                    "{}",
+                    r.id
+                );
+                let mut other = Scorer::new(Some(models[1 - k].as_ref()));
+                other_differs += usize::from(
+                    other.score(&r.reference, &r.translation).para_score != Some(para.value(i)),
+                );
+                seen += 1;
+            }
+        }
+    }
+    assert_eq!(seen, 600);
+    assert!(other_differs > 550, "{other_differs}");
+
+    // Held out from its model, each fold is retrieved better than by the
+    // untrained model (the same vocabulary, no training).
+    let untrained = dir.path().join("untrained");
+    paraforge_ok(&[
+        "train".as_ref(),
+        "--model".as_ref(),
+        "trigram".as_ref(),
+        "--epochs".as_ref(),
+        "0".as_ref(),
+        "--data".as_ref(),
+        data.as_os_str(),
+        "--out".as_ref(),
+        untrained.as_os_str(),
+    ]);
+    let untrained = paraforge_scorer::load_encoder(Some(&untrained), None)
+        .unwrap()
+        .unwrap();
+    // `train` on Czech pairs does not pick its epoch on English STS.
+    let o = paraforge_tests::paraforge_cmd(&[
+        "train".as_ref(),
+        "--model".as_ref(),
+        "trigram".as_ref(),
+        "--epochs".as_ref(),
+        "1".as_ref(),
+        "--data".as_ref(),
+        data.as_os_str(),
+        "--out".as_ref(),
+        dir.path().join("one-epoch").as_os_str(),
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{e}");
+    assert!(
+        e.contains("the default dev set, STS Benchmark, is English: no dev set"),
+        "{e}"
+    );
+    for (k, m) in models.iter().enumerate() {
+        let held: Vec<(&str, &str)> = rows
+            .iter()
+            .filter(|r| fold_of(&r.id, 2) as usize == k)
+            .map(|r| (r.reference.as_str(), r.translation.as_str()))
+            .collect();
+        let (boot, base) = (
+            retrieval_of(m.as_ref(), &held),
+            retrieval_of(untrained.as_ref(), &held),
+        );
+        eprintln!(
+            "fold {k}: {} held-out pairs, P@1 bootstrap {boot:.3}, untrained {base:.3}",
+            held.len()
+        );
+        assert!(
+            boot > base,
+            "fold {k}: bootstrap {boot:.3} <= untrained {base:.3}"
+        );
+    }
+
+    // Too few pairs: refused by count before any training.
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    paraforge_tests::scored_dataset_with(&small, 120, 1, "tiny-cs-en", 1);
+    let o = paraforge_tests::paraforge_cmd(&[
+        "rescore".as_ref(),
+        "--data".as_ref(),
+        small.as_os_str(),
+        "--bootstrap".as_ref(),
+        "trigram".as_ref(),
+        "--out".as_ref(),
+        dir.path().join("small-out").as_os_str(),
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(e.contains("it needs at least 100"), "{e}");
+    assert!(!dir.path().join("small-out").exists());
+}

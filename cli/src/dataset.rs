@@ -215,15 +215,27 @@ pub struct RescoreArgs {
     /// `model.pfe` such as models/scorer-trigram, or a neural encoder's
     /// directory such as an LSTM's): para_score becomes the cosine of its
     /// two sentence embeddings.
-    #[arg(long, conflicts_with = "vectors")]
+    #[arg(long, conflicts_with_all = ["vectors", "bootstrap"])]
     model: Option<PathBuf>,
     /// GloVe-format word vectors instead (averaged).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "bootstrap")]
     vectors: Option<PathBuf>,
+    /// Learn the scorer from the data itself, for a language without one:
+    /// trigram, word or word,trigram, trained with cross-fitting (each
+    /// fold scored by a model trained on the other folds; the models are
+    /// kept in the output's `_scorers/`).
+    #[arg(long, value_parser = parse_bootstrap)]
+    bootstrap: Option<paraforge_trainer::Kind>,
+    /// Folds of --bootstrap (2 to 10).
+    #[arg(long, default_value_t = paraforge_trainer::bootstrap::DEFAULT_FOLDS, requires = "bootstrap")]
+    folds: u32,
+    /// Epochs of each --bootstrap model.
+    #[arg(long, default_value_t = paraforge_trainer::bootstrap::DEFAULT_EPOCHS, requires = "bootstrap")]
+    bootstrap_epochs: usize,
     /// A classifier from `paraforge train-classifier`: `reference_probability`
     /// becomes its P(reference) of each translation (the quality
     /// filter of Wieting et al., 2017). With neither --model nor --vectors, para_score is kept.
-    #[arg(long, required_unless_present_any = ["model", "vectors"])]
+    #[arg(long, required_unless_present_any = ["model", "vectors", "bootstrap"])]
     classifier: Option<PathBuf>,
     /// A new, empty directory or object-store prefix for the rescored
     /// dataset (same layout, own `_manifest.json`; it appears only when
@@ -249,13 +261,68 @@ fn local_path(url: &str) -> PathBuf {
         .to_path_buf()
 }
 
+fn parse_bootstrap(s: &str) -> Result<paraforge_trainer::Kind, String> {
+    s.parse::<paraforge_trainer::Kind>()
+        .map_err(|_| format!("{s:?}: trigram, word or word,trigram"))
+}
+
 pub fn rescore(a: RescoreArgs) -> Result<()> {
     use paraforge_rescore::{self as rescore, ScorerPath};
-    let scorer = match (&a.model, &a.vectors) {
-        (Some(m), None) => Some(ScorerPath::Model(m)),
-        (None, Some(v)) => Some(ScorerPath::Vectors(v)),
-        (None, None) if a.classifier.is_some() => None,
-        _ => anyhow::bail!("give --model or --vectors, and/or --classifier"),
+    let staged = Staging::new(&a.data, &a.out, a.overwrite, "rescore")?;
+    crate::threads(a.threads)?;
+    // Trained beside the output (one filesystem: the models are renamed
+    // into it), removed with this directory if anything fails.
+    let bootstrap_dir = match a.bootstrap {
+        Some(kind) => {
+            let beside = staged.out.parent().filter(|p| !p.as_os_str().is_empty());
+            let dir = tempfile::Builder::new()
+                .prefix(".paraforge-bootstrap.")
+                .tempdir_in(beside.unwrap_or(std::path::Path::new(".")))?;
+            let spec = paraforge_trainer::bootstrap::BootstrapSpec {
+                data: staged.input.clone(),
+                kind,
+                folds: a.folds,
+                epochs: a.bootstrap_epochs,
+                seed: 1,
+            };
+            // Each card names its model where it will live.
+            let named = |i: u32| staged.out.join(paraforge_rescore::fold_dir(i as usize));
+            let models = paraforge_trainer::bootstrap::train_folds(
+                &spec,
+                dir.path(),
+                &named,
+                &mut |f, e| {
+                    if let paraforge_trainer::Event::Started {
+                        pairs_per_epoch,
+                        epochs,
+                    } = e
+                    {
+                        eprintln!(
+                            "bootstrap scorer, {f}: {epochs} epochs on {pairs_per_epoch} pairs"
+                        );
+                    }
+                },
+            )
+            .with_context(|| format!("--bootstrap {} on {}", kind.name(), a.data))?;
+            Some((dir, models.into_iter().map(|m| m.dir).collect::<Vec<_>>()))
+        }
+        None => None,
+    };
+    if let Some(m) = &a.model {
+        let language = paraforge_core::dataset::trace(&staged.input).reference_language();
+        paraforge_core::layout::card::check_language(
+            m,
+            language.as_deref(),
+            "its manifest's languages",
+        )
+        .map_err(anyhow::Error::msg)?;
+    }
+    let scorer = match (&a.model, &a.vectors, &bootstrap_dir) {
+        (Some(m), None, None) => Some(ScorerPath::Model(m)),
+        (None, Some(v), None) => Some(ScorerPath::Vectors(v)),
+        (None, None, Some((_, ms))) => Some(ScorerPath::Folds(ms)),
+        (None, None, None) if a.classifier.is_some() => None,
+        _ => anyhow::bail!("give --model, --vectors or --bootstrap, and/or --classifier"),
     };
     let classifier = a
         .classifier
@@ -266,14 +333,12 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
         .classifier
         .as_ref()
         .map(|d| d.join(paraforge_encoders::classifier::WEIGHTS));
-    let staged = Staging::new(&a.data, &a.out, a.overwrite, "rescore")?;
     let bar = indicatif::ProgressBar::new(0).with_style(
         indicatif::ProgressStyle::with_template(
             "rescoring {bar:30} {human_pos}/{human_len} pairs ({per_sec}, eta {eta})",
         )
         .expect("valid template"),
     );
-    crate::threads(a.threads)?;
     let name = scorer
         .map(|s| s.file().display().to_string())
         .into_iter()

@@ -237,6 +237,7 @@ impl TrainArgs {
         }
         Ok(TrainSpec {
             data: self.data,
+            without_fold: None,
             model,
             hidden: self.hidden,
             layers: self.layers,

@@ -217,13 +217,54 @@ pub fn check_outputs(cfg: &JobConfig) -> Result<(), PlanError> {
     Ok(())
 }
 
+/// Refuses a `scoring.model` whose card names another language than the
+/// references it would score: `[filters] reference_lang`, else the
+/// translation model's target language (its `tokenizer_config.json`).
+/// Either unknown: let through.
+pub fn check_scorer_language(cfg: &JobConfig) -> Result<(), PlanError> {
+    use paraforge_job::storage::local_path;
+    let Some(scorer) = cfg.scoring.model.as_deref().and_then(local_path) else {
+        return Ok(());
+    };
+    let from_model = || {
+        let dir = Path::new(&cfg.model.as_ref()?.dir);
+        let b = std::fs::read(dir.join("tokenizer_config.json")).ok()?;
+        let c: serde_json::Value = serde_json::from_slice(&b).ok()?;
+        let l = c["target_lang"].as_str()?.trim().to_string();
+        (!l.is_empty()).then_some((
+            l,
+            "the target language of model.dir's tokenizer_config.json",
+        ))
+    };
+    let reference = match &cfg.filters.reference_lang {
+        Some(l) => Some((l.clone(), "filters.reference_lang")),
+        None => from_model(),
+    };
+    let (lang, whence) = match &reference {
+        Some((l, w)) => (Some(l.as_str()), *w),
+        None => (None, ""),
+    };
+    paraforge_core::layout::card::check_language(scorer, lang, whence).map_err(|message| {
+        PlanError::Language {
+            key: "scoring.model",
+            message,
+        }
+    })
+}
+
 /// Plans the shards and fingerprints every file they are cut from.
 pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
     check_outputs(cfg)?;
+    check_scorer_language(cfg)?;
     let per = cfg.job.shard_pairs.max(1);
     let mut out = Vec::new();
     let mut prints = Vec::new();
+    // input.limit: lines still to plan (u64::MAX without one).
+    let mut left = cfg.input.limit.unwrap_or(u64::MAX);
     for (i, input) in cfg.input.paths.iter().enumerate() {
+        if left == 0 {
+            break;
+        }
         let path = PathBuf::from(input);
         let by_lines =
             paraforge_core::text::is_compressed(&path) || cfg.input.format == FormatName::Aligned;
@@ -250,6 +291,8 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
                     });
                 }
             }
+            let lines = lines.min(left);
+            left -= lines;
             let mut first = 1;
             while first <= lines {
                 let take = per.min(lines - first + 1);
@@ -265,6 +308,9 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
             let mut buf = vec![0u8; 1 << 20];
             let (mut pos, mut start, mut first_line, mut in_shard) = (0u64, 0u64, 1u64, 0u64);
             let mut last = b'\n';
+            // Past the limit the file is still hashed (its fingerprint is
+            // the whole file's) but cut into no more shards.
+            let mut done = false;
             loop {
                 let n = f.read(&mut buf).map_err(|source| PlanError::Io {
                     path: path.clone(),
@@ -275,25 +321,33 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
                 }
                 hash.update(&buf[..n]);
                 for (j, &b) in buf[..n].iter().enumerate() {
+                    if done {
+                        break;
+                    }
                     if b == b'\n' {
                         in_shard += 1;
-                        if in_shard == per {
+                        left -= 1;
+                        if in_shard == per || left == 0 {
                             let end = pos + j as u64 + 1;
                             push(Range::bytes(start, end, first_line, in_shard));
                             start = end;
                             first_line += in_shard;
                             in_shard = 0;
+                            done = left == 0;
                         }
                     }
                 }
                 last = buf[n - 1];
                 pos += n as u64;
             }
-            if last != b'\n' && pos > 0 {
-                in_shard += 1; // a last line without a newline
-            }
-            if pos > start {
-                push(Range::bytes(start, pos, first_line, in_shard));
+            if !done {
+                if last != b'\n' && pos > 0 {
+                    in_shard += 1; // a last line without a newline
+                    left -= 1;
+                }
+                if pos > start {
+                    push(Range::bytes(start, pos, first_line, in_shard));
+                }
             }
             prints.push(hash.finish(input, &f));
         }
@@ -473,6 +527,91 @@ mod tests {
             e.contains("c.cs has 5 lines but its reference file") && e.contains("c.en has 6"),
             "{e}"
         );
+    }
+
+    /// `input.limit` plans exactly the first N lines across the files in
+    /// order, stopping inside a file and inside a shard, a plain file or a
+    /// compressed one, and they read back as exactly those lines.
+    #[test]
+    fn a_limit_plans_the_first_lines_across_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let sample =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/sample/czeng16-heldout.cs-en.tsv");
+        let text = std::fs::read(&sample).unwrap();
+        let plain = dir.path().join("s.tsv");
+        std::fs::write(&plain, &text).unwrap();
+        let gz = dir.path().join("s.tsv.gz");
+        let mut e = flate2::write::GzEncoder::new(
+            std::fs::File::create(&gz).unwrap(),
+            flate2::Compression::fast(),
+        );
+        std::io::Write::write_all(&mut e, &text).unwrap();
+        e.finish().unwrap();
+        for (paths, limit, want) in [
+            (vec![plain.as_path(), &gz], 1234, vec![(0, 1234)]),
+            (
+                vec![plain.as_path(), &gz],
+                4068 + 700,
+                vec![(0, 4068), (1, 700)],
+            ),
+            (vec![gz.as_path(), &plain], 1001, vec![(0, 1001)]),
+            (vec![plain.as_path()], 99_999, vec![(0, 4068)]),
+        ] {
+            let mut cfg = config(&paths, 500, "czeng16", &[]);
+            cfg.input.limit = Some(limit);
+            let shards = plan(&cfg).unwrap();
+            assert!(shards.iter().all(|s| s.range.lines <= 500));
+            for (f, lines) in want.iter().copied() {
+                let got: Vec<Record> = shards
+                    .iter()
+                    .filter(|s| s.file_index == f)
+                    .flat_map(|s| read_shard(&cfg, s))
+                    .collect();
+                let all = whole(&cfg, f);
+                assert_eq!(got, all[..lines as usize], "limit {limit}, file {f}");
+            }
+            assert!(shards
+                .iter()
+                .all(|s| want.iter().any(|w| w.0 == s.file_index)));
+        }
+    }
+
+    /// A job whose references are Czech (by `[filters] reference_lang`, or
+    /// by the English-to-Czech model's tokenizer config) refuses the
+    /// bundled English scorer by key before anything runs; an English job
+    /// takes it.
+    #[test]
+    fn a_scorer_for_another_language_than_the_references_is_refused() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let sample = root.join("data/sample/czeng16-heldout.cs-en.tsv");
+        let scorer = root.join("models/scorer-trigram");
+        let en_cs = root.join("models/demo-en-cs");
+        let cs_en = root.join("models/demo-cs-en");
+        for (model, filters, refused) in [
+            (&cs_en, "", false),
+            (&en_cs, "", true),
+            (&cs_en, "reference_lang = \"ces\"", true),
+            (&en_cs, "reference_lang = \"eng\"", false),
+        ] {
+            let text = format!(
+                "[job]\nname = \"t\"\noutput = \"out\"\n[input]\npaths = [{:?}]\nformat = \"czeng16\"\n[model]\ndir = {:?}\n[scoring]\nmodel = {:?}\n[filters]\n{filters}\n",
+                sample.display().to_string(),
+                model.display().to_string(),
+                scorer.display().to_string()
+            );
+            let cfg = JobConfig::parse(&text, Path::new("t.toml")).unwrap();
+            let got = check_scorer_language(&cfg);
+            assert_eq!(got.is_err(), refused, "{model:?} {filters}: {got:?}");
+            if let Err(e) = got {
+                let e = e.to_string();
+                assert!(
+                    e.starts_with("scoring.model: ")
+                        && e.contains("\"cs\"")
+                        && e.contains("bootstrap"),
+                    "{e}"
+                );
+            }
+        }
     }
 
     /// `[filters] dedup_sources` on a shard of one repeated line: the

@@ -112,6 +112,9 @@ pub enum PlanError {
     /// `job.output` or `[bins] output` where the output rule refuses to write.
     #[error(transparent)]
     Output(#[from] paraforge_core::outputs::OutputRuleError),
+    /// A model for another language than the side it would be applied to.
+    #[error("{key}: {message}")]
+    Language { key: &'static str, message: String },
     /// Aligned files of different lengths: every pair after the first
     /// extra or missing line would be a wrong pair.
     #[error("{source_path} has {source_lines} lines but its reference file {reference} has {reference_lines}: aligned files must have one line per pair")]

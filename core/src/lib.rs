@@ -5,6 +5,7 @@
 pub mod bleu;
 pub mod dataset;
 pub mod encoder;
+pub mod folds;
 pub mod layout;
 pub mod lm;
 pub mod model_digest;

@@ -67,6 +67,9 @@ pub mod meta {
     pub const PARA_SCORER: &str = "paraforge.para_scorer";
     pub const PARA_SCORER_KIND: &str = "paraforge.para_scorer_kind";
     pub const PARA_SCORER_SHA256: &str = "paraforge.para_scorer_sha256";
+    /// With a cross-fitted scorer, k: row r was scored by the model trained
+    /// without fold `fold_of(id, k)` (`paraforge_core::folds`).
+    pub const PARA_SCORER_FOLDS: &str = "paraforge.para_scorer_folds";
     /// What rescore wrote before it took trained models (dropped on rescoring).
     pub const PARA_VECTORS: &str = "paraforge.para_vectors";
     pub const PARA_VECTORS_SHA256: &str = "paraforge.para_vectors_sha256";

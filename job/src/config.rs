@@ -125,6 +125,10 @@ pub struct Input {
     /// Lines with a longer side (in characters) are rejected.
     #[serde(default = "default_max_chars")]
     pub max_chars: usize,
+    /// Only the first N lines of the input (across its files, in order):
+    /// to try a job on a small part before the whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
 }
 
 fn default_max_chars() -> usize {
@@ -547,7 +551,7 @@ impl JobConfig {
         ] {
             let mut seen: std::collections::HashMap<String, usize> = Default::default();
             for (i, p) in list.iter().enumerate() {
-                if let Some(first) = seen.insert(same_input(p), i) {
+                if let Some(first) = seen.insert(crate::storage::same_input(p), i) {
                     return bad(
                         key,
                         format!(
@@ -590,6 +594,9 @@ impl JobConfig {
                 "input.max_chars",
                 format!("{} must be between 1 and {MAX_CHARS}", self.input.max_chars),
             );
+        }
+        if self.input.limit == Some(0) {
+            return bad("input.limit", "0 would plan no line: at least 1".into());
         }
         self.check_input_columns()
     }
@@ -854,33 +861,6 @@ fn bad(key: &'static str, message: String) -> Result<(), (&'static str, String)>
     Err((key, message))
 }
 
-/// What names one input file however it is spelled: a local path (or
-/// `file://` URL) made absolute with `.` and `..` resolved, through
-/// symbolic links when it exists here; an object-store URL with repeated
-/// slashes in its key collapsed.
-fn same_input(p: &str) -> String {
-    let Some(local) = crate::storage::local_path(p) else {
-        let (scheme, rest) = p.split_once("://").unwrap_or(("", p));
-        let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
-        return format!("{}://{}", scheme.to_ascii_lowercase(), parts.join("/"));
-    };
-    if let Ok(real) = std::fs::canonicalize(local) {
-        return real.display().to_string();
-    }
-    let abs = std::path::absolute(local).unwrap_or_else(|_| local.to_path_buf());
-    let mut out = PathBuf::new();
-    for c in abs.components() {
-        match c {
-            std::path::Component::CurDir => {}
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            c => out.push(c),
-        }
-    }
-    out.display().to_string()
-}
-
 /// Any serializable value as compact JSON text.
 mod erased {
     pub trait Value {
@@ -1045,6 +1025,10 @@ dir = "models/tiny-cs-en"
             (
                 MINIMAL.replace("format = \"czeng16\"", "format = \"czeng16\"\nmax_chars = 1000001"),
                 "input.max_chars",
+            ),
+            (
+                MINIMAL.replace("format = \"czeng16\"", "format = \"czeng16\"\nlimit = 0"),
+                "input.limit",
             ),
             (
                 format!("{MINIMAL}[coordinator]\ntls_cert = \"c.pem\"\n"),

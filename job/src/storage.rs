@@ -77,6 +77,33 @@ pub fn local_path(url: &str) -> Option<&std::path::Path> {
     }
 }
 
+/// What names one input file however it is spelled: a local path (or
+/// `file://` URL) made absolute with `.` and `..` resolved, through
+/// symbolic links when it exists here; an object-store URL with repeated
+/// slashes in its key collapsed.
+pub fn same_input(p: &str) -> String {
+    let Some(local) = local_path(p) else {
+        let (scheme, rest) = p.split_once("://").unwrap_or(("", p));
+        let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+        return format!("{}://{}", scheme.to_ascii_lowercase(), parts.join("/"));
+    };
+    if let Ok(real) = std::fs::canonicalize(local) {
+        return real.display().to_string();
+    }
+    let abs = std::path::absolute(local).unwrap_or_else(|_| local.to_path_buf());
+    let mut out = std::path::PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out.display().to_string()
+}
+
 /// Makes ring the process's TLS crypto provider for the object-store
 /// clients (reqwest is built without a provider of its own, so that the
 /// build has one crypto library, not ring and aws-lc); a provider installed

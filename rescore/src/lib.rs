@@ -79,6 +79,9 @@ pub struct RescoreManifest {
     pub scorer: String,
     pub scorer_kind: String,
     pub scorer_sha256: String,
+    /// A cross-fitted scorer's models, one per fold (empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub folds: Vec<FoldScorer>,
     /// The reference classifier that filled `reference_probability`, its
     /// weights' SHA-256, and the mean it gave (empty without one).
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -151,6 +154,10 @@ pub enum ScorerPath<'a> {
     Model(&'a Path),
     /// GloVe-format word vectors.
     Vectors(&'a Path),
+    /// Cross-fitted models (`paraforge_trainer::bootstrap`): `models[i]`
+    /// was trained without fold i of `models.len()` and scores that fold's
+    /// rows. The directories move into the new dataset's `_scorers/`.
+    Folds(&'a [PathBuf]),
 }
 
 impl<'a> ScorerPath<'a> {
@@ -160,23 +167,49 @@ impl<'a> ScorerPath<'a> {
         match self {
             ScorerPath::Model(p) => paraforge_scorer::weights_file(p),
             ScorerPath::Vectors(p) => p.to_path_buf(),
+            ScorerPath::Folds(ms) => PathBuf::from(format!("{} cross-fitted models", ms.len())),
         }
     }
 
-    /// The model directory or file, or the vectors file, as given.
-    pub fn path(&self) -> &'a Path {
+    /// The model directories or files, or the vectors file, as given.
+    pub fn paths(&self) -> Vec<&'a Path> {
         match *self {
-            ScorerPath::Model(p) | ScorerPath::Vectors(p) => p,
+            ScorerPath::Model(p) | ScorerPath::Vectors(p) => vec![p],
+            ScorerPath::Folds(ms) => ms.iter().map(PathBuf::as_path).collect(),
         }
     }
 
-    pub fn load(&self) -> Result<Box<dyn SentenceEncoder>, EncoderError> {
-        let (m, v) = match *self {
-            ScorerPath::Model(p) => (Some(p), None),
-            ScorerPath::Vectors(p) => (None, Some(p)),
+    /// One encoder, or one per fold.
+    pub fn load(&self) -> Result<Vec<Box<dyn SentenceEncoder>>, EncoderError> {
+        let one = |m: Option<&Path>, v: Option<&Path>| {
+            Ok(paraforge_scorer::load_encoder(m, v)?.expect("one of the two is given"))
         };
-        Ok(paraforge_scorer::load_encoder(m, v)?.expect("one of the two is given"))
+        match *self {
+            ScorerPath::Model(p) => Ok(vec![one(Some(p), None)?]),
+            ScorerPath::Vectors(p) => Ok(vec![one(None, Some(p))?]),
+            ScorerPath::Folds(ms) => ms.iter().map(|m| one(Some(m), None)).collect(),
+        }
     }
+}
+
+/// Where a cross-fitted rescore keeps fold i's model, relative to its output.
+pub fn fold_dir(i: usize) -> PathBuf {
+    Path::new(SCORERS_DIR).join(format!("fold-{i}"))
+}
+
+/// The new dataset's directory of cross-fitted models (not data: readers
+/// skip names starting with `_`, and the manifest lists only Parquet).
+pub const SCORERS_DIR: &str = "_scorers";
+
+/// One cross-fitted model, as the manifest records it.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct FoldScorer {
+    /// The fold it scored (and was trained without), of `k`.
+    pub fold: u32,
+    pub k: u32,
+    /// Relative to the output directory.
+    pub model: String,
+    pub sha256: String,
 }
 
 /// A reference classifier and what the footers and manifest say of it.
@@ -207,14 +240,19 @@ pub fn run(
     }
     let dataset = paraforge_core::dataset::open(input)?;
     progress(Progress::Total(dataset.rows()));
-    let encoder = scorer.map(|s| s.load()).transpose()?;
-    let stamp = match (scorer, &encoder) {
-        (Some(s), Some(e)) => {
-            let p = s.path();
-            Some(ScorerStamp::of(p, e.as_ref()).map_err(io(p))?)
-        }
-        _ => None,
+    let encoders = scorer.map(|s| s.load()).transpose()?.unwrap_or_default();
+    let fold_models: &[PathBuf] = match scorer {
+        Some(ScorerPath::Folds(ms)) => ms,
+        _ => &[],
     };
+    let folds = fold_models.len() as u32;
+    let mut stamps = Vec::new();
+    if let Some(s) = scorer {
+        for (p, e) in s.paths().into_iter().zip(&encoders) {
+            stamps.push(ScorerStamp::of(p, e.as_ref()).map_err(io(p))?);
+        }
+    }
+    let stamp = combined(&stamps, folds);
     let class_stamp = classifier
         .map(|c| -> Result<ClassifierStamp, RescoreError> {
             Ok(ClassifierStamp {
@@ -224,28 +262,42 @@ pub fn run(
         })
         .transpose()?;
     let mut inputs: Vec<&Path> = vec![input];
-    inputs.extend(scorer.map(|s| s.path()));
+    inputs.extend(scorer.map(|s| s.paths()).unwrap_or_default());
     inputs.extend(classifier.map(|c| c.file));
     let staged = NewDataset::create(out, &inputs, overwrite, "rescore")?;
-    let (replaced, added) = footer(stamp.as_ref(), class_stamp.as_ref());
+    let (mut replaced, mut added) = footer(stamp.as_ref(), class_stamp.as_ref());
+    if stamp.is_some() {
+        replaced.push(meta::PARA_SCORER_FOLDS);
+        if folds > 0 {
+            added.push((meta::PARA_SCORER_FOLDS.into(), folds.to_string()));
+        }
+    }
     let how = Rewrite {
-        columns: &[col::REFERENCE, col::TRANSLATION, col::PARA_SCORE],
+        columns: if folds > 0 {
+            &[col::ID, col::REFERENCE, col::TRANSLATION, col::PARA_SCORE]
+        } else {
+            &[col::REFERENCE, col::TRANSLATION, col::PARA_SCORE]
+        },
         replaced: &replaced,
         added,
         parallel: true,
     };
-    let (para, class) = (encoder.is_some(), classifier.map(|c| c.scorer));
+    let class = classifier.map(|c| c.scorer);
     let transform = || {
-        let mut scorer = Scorer::new(encoder.as_deref());
+        let mut scorers: Vec<Scorer<'_>> = encoders
+            .iter()
+            .map(|e| Scorer::new(Some(e.as_ref())))
+            .collect();
         move |batch: RecordBatch, at: At<'_>, tally: &mut Tally| {
-            rescore_batch(&mut scorer, para, class, batch, at, tally)
+            rescore_batch(&mut scorers, class, batch, at, tally)
         }
     };
-    let failed_before = encoder.as_ref().map_or(0, |e| e.failures());
+    let failures = || encoders.iter().map(|e| e.failures()).sum::<u64>();
+    let failed_before = failures();
     let files = rewrite(&dataset, &staged, &how, transform, &|n| {
         progress(Progress::Done(n))
     })?;
-    let failed = encoder.as_ref().map_or(0, |e| e.failures()) - failed_before;
+    let failed = failures() - failed_before;
     if failed > 0 {
         return Err(RescoreError::EncoderFailed { failed });
     }
@@ -264,17 +316,8 @@ pub fn run(
         classifier_sha256,
         ..Default::default()
     };
-    let mut total = Tally::default();
-    for f in files {
-        m.rows += f.rows;
-        m.files.push(ListedFile {
-            path: f.path,
-            rows: f.rows,
-            bytes: Some(f.bytes),
-            sha256: Some(f.sha256),
-        });
-        total = total.merge(f.counts);
-    }
+    m.folds = move_fold_models(fold_models, &stamps, staged.dir())?;
+    let total = list_files(&mut m, files);
     for i in 0..=PARA_RANGES.len() {
         m.ranges_before.insert(label(i), total.before[i]);
         m.ranges_after.insert(label(i), total.after[i]);
@@ -293,6 +336,72 @@ pub fn run(
     let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
     staged.publish(text.as_bytes())?;
     Ok(m)
+}
+
+/// Moves the cross-fitted models into the staged output's `_scorers/`: the
+/// models go with the scores they gave (a rename: they were trained beside
+/// the output, on its filesystem).
+fn move_fold_models(
+    models: &[PathBuf],
+    stamps: &[ScorerStamp],
+    staged: &Path,
+) -> Result<Vec<FoldScorer>, RescoreError> {
+    let mut out = Vec::new();
+    for (i, (from, st)) in models.iter().zip(stamps).enumerate() {
+        let to = staged.join(fold_dir(i));
+        std::fs::create_dir_all(to.parent().expect("has a parent")).map_err(io(&to))?;
+        std::fs::rename(from, &to).map_err(io(from))?;
+        out.push(FoldScorer {
+            fold: i as u32,
+            k: models.len() as u32,
+            model: fold_dir(i).display().to_string(),
+            sha256: st.sha256.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// Lists the written files in the manifest; their tallies, summed.
+fn list_files(
+    m: &mut RescoreManifest,
+    files: Vec<paraforge_dataset::rewrite::RewrittenFile<Tally>>,
+) -> Tally {
+    let mut total = Tally::default();
+    for f in files {
+        m.rows += f.rows;
+        m.files.push(ListedFile {
+            path: f.path,
+            rows: f.rows,
+            bytes: Some(f.bytes),
+            sha256: Some(f.sha256),
+        });
+        total = total.merge(f.counts);
+    }
+    total
+}
+
+/// The stamp the footers and manifest carry: the scorer's own, or for
+/// cross-fitted models one naming them all (their files and SHA-256s in
+/// fold order).
+fn combined(stamps: &[ScorerStamp], folds: u32) -> Option<ScorerStamp> {
+    if folds == 0 {
+        return stamps.first().cloned();
+    }
+    let kind = stamps.first().map_or_else(String::new, |s| s.kind.clone());
+    Some(ScorerStamp {
+        file: (0..stamps.len())
+            .map(|i| fold_dir(i).display().to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        kind: format!(
+            "{kind}, cross-fitted over {folds} folds: each row scored by the model trained without its fold"
+        ),
+        sha256: stamps
+            .iter()
+            .map(|s| s.sha256.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+    })
 }
 
 /// What `run` reports as it goes.
@@ -341,11 +450,11 @@ fn footer(
     (replaced, added)
 }
 
-/// `batch` with para_score from `scorer` (when `para`) and
-/// `reference_probability` from `class`, tallied into `tally`.
+/// `batch` with para_score from `scorers` (none: kept; one: every row;
+/// k: each row by the scorer of its fold) and `reference_probability`
+/// from `class`, tallied into `tally`.
 fn rescore_batch(
-    scorer: &mut Scorer<'_>,
-    para: bool,
+    scorers: &mut [Scorer<'_>],
     class: Option<&(dyn TextScorer + Sync)>,
     batch: RecordBatch,
     at: At<'_>,
@@ -355,11 +464,31 @@ fn rescore_batch(
     let refs = schema::column::<StringArray>(&batch, col::REFERENCE, path)?;
     let trans = schema::column::<StringArray>(&batch, col::TRANSLATION, path)?;
     let old = schema::column::<Float32Array>(&batch, col::PARA_SCORE, path)?;
+    let ids = match scorers.len() {
+        0 | 1 => None,
+        _ => Some(schema::column::<StringArray>(&batch, col::ID, path)?),
+    };
     let mut cols: Vec<ArrayRef> = batch.columns().to_vec();
-    if para {
+    if !scorers.is_empty() {
+        let k = scorers.len() as u32;
         let mut new = Vec::with_capacity(batch.num_rows());
         for r in 0..batch.num_rows() {
-            let s = scorer.score(refs.value(r), trans.value(r)).para_score;
+            let which = match ids {
+                Some(ids) if ids.is_null(r) => {
+                    return Err(RescoreError::Data(DataError::Invalid {
+                        path: path.to_path_buf(),
+                        reason: format!(
+                            "row {}: no id, so no fold: a cross-fitted scorer cannot tell which model may score it",
+                            at.row + r as u64
+                        ),
+                    }))
+                }
+                Some(ids) => paraforge_core::folds::fold_of(ids.value(r), k) as usize,
+                None => 0,
+            };
+            let s = scorers[which]
+                .score(refs.value(r), trans.value(r))
+                .para_score;
             if let Some(v) = s.filter(|v| !v.is_finite()) {
                 return Err(RescoreError::NonFinite {
                     path: path.to_path_buf(),

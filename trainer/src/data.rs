@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, StringArray};
 use paraforge_core::dataset::dataset_files;
+use paraforge_core::folds::Fold;
 use paraforge_core::schema::{col, column, PairReader};
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -28,10 +29,17 @@ pub struct PairSource {
     files: Vec<PathBuf>,
     rows: u64,
     digest: String,
+    /// Pairs of this fold are left out (a bootstrap scorer's training set).
+    without: Option<Fold>,
 }
 
 impl PairSource {
     pub fn open(path: &Path) -> Result<PairSource, TrainError> {
+        Self::open_without(path, None)
+    }
+
+    /// The pairs of `path` outside fold `without` (all with None).
+    pub fn open_without(path: &Path, without: Option<Fold>) -> Result<PairSource, TrainError> {
         let files = dataset_files(path)?;
         if files.is_empty() {
             return Err(TrainError::Invalid(format!(
@@ -42,15 +50,32 @@ impl PairSource {
         // Fail now, naming the file, rather than in the middle of an epoch.
         let mut rows = 0;
         for f in &files {
-            rows += PairReader::open(f, &[col::REFERENCE, col::TRANSLATION])?
-                .num_rows()
-                .max(0) as u64;
+            match without {
+                None => {
+                    rows += PairReader::open(f, &[col::REFERENCE, col::TRANSLATION])?
+                        .num_rows()
+                        .max(0) as u64
+                }
+                Some(fold) => {
+                    for b in PairReader::open(f, &[col::ID, col::REFERENCE, col::TRANSLATION])? {
+                        let b = b?;
+                        let ids = column::<StringArray>(&b, col::ID, f)?;
+                        rows += (0..b.num_rows())
+                            .filter(|&i| ids.is_null(i) || !fold.holds(ids.value(i)))
+                            .count() as u64;
+                    }
+                }
+            }
         }
-        let digest = content_digest(path, &files)?;
+        let mut digest = content_digest(path, &files)?;
+        if let Some(fold) = without {
+            digest = format!("{digest} without {fold}");
+        }
         Ok(PairSource {
             files,
             rows,
             digest,
+            without,
         })
     }
 
@@ -81,6 +106,7 @@ impl PairSource {
         files.reverse(); // popped from the end
         Epoch {
             files,
+            without: self.without,
             reader: None,
             batch: Vec::new(),
             buffer: Vec::with_capacity(buffer.max(1)),
@@ -132,6 +158,7 @@ fn content_digest(path: &Path, files: &[PathBuf]) -> Result<String, TrainError> 
 /// Iterator over one epoch's pairs.
 pub struct Epoch<'a, R: Rng> {
     files: Vec<PathBuf>,
+    without: Option<Fold>,
     reader: Option<PairReader>,
     /// Pairs of the current record batch, popped from the end.
     batch: Vec<(String, String)>,
@@ -155,7 +182,16 @@ impl<R: Rng> Epoch<'_, R> {
                         let path = r.path().to_path_buf();
                         let refs = column::<StringArray>(&b, col::REFERENCE, &path)?;
                         let trs = column::<StringArray>(&b, col::TRANSLATION, &path)?;
+                        let ids = match self.without {
+                            Some(_) => Some(column::<StringArray>(&b, col::ID, &path)?),
+                            None => None,
+                        };
                         for i in (0..b.num_rows()).rev() {
+                            if let (Some(fold), Some(ids)) = (self.without, ids) {
+                                if !ids.is_null(i) && fold.holds(ids.value(i)) {
+                                    continue;
+                                }
+                            }
                             self.stats.rows += 1;
                             if refs.is_null(i) || trs.is_null(i) {
                                 self.stats.skipped_null += 1;
@@ -175,7 +211,11 @@ impl<R: Rng> Epoch<'_, R> {
             }
             match self.files.pop() {
                 Some(f) => {
-                    self.reader = Some(PairReader::open(&f, &[col::REFERENCE, col::TRANSLATION])?)
+                    let cols: &[&str] = match self.without {
+                        Some(_) => &[col::ID, col::REFERENCE, col::TRANSLATION],
+                        None => &[col::REFERENCE, col::TRANSLATION],
+                    };
+                    self.reader = Some(PairReader::open(&f, cols)?)
                 }
                 None => return Ok(None),
             }

@@ -12,6 +12,7 @@
 //! `train-classifier`): the command line only parses its options into a
 //! [`TrainSpec`] and shows what the run reports.
 
+pub mod bootstrap;
 pub mod card;
 // The evaluations live in their own crate; here under their old paths.
 pub use paraforge_eval::{sick_tune, sts, transfer, words};

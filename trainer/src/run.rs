@@ -80,6 +80,9 @@ impl Encoder {
 pub struct TrainSpec {
     /// Training pairs: a dataset directory or one Parquet file.
     pub data: PathBuf,
+    /// Leave this fold's pairs out (a cross-fitted bootstrap scorer,
+    /// [`paraforge_core::folds`]).
+    pub without_fold: Option<paraforge_core::folds::Fold>,
     pub model: Encoder,
     /// A neural encoder's hidden size (default: the word dimension).
     pub hidden: Option<usize>,
@@ -428,6 +431,20 @@ impl TrainSpec {
         let Some(dev) = &self.dev else {
             return Ok(None);
         };
+        // English STS sets cannot pick the epoch of another language's model.
+        let language = paraforge_core::dataset::trace(&self.data).reference_language();
+        if let Some(l) = language.filter(|l| l != "en") {
+            if dev == Path::new(DEFAULT_DEV) {
+                events(Event::Note(format!(
+                    "the data's references are {l:?} (its manifest) and the default dev set, STS Benchmark, is English: no dev set, the last epoch is kept; --dev names a {l:?} set"
+                )));
+                return Ok(None);
+            }
+            events(Event::Note(format!(
+                "--dev {}: the data's references are {l:?}; the dev set should be {l:?} too",
+                dev.display()
+            )));
+        }
         if dev == Path::new(DEFAULT_DEV) && !dev.exists() {
             events(Event::Note(format!(
                 "no dev set at {} (the default): the last epoch is kept; --dev names another",
@@ -477,7 +494,7 @@ pub fn run(
     events: &mut dyn FnMut(Event),
 ) -> Result<TrainOutcome, TrainError> {
     let s = &spec;
-    let source = PairSource::open(&s.data)?;
+    let source = PairSource::open_without(&s.data, s.without_fold)?;
     // Read now: a bad --sts is better found before training than after.
     let sts_sets = match &s.sts {
         Some(dir) => {
@@ -733,6 +750,11 @@ fn card_settings(s: &TrainSpec, outcome: &TrainOutcome, describe: String) -> Vec
         }
     }
     let given = [
+        (
+            "trained without",
+            s.without_fold
+                .map(|f| format!("{f} of the data's pairs (by a hash of the id)")),
+        ),
         ("min word count", s.min_word_count.map(|v| v.to_string())),
         ("max words", s.max_words.map(|v| v.to_string())),
         (

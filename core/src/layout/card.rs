@@ -12,6 +12,7 @@
 //! exactly (tests check cards with it).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -305,6 +306,50 @@ pub fn hub_language(code: &str) -> String {
         .iter()
         .find(|(three, _)| *three == code)
         .map_or(code, |(_, one)| one.to_string())
+}
+
+/// The language a model's card says it reads (the `language` of its
+/// README's front matter, as `paraforge train` writes it from its data's
+/// manifest), if the card says.
+pub fn card_language(model: &Path) -> Option<String> {
+    // A directory's README.md; a file's `<file>.README.md` as `paraforge
+    // train` writes it, else its directory's README.md.
+    let card = if model.is_dir() {
+        std::fs::read_to_string(model.join(super::CARD_FILE)).ok()?
+    } else {
+        let mut beside = model.as_os_str().to_os_string();
+        beside.push(".README.md");
+        match std::fs::read_to_string(beside) {
+            Ok(card) => card,
+            Err(_) => std::fs::read_to_string(model.parent()?.join(super::CARD_FILE)).ok()?,
+        }
+    };
+    let front = card.strip_prefix("---\n")?.split("\n---").next()?;
+    let line = front.lines().find_map(|l| l.strip_prefix("language:"))?;
+    let langs: Vec<String> = serde_json::from_str(line.trim()).ok()?;
+    langs.into_iter().next()
+}
+
+/// Refuses a scorer whose card names another language than the data's
+/// references (the side para_score reads): its scores would be
+/// meaningless. `whence` says where the data's language was read.
+/// Either language unknown: let through.
+pub fn check_language(
+    model: &Path,
+    data_language: Option<&str>,
+    whence: &str,
+) -> Result<(), String> {
+    let (Some(scorer), Some(data)) = (card_language(model), data_language) else {
+        return Ok(());
+    };
+    let data = hub_language(data);
+    if hub_language(&scorer) == data {
+        return Ok(());
+    }
+    Err(format!(
+        "{}: its card says it reads {scorer:?}, but the data's references are {data:?} ({whence}): para_score would measure nothing. Learn a scorer from the data (rescore --bootstrap trigram, or [scoring] bootstrap) or give one trained on {data:?} text",
+        model.display()
+    ))
 }
 
 /// What a job's `_manifest.json` records about the corpus, as cards read
@@ -711,6 +756,35 @@ pub fn bins_card(b: &BinsCard) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bundled scorer's card says English; it is refused for Czech
+    /// references (by their three-letter code too), let through for
+    /// English or an unknown language, and a model without a card is let
+    /// through.
+    #[test]
+    fn a_scorer_of_another_language_is_refused_by_its_card() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let bundled = root.join("models/scorer-trigram");
+        assert_eq!(card_language(&bundled).as_deref(), Some("en"));
+        assert_eq!(
+            card_language(&bundled.join("model.pfe")).as_deref(),
+            Some("en")
+        );
+        for cs in ["cs", "ces"] {
+            let e = check_language(&bundled, Some(cs), "its manifest's languages").unwrap_err();
+            assert!(
+                e.contains("scorer-trigram")
+                    && e.contains("\"cs\" (its manifest's languages)")
+                    && e.contains("--bootstrap"),
+                "{e}"
+            );
+        }
+        assert!(check_language(&bundled, Some("eng"), "").is_ok());
+        assert!(check_language(&bundled, None, "").is_ok());
+        let bare = tempfile::tempdir().unwrap();
+        assert_eq!(card_language(bare.path()), None);
+        assert!(check_language(bare.path(), Some("cs"), "").is_ok());
+    }
 
     #[test]
     fn front_matter_reads_back_and_sizes_follow_the_hub() {
