@@ -1983,7 +1983,23 @@ fn a_bootstrap_scorer_scores_each_fold_with_the_model_that_never_saw_it() {
         "--out".as_ref(),
         out.as_os_str(),
     ]);
-    assert!(stdout.contains("600 pairs in 2 files rescored"), "{stdout}");
+    assert!(
+        stdout.contains("600 pairs in 2 files rescored with 2 cross-fitted models"),
+        "{stdout}"
+    );
+    // The report's default frequency list is English: said so, by name.
+    let o = std::process::Command::new(paraforge_tests::paraforge_bin())
+        .current_dir(paraforge_tests::repo_root())
+        .args(["report".as_ref(), "--data".as_ref(), out.as_os_str()])
+        .args(["--out".as_ref(), dir.path().join("report").as_os_str()])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{e}");
+    assert!(
+        e.contains("references are \"cs\"") && e.contains("--freq"),
+        "{e}"
+    );
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("_manifest.json")).unwrap()).unwrap();
     let folds = manifest["folds"].as_array().expect("folds in the manifest");

@@ -170,7 +170,7 @@ pub struct ReportArgs {
     #[arg(long)]
     data: PathBuf,
     /// Word frequencies (`word count` per line) for the IDF column.
-    #[arg(long, default_value = "data/freq/enwiki_vocab_top50k.txt")]
+    #[arg(long, default_value = DEFAULT_FREQ)]
     freq: PathBuf,
     /// Output directory for report.md, report.html, report.json and the SVG
     /// figures (made beside it and renamed there at the end).
@@ -181,7 +181,20 @@ pub struct ReportArgs {
     overwrite: bool,
 }
 
+/// English Wikipedia's word frequencies (data/freq/README.md).
+const DEFAULT_FREQ: &str = "data/freq/enwiki_vocab_top50k.txt";
+
 pub fn report(a: ReportArgs) -> Result<()> {
+    // The IDF column of another language's words from an English list
+    // would rank them all as rare.
+    let language = paraforge_core::dataset::trace(&a.data).reference_language();
+    if let Some(l) = language.filter(|l| l != "en") {
+        if a.freq == std::path::Path::new(DEFAULT_FREQ) {
+            eprintln!(
+                "note: the data's references are {l:?} (its manifest) but --freq is the default English list: the IDF column measures nothing; --freq names a {l:?} word list"
+            );
+        }
+    }
     let out = crate::out::Out::claim(
         "--out",
         &a.out,
@@ -266,46 +279,47 @@ fn parse_bootstrap(s: &str) -> Result<paraforge_trainer::Kind, String> {
         .map_err(|_| format!("{s:?}: trigram, word or word,trigram"))
 }
 
+/// Trains `--bootstrap`'s fold models beside the output (one filesystem:
+/// the models are renamed into it); the directory, removed when dropped,
+/// goes with them.
+fn bootstrap(
+    a: &RescoreArgs,
+    staged: &Staging,
+    kind: paraforge_trainer::Kind,
+) -> Result<(tempfile::TempDir, Vec<PathBuf>)> {
+    let beside = staged.out.parent().filter(|p| !p.as_os_str().is_empty());
+    let dir = tempfile::Builder::new()
+        .prefix(".paraforge-bootstrap.")
+        .tempdir_in(beside.unwrap_or(std::path::Path::new(".")))?;
+    let spec = paraforge_trainer::bootstrap::BootstrapSpec {
+        data: staged.input.clone(),
+        kind,
+        folds: a.folds,
+        epochs: a.bootstrap_epochs,
+        seed: 1,
+    };
+    // Each card names its model where it will live.
+    let named = |i: u32| staged.out.join(paraforge_rescore::fold_dir(i as usize));
+    let models =
+        paraforge_trainer::bootstrap::train_folds(&spec, dir.path(), &named, &mut |f, e| {
+            if let paraforge_trainer::Event::Started {
+                pairs_per_epoch,
+                epochs,
+            } = e
+            {
+                eprintln!("bootstrap scorer, {f}: {epochs} epochs on {pairs_per_epoch} pairs");
+            }
+        })
+        .with_context(|| format!("--bootstrap {} on {}", kind.name(), a.data))?;
+    Ok((dir, models.into_iter().map(|m| m.dir).collect()))
+}
+
 pub fn rescore(a: RescoreArgs) -> Result<()> {
     use paraforge_rescore::{self as rescore, ScorerPath};
     let staged = Staging::new(&a.data, &a.out, a.overwrite, "rescore")?;
     crate::threads(a.threads)?;
-    // Trained beside the output (one filesystem: the models are renamed
-    // into it), removed with this directory if anything fails.
     let bootstrap_dir = match a.bootstrap {
-        Some(kind) => {
-            let beside = staged.out.parent().filter(|p| !p.as_os_str().is_empty());
-            let dir = tempfile::Builder::new()
-                .prefix(".paraforge-bootstrap.")
-                .tempdir_in(beside.unwrap_or(std::path::Path::new(".")))?;
-            let spec = paraforge_trainer::bootstrap::BootstrapSpec {
-                data: staged.input.clone(),
-                kind,
-                folds: a.folds,
-                epochs: a.bootstrap_epochs,
-                seed: 1,
-            };
-            // Each card names its model where it will live.
-            let named = |i: u32| staged.out.join(paraforge_rescore::fold_dir(i as usize));
-            let models = paraforge_trainer::bootstrap::train_folds(
-                &spec,
-                dir.path(),
-                &named,
-                &mut |f, e| {
-                    if let paraforge_trainer::Event::Started {
-                        pairs_per_epoch,
-                        epochs,
-                    } = e
-                    {
-                        eprintln!(
-                            "bootstrap scorer, {f}: {epochs} epochs on {pairs_per_epoch} pairs"
-                        );
-                    }
-                },
-            )
-            .with_context(|| format!("--bootstrap {} on {}", kind.name(), a.data))?;
-            Some((dir, models.into_iter().map(|m| m.dir).collect::<Vec<_>>()))
-        }
+        Some(kind) => Some(bootstrap(&a, &staged, kind)?),
         None => None,
     };
     if let Some(m) = &a.model {
@@ -364,12 +378,21 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
     .with_context(|| format!("rescoring {} with {name}", a.data))?;
     bar.finish_and_clear();
     staged.upload(&a.out)?;
+    // A mean over no scores is none, not 0.000 (a language without a
+    // scorer had only nulls).
+    let mean = |v: f64, ranges: &std::collections::BTreeMap<String, u64>| {
+        if ranges.get("none") == Some(&m.rows) {
+            "none".to_string()
+        } else {
+            format!("{v:.3}")
+        }
+    };
     println!(
-        "{} pairs in {} files rescored with {name}; mean para_score {:.3} -> {:.3}",
+        "{} pairs in {} files rescored with {name}; mean para_score {} -> {}",
         m.rows,
         m.files.len(),
-        m.mean_before,
-        m.mean_after
+        mean(m.mean_before, &m.ranges_before),
+        mean(m.mean_after, &m.ranges_after)
     );
     if let Some(p) = m.mean_reference_probability {
         println!("  mean reference_probability {p:.3}");

@@ -183,7 +183,8 @@ impl RangeTally {
 #[derive(Debug, Clone, Default)]
 pub struct Summary {
     pub pairs: u64,
-    pub mean_para_score: f64,
+    /// None where no pair has a para_score (no scorer for the language).
+    pub mean_para_score: Option<f64>,
     pub mean_trigram_overlap: f64,
     /// None where every translation_score is null (an input of pairs).
     pub mean_translation_score: Option<f64>,
@@ -250,7 +251,7 @@ impl Summary {
                 }
             }
         }
-        s.mean_para_score = para / para_n.max(1) as f64;
+        s.mean_para_score = (para_n > 0).then(|| para / para_n as f64);
         s.mean_trigram_overlap = tri / s.pairs.max(1) as f64;
         s.mean_translation_score = (ts_n > 0).then(|| ts / ts_n as f64);
         Ok(s)
@@ -258,14 +259,22 @@ impl Summary {
 
     /// The summary as printed, one line each, indented.
     pub fn lines(&self) -> Vec<String> {
+        let mean = |v: Option<f64>| v.map_or_else(|| "none".to_string(), |v| format!("{v:.3}"));
         let mut out = vec![format!(
-            "  mean para_score {:.3}, mean trigram overlap {:.3}, mean translation score {} over {} pairs",
-            self.mean_para_score,
+            "  mean para_score {}, mean trigram overlap {:.3}, mean translation score {} over {} pairs",
+            mean(self.mean_para_score),
             self.mean_trigram_overlap,
-            self.mean_translation_score
-                .map_or_else(|| "none".to_string(), |v| format!("{v:.3}")),
+            mean(self.mean_translation_score),
             self.pairs
         )];
+        if self.pairs > 0 && self.mean_para_score.is_none() {
+            // A language without a scorer (docs/new-language.md).
+            out.push(
+                "  no pair has a para_score: the job has no scorer for its references' language; \
+                 `paraforge rescore --data OUTPUT --bootstrap trigram --out NEW` learns one from the pairs"
+                    .into(),
+            );
+        }
         out.extend(self.ranges.lines().into_iter().map(|l| format!("  {l}")));
         out.push("  examples (reference -> back-translation):".into());
         for e in &self.examples {
@@ -805,4 +814,27 @@ fn html(r: &Report, figures: &[(String, String)]) -> String {
     }
     s.push_str("</body></html>\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pairs without any para_score (a language without a scorer) print
+    /// "none" and the way to a scorer, not a mean of 0.000 over them all.
+    #[test]
+    fn a_corpus_without_para_scores_says_so_and_how_to_score_it() {
+        let mut s = Summary {
+            pairs: 509,
+            mean_trigram_overlap: 0.125,
+            ..Summary::default()
+        };
+        let l = s.lines();
+        assert!(l[0].starts_with("  mean para_score none,"), "{l:?}");
+        assert!(l[1].contains("--bootstrap trigram"), "{l:?}");
+        s.mean_para_score = Some(0.5);
+        let l = s.lines();
+        assert!(l[0].starts_with("  mean para_score 0.500,"), "{l:?}");
+        assert!(!l.iter().any(|x| x.contains("--bootstrap")), "{l:?}");
+    }
 }
