@@ -21,6 +21,7 @@ PYTHON        ?= python3
 BITEXT        ?=
 VENV          := $(CURDIR)/.venv
 CARGO         ?= cargo
+WGPU_FEATURES := --features paraforge/wgpu,paraforge-tests/wgpu
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
 .PHONY: all build wheel test-python ort image image-cuda base-image testenv test demo scorer minilm lint fmt venv fixtures bench-nmt bench-nmt-natural bench-gpu bench-score bench-bins bench-train bench-load bench-scale bench-pipeline soak clean-ort check-wgpu test-wgpu
@@ -137,7 +138,7 @@ test: $(ORT_LIB) testenv link-grammar
 	$(CARGO) build --bin paraforge
 	PARAFORGE_TEST_PYTHON=$(TESTENV)/bin/python $(CARGO) test --workspace --all-targets < /dev/null
 	$(MAKE) test-python
-	$(CARGO) clippy --workspace --all-targets -- -D warnings < /dev/null
+	$(CARGO) clippy --workspace --all-targets $(WGPU_FEATURES) -- -D warnings < /dev/null
 	$(CARGO) fmt --all -- --check
 
 # The Python package (python/: pyo3 + maturin, one abi3 wheel for CPython
@@ -171,13 +172,15 @@ test-python: $(ORT_LIB) $(MATURIN)
 		$(PYTEST_ENV)/bin/pytest -p no:cacheprovider -q python/tests
 
 lint:
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets $(WGPU_FEATURES) -- -D warnings
 	$(CARGO) fmt --all -- --check
 
-# The wgpu training build (`--device wgpu`), linted as CI does so that it
-# cannot rot; `make test-wgpu` runs its test where a Vulkan adapter exists
-# (Mesa's lavapipe: apt-get install mesa-vulkan-drivers vulkan-tools).
-WGPU_FEATURES := --features paraforge/wgpu,paraforge-tests/wgpu
+# make test lints the workspace with the wgpu training build
+# (`--device wgpu`) on, so that it cannot rot: one pass instead of a second
+# one over every crate (the few `cfg(not(feature = "wgpu"))` lines are
+# compiled by the tests, not linted). `make test-wgpu` runs its test where a
+# Vulkan adapter exists (Mesa's lavapipe: apt-get install
+# mesa-vulkan-drivers vulkan-tools).
 check-wgpu:
 	$(CARGO) clippy -p paraforge -p paraforge-tests --all-targets $(WGPU_FEATURES) -- -D warnings < /dev/null
 
