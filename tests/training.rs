@@ -35,13 +35,19 @@ fn first_pairs(rows: &[PairRow], n: usize) -> Vec<(String, String)> {
 fn retrieval(m: &Model, pairs: &[(String, String)]) -> f64 {
     let r: Vec<Vec<f32>> = pairs.iter().map(|p| m.embed(&p.0)).collect();
     let t: Vec<Vec<f32>> = pairs.iter().map(|p| m.embed(&p.1)).collect();
-    let hits = (0..pairs.len())
+    p_at_1(&r, &t)
+}
+
+/// Share of references `r[i]` whose nearest of the translations `t` is
+/// their own `t[i]`.
+fn p_at_1(r: &[Vec<f32>], t: &[Vec<f32>]) -> f64 {
+    let hits = (0..r.len())
         .filter(|&i| {
             let own = cosine(&r[i], &t[i]);
-            (0..pairs.len()).all(|j| j == i || cosine(&r[i], &t[j]) < own)
+            (0..t.len()).all(|j| j == i || cosine(&r[i], &t[j]) < own)
         })
         .count();
-    hits as f64 / pairs.len() as f64
+    hits as f64 / r.len() as f64
 }
 
 #[test]
@@ -1926,13 +1932,7 @@ fn retrieval_of(enc: &dyn paraforge_core::SentenceEncoder, pairs: &[(&str, &str)
     };
     let r: Vec<Vec<f32>> = pairs.iter().map(|p| emb(p.0)).collect();
     let t: Vec<Vec<f32>> = pairs.iter().map(|p| emb(p.1)).collect();
-    let hits = (0..pairs.len())
-        .filter(|&i| {
-            let own = cosine(&r[i], &t[i]);
-            (0..pairs.len()).all(|j| j == i || cosine(&r[i], &t[j]) < own)
-        })
-        .count();
-    hits as f64 / pairs.len() as f64
+    p_at_1(&r, &t)
 }
 
 /// `rescore --bootstrap` on Czech pairs, which the bundled English scorer

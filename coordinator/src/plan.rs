@@ -472,22 +472,29 @@ mod tests {
         .collect()
     }
 
-    #[test]
-    fn shards_of_plain_gzip_and_aligned_files_read_back_as_the_whole_file() {
-        let dir = tempfile::tempdir().unwrap();
+    /// The bundled sample as `s.tsv` (less its last `cut` bytes) and whole
+    /// as `s.tsv.gz`, in `dir`.
+    fn sample_copies(dir: &Path, cut: usize) -> (PathBuf, PathBuf) {
         let sample =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/sample/czeng16-heldout.cs-en.tsv");
         let text = std::fs::read(&sample).unwrap();
-        // A plain copy without a final newline, and a gzip copy.
-        let plain = dir.path().join("s.tsv");
-        std::fs::write(&plain, &text[..text.len() - 1]).unwrap();
-        let gz = dir.path().join("s.tsv.gz");
+        let plain = dir.join("s.tsv");
+        std::fs::write(&plain, &text[..text.len() - cut]).unwrap();
+        let gz = dir.join("s.tsv.gz");
         let mut e = flate2::write::GzEncoder::new(
             std::fs::File::create(&gz).unwrap(),
             flate2::Compression::fast(),
         );
         std::io::Write::write_all(&mut e, &text).unwrap();
         e.finish().unwrap();
+        (plain, gz)
+    }
+
+    #[test]
+    fn shards_of_plain_gzip_and_aligned_files_read_back_as_the_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // A plain copy without a final newline, and a gzip copy.
+        let (plain, gz) = sample_copies(dir.path(), 1);
         let cfg = config(&[&plain, &gz], 500, "czeng16", &[]);
         let shards = plan(&cfg).unwrap();
         assert_eq!(shards.len(), 18, "4,068 lines per file in shards of 500");
@@ -535,18 +542,7 @@ mod tests {
     #[test]
     fn a_limit_plans_the_first_lines_across_files() {
         let dir = tempfile::tempdir().unwrap();
-        let sample =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/sample/czeng16-heldout.cs-en.tsv");
-        let text = std::fs::read(&sample).unwrap();
-        let plain = dir.path().join("s.tsv");
-        std::fs::write(&plain, &text).unwrap();
-        let gz = dir.path().join("s.tsv.gz");
-        let mut e = flate2::write::GzEncoder::new(
-            std::fs::File::create(&gz).unwrap(),
-            flate2::Compression::fast(),
-        );
-        std::io::Write::write_all(&mut e, &text).unwrap();
-        e.finish().unwrap();
+        let (plain, gz) = sample_copies(dir.path(), 0);
         for (paths, limit, want) in [
             (vec![plain.as_path(), &gz], 1234, vec![(0, 1234)]),
             (
