@@ -547,9 +547,20 @@ fn every_neural_encoder_learns_saves_and_loads() {
     let dev_sets =
         paraforge_trainer::sts::load_dev(&repo_root().join("data/sts/stsbenchmark/sts-dev.csv"))
             .unwrap();
+    // The loop's before/after check on the first 500 dev pairs: there
+    // every encoder but lstm-gaussian still gains 4 points or more (the
+    // check asks for 0.5), and its five evaluations (before, each epoch,
+    // after) take a third of the time.
+    let loop_dev: Vec<_> = dev_sets
+        .iter()
+        .map(|s| paraforge_trainer::sts::StsSet {
+            pairs: s.pairs.iter().take(500).cloned().collect(),
+            ..s.clone()
+        })
+        .collect();
     let dev = |m: &NeuralModel| {
-        let t = paraforge_trainer::sts::embed_sets(&dev_sets, &|t| m.embed_many(t));
-        paraforge_trainer::sts::dev_score(&dev_sets, &|s| t[s].clone())
+        let t = paraforge_trainer::sts::embed_sets(&loop_dev, &|t| m.embed_many(t));
+        paraforge_trainer::sts::dev_score(&loop_dev, &|s| t[s].clone())
     };
     let probe = [
         "a man is playing a guitar .",
