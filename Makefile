@@ -138,7 +138,7 @@ test: $(ORT_LIB) testenv link-grammar
 	$(CARGO) build --bin paraforge
 	PARAFORGE_TEST_PYTHON=$(TESTENV)/bin/python $(CARGO) test --workspace --all-targets < /dev/null
 	$(MAKE) test-python
-	$(CARGO) clippy --workspace --all-targets $(WGPU_FEATURES) -- -D warnings < /dev/null
+	$(CARGO) clippy --workspace --all-targets -- -D warnings < /dev/null
 	$(CARGO) fmt --all -- --check
 
 # The Python package (python/: pyo3 + maturin, one abi3 wheel for CPython
@@ -171,18 +171,21 @@ test-python: $(ORT_LIB) $(MATURIN)
 	env -u ORT_DYLIB_PATH PARAFORGE_BIN=$(CURDIR)/target/debug/paraforge \
 		$(PYTEST_ENV)/bin/pytest -p no:cacheprovider -q python/tests
 
-lint:
-	$(CARGO) clippy --workspace --all-targets $(WGPU_FEATURES) -- -D warnings
+lint: check-wgpu
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all -- --check
 
-# make test lints the workspace with the wgpu training build
-# (`--device wgpu`) on, so that it cannot rot: one pass instead of a second
-# one over every crate (the few `cfg(not(feature = "wgpu"))` lines are
-# compiled by the tests, not linted). `make test-wgpu` runs its test where a
-# Vulkan adapter exists (Mesa's lavapipe: apt-get install
-# mesa-vulkan-drivers vulkan-tools).
+# The wgpu training build (`--device wgpu`) linted, and its inputs' digest
+# recorded in .ci/wgpu-checked: burn's wgpu backend (wgpu, naga, cubecl)
+# adds about 3.5 minutes to a fresh lint, so .ci/run lints it only when
+# tools/dev/wgpu_stamp.sh's digest differs from the committed one. Run it
+# (or `make lint`) after touching Cargo.lock, a manifest or code that names
+# wgpu, and commit the stamp. `make test-wgpu` runs its test where a Vulkan
+# adapter exists (Mesa's lavapipe: apt-get install mesa-vulkan-drivers
+# vulkan-tools).
 check-wgpu:
-	$(CARGO) clippy -p paraforge -p paraforge-tests --all-targets $(WGPU_FEATURES) -- -D warnings < /dev/null
+	$(CARGO) clippy --workspace --all-targets $(WGPU_FEATURES) -- -D warnings < /dev/null
+	tools/dev/wgpu_stamp.sh > .ci/wgpu-checked
 
 test-wgpu: $(ORT_LIB)
 	$(CARGO) test -p paraforge-tests --test wgpu_training --features wgpu -- --nocapture < /dev/null
