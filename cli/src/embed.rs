@@ -173,7 +173,7 @@ pub struct EvalArgs {
     #[arg(long)]
     vectors: Vec<PathBuf>,
     /// STS data: semeval/STS20XX-test, stsbenchmark/sts-test.csv, sick2014/.
-    #[arg(long, default_value = "data/sts")]
+    #[arg(long, default_value = paraforge_eval::bundled::STS)]
     sts: PathBuf,
     /// Also print every dataset, not only the yearly means.
     #[arg(long)]
@@ -541,11 +541,12 @@ fn print_epochs(report: &TrainReport) {
     }
 }
 
-pub fn eval_sts(a: EvalArgs) -> Result<()> {
+pub fn eval_sts(mut a: EvalArgs) -> Result<()> {
     anyhow::ensure!(
         !a.model.is_empty() || !a.vectors.is_empty(),
         "give at least one --model or --vectors"
     );
+    a.sts = paraforge_eval::bundled::locate(&a.sts, "--sts")?;
     let mut inputs = vec![("--sts", a.sts.as_path())];
     inputs.extend(a.model.iter().map(|p| ("--model", p.as_path())));
     inputs.extend(a.vectors.iter().map(|p| ("--vectors", p.as_path())));
@@ -674,7 +675,7 @@ pub struct EvalWordsArgs {
     #[arg(long)]
     lexicon: Vec<PathBuf>,
     /// The word-similarity sets: simlex999.txt and wordsim353.tsv.
-    #[arg(long, default_value = "data/words")]
+    #[arg(long, default_value = paraforge_eval::bundled::WORDS)]
     words: PathBuf,
     /// Write the results as JSON here.
     #[arg(long)]
@@ -719,7 +720,8 @@ pub fn eval_words(a: EvalWordsArgs) -> Result<()> {
         !a.model.is_empty() || !a.vectors.is_empty() || !a.lexicon.is_empty(),
         "give at least one --model, --vectors or --lexicon"
     );
-    let mut inputs = vec![("--words", a.words.as_path())];
+    let words_dir = paraforge_eval::bundled::locate(&a.words, "--words")?;
+    let mut inputs = vec![("--words", words_dir.as_path())];
     inputs.extend(a.model.iter().map(|p| ("--model", p.as_path())));
     inputs.extend(a.vectors.iter().map(|p| ("--vectors", p.as_path())));
     inputs.extend(a.lexicon.iter().map(|p| ("--lexicon", p.as_path())));
@@ -730,7 +732,7 @@ pub fn eval_words(a: EvalWordsArgs) -> Result<()> {
         &inputs,
         a.overwrite,
     )?;
-    let sets = words::load(&a.words)?;
+    let sets = words::load(&words_dir)?;
     let mut columns: Vec<(String, Vec<words::WordResult>)> = Vec::new();
     let given =
         (a.vectors.iter().map(|p| ("--vectors", p))).chain(a.model.iter().map(|p| ("--model", p)));

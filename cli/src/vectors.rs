@@ -418,7 +418,7 @@ pub struct EvalTransferArgs {
     /// custrev.all, subj.all, mpqa.all, stsa.binary.{train,dev,test},
     /// TREC.{train,test}.all, msr_paraphrase_{train,test}.txt,
     /// SICK_{train,trial,test_annotated}.txt. SICK ships in data/sts/sick2014.
-    #[arg(long, default_value = "data/sts/sick2014")]
+    #[arg(long, default_value = paraforge_eval::bundled::SICK)]
     tasks: PathBuf,
     /// Folds of the cross-validated tasks (MR, CR, SUBJ, MPQA).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(2..=100))]
@@ -481,8 +481,9 @@ fn word_model(vec: &paraforge_core::Vectors) -> Result<Model> {
 
 /// `paraforge eval-transfer`: frozen embeddings as the features of a
 /// classifier per task (paraforge_eval::transfer).
-pub fn eval_transfer(a: EvalTransferArgs) -> Result<()> {
+pub fn eval_transfer(mut a: EvalTransferArgs) -> Result<()> {
     use paraforge_eval::transfer::{self, TransferOptions};
+    a.tasks = paraforge_eval::bundled::locate(&a.tasks, "--tasks")?;
     let mut inputs = vec![("--tasks", a.tasks.as_path())];
     inputs.extend(a.model.iter().map(|p| ("--model", p.as_path())));
     inputs.extend(a.vectors.iter().map(|p| ("--vectors", p.as_path())));

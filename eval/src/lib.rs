@@ -4,6 +4,7 @@
 //! averaging model trained on SICK itself (`sick_tune`). Training picks its
 //! epochs with `sts`; the CLI's `eval-*` commands call these directly.
 
+pub mod bundled;
 pub mod sick_tune;
 pub mod sts;
 pub mod transfer;
@@ -26,6 +27,18 @@ pub enum EvalError {
     BadSts {
         path: std::path::PathBuf,
         reason: String,
+    },
+    #[error("{flag} {}: not found (from the working directory {}); pass {flag} naming an existing one", path.display(), std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default())]
+    Missing {
+        flag: String,
+        path: std::path::PathBuf,
+    },
+    #[error("{flag}: the default's bundled copy could not be written under {}: {source}; pass {flag}, or set XDG_CACHE_HOME to a writable directory", dir.display())]
+    Bundle {
+        flag: String,
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
     },
     #[error("{context}: {source}")]
     Context {

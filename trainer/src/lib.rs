@@ -169,6 +169,7 @@ impl From<paraforge_eval::EvalError> for TrainError {
                 context,
                 source: Box::new(TrainError::from(*source)),
             },
+            e @ (E::Missing { .. } | E::Bundle { .. }) => TrainError::Invalid(e.to_string()),
         }
     }
 }

@@ -19,8 +19,9 @@ use crate::{Kind, Model, TrainError};
 use serde_json::Value;
 
 /// The dev set scored after every epoch unless another is named: read
-/// from the working directory, as the repository lays it out.
-pub const DEFAULT_DEV: &str = "data/sts/stsbenchmark/sts-dev.csv";
+/// from the working directory where it exists there (a checkout), else
+/// the copy bundled in the binary (`paraforge_eval::bundled`).
+pub const DEFAULT_DEV: &str = paraforge_eval::bundled::STS_DEV;
 
 /// The margin delta of the averages (Wieting and Gimpel, 2018).
 pub const DEFAULT_MARGIN: f32 = 0.4;
@@ -139,7 +140,7 @@ pub struct TrainSpec {
     /// and the model card).
     pub sts: Option<PathBuf>,
     /// The dev set that picks the epoch, None to keep the last epoch; the
-    /// default [`DEFAULT_DEV`] may be absent (then the last epoch is kept).
+    /// default [`DEFAULT_DEV`] comes from the bundle where it is absent.
     pub dev: Option<PathBuf>,
     /// Checkpoint directory (default: OUT.ckpt).
     pub checkpoint: Option<PathBuf>,
@@ -445,13 +446,7 @@ impl TrainSpec {
                 dev.display()
             )));
         }
-        if dev == Path::new(DEFAULT_DEV) && !dev.exists() {
-            events(Event::Note(format!(
-                "no dev set at {} (the default): the last epoch is kept; --dev names another",
-                dev.display()
-            )));
-            return Ok(None);
-        }
+        let dev = &paraforge_eval::bundled::locate(dev, "--dev")?;
         let sets = sts::load_dev(dev).map_err(|e| e.context(format!("--dev {}", dev.display())))?;
         Ok(Some(sets))
     }
@@ -498,7 +493,8 @@ pub fn run(
     // Read now: a bad --sts is better found before training than after.
     let sts_sets = match &s.sts {
         Some(dir) => {
-            Some(sts::load(dir).map_err(|e| e.context(format!("--sts {}", dir.display())))?)
+            let dir = paraforge_eval::bundled::locate(dir, "--sts")?;
+            Some(sts::load(&dir).map_err(|e| e.context(format!("--sts {}", dir.display())))?)
         }
         None => None,
     };
