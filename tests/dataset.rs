@@ -436,7 +436,7 @@ fn report_has_the_tables_and_figures() {
     let _ = std::fs::remove_dir_all(&out);
     let r = paraforge_dataset::report::run(
         dir.path(),
-        &repo_root().join("data/freq/enwiki_vocab_top50k.txt"),
+        Some(&repo_root().join("data/freq/enwiki_vocab_top50k.txt")),
         &out,
     )
     .unwrap();
@@ -643,7 +643,7 @@ fn filter_and_report_refuse_a_dataset_without_rows() {
     assert!(!out.exists(), "no dataset written");
     let e = paraforge_dataset::report::run(
         &data,
-        &repo_root().join("data/freq/enwiki_vocab_top50k.txt"),
+        Some(&repo_root().join("data/freq/enwiki_vocab_top50k.txt")),
         &dir.path().join("report"),
     )
     .unwrap_err();
@@ -1192,5 +1192,257 @@ fn parse_prints_trees_and_templates_line_for_line() {
             input.as_os_str(),
         ],
         "was not trained on templates",
+    );
+}
+
+/// From a directory outside the checkout, with HOME and the cache there
+/// too, `report`, `eval-sts` and `train` run on the default data bundled in
+/// the binary and give what they give in the checkout; `--freq none` leaves
+/// the IDF column out; an absent path names its flag.
+#[test]
+fn default_data_needs_no_checkout() {
+    let (dir, _) = dataset();
+    let home = tempfile::tempdir().unwrap();
+    let cwd = home.path().join("work");
+    std::fs::create_dir(&cwd).unwrap();
+    let run = |args: &[&str], in_repo: bool| {
+        std::process::Command::new(paraforge_tests::paraforge_bin())
+            .args(args)
+            .current_dir(if in_repo { repo_root() } else { cwd.clone() })
+            .env("HOME", home.path())
+            .env("XDG_CACHE_HOME", home.path().join("cache"))
+            .output()
+            .unwrap()
+    };
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let data = dir.path().to_str().unwrap();
+    let idf = |out: &Path| -> serde_json::Value {
+        let j: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        j["reference_idf"].clone()
+    };
+    let (here, there) = (cwd.join("report"), home.path().join("report-repo"));
+    for (out, in_repo) in [(&here, false), (&there, true)] {
+        let o = run(
+            &["report", "--data", data, "--out", out.to_str().unwrap()],
+            in_repo,
+        );
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    assert!(idf(&here)["n"].as_u64().unwrap() > 0, "{:?}", idf(&here));
+    assert_eq!(idf(&here), idf(&there));
+    let none = cwd.join("report-none");
+    let o = run(
+        &[
+            "report",
+            "--data",
+            data,
+            "--freq",
+            "none",
+            "--out",
+            none.to_str().unwrap(),
+        ],
+        false,
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(idf(&none)["n"], 0);
+    let md = std::fs::read_to_string(none.join("report.md")).unwrap();
+    assert!(!md.contains("NaN"), "{md}");
+
+    // eval-sts: the bundled STS sets give the checkout's figures.
+    let glove = repo_root().join("data/vectors/glove.6B.50d.top25k.txt.gz");
+    let sts = |in_repo: bool| {
+        let o = run(&["eval-sts", "--vectors", glove.to_str().unwrap()], in_repo);
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let table = sts(false);
+    assert!(
+        table.contains("STS2012") && table.contains("SICK"),
+        "{table}"
+    );
+    assert_eq!(table, sts(true));
+
+    // train picks its epoch on the bundled dev set.
+    let model = cwd.join("word.pfe");
+    let o = run(
+        &[
+            "train",
+            "--data",
+            data,
+            "--model",
+            "word",
+            "--init-vectors",
+            glove.to_str().unwrap(),
+            "--min-word-count",
+            "1",
+            "--epochs",
+            "1",
+            "--out",
+            model.to_str().unwrap(),
+        ],
+        false,
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("epoch 1: ") && text(&o).contains(", dev "),
+        "{}",
+        text(&o)
+    );
+
+    for (args, flag) in [
+        (
+            vec![
+                "report",
+                "--data",
+                data,
+                "--freq",
+                "nowhere.txt",
+                "--out",
+                "r2",
+            ],
+            "--freq",
+        ),
+        (
+            vec![
+                "eval-sts",
+                "--vectors",
+                glove.to_str().unwrap(),
+                "--sts",
+                "data/stsx",
+            ],
+            "--sts",
+        ),
+        // An empty list (was: an IDF of NaN ± NaN).
+        (
+            vec![
+                "report",
+                "--data",
+                data,
+                "--freq",
+                "/dev/null",
+                "--out",
+                "r3",
+            ],
+            "--freq none",
+        ),
+    ] {
+        let o = run(&args, false);
+        assert!(!o.status.success());
+        assert!(text(&o).contains(flag), "{args:?}: {}", text(&o));
+    }
+}
+
+/// The HTML report is a page a browser lays out: headless Chromium finds
+/// real tables (the ranges' and five example pairs per range) and every
+/// figure loaded, and at the narrowest width headless Chromium lays out
+/// (500 px, though asked for a phone's 390) nothing makes the page wider
+/// than the window (wide tables scroll inside their own box).
+/// Skipped, saying so, where no Chromium is installed (`apt-get install
+/// chromium`).
+#[test]
+fn the_report_renders_in_a_browser() {
+    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|name| {
+            std::env::split_paths(&std::env::var_os("PATH")?)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+    else {
+        eprintln!("the_report_renders_in_a_browser: skipped, no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let (dir, _) = dataset();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("report");
+    let r = paraforge_dataset::report::run(
+        dir.path(),
+        Some(&repo_root().join("data/freq/enwiki_vocab_top50k.txt")),
+        &out,
+    )
+    .unwrap();
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    // The test's own copy measures the laid-out page once every figure loaded.
+    let probe = page.replace(
+        "</body>",
+        "<script>addEventListener('load', () => { const b = document.body; \
+         b.dataset.scrollWidth = document.documentElement.scrollWidth; \
+         b.dataset.clientWidth = document.documentElement.clientWidth; \
+         b.dataset.loaded = Array.from(document.images).filter(i => i.complete && i.naturalWidth > 0).length; })</script></body>",
+    );
+    std::fs::write(out.join("probe.html"), probe).unwrap();
+    let chrome = |extra: &[&str], file: &str| {
+        let o = std::process::Command::new(&chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+            ])
+            .args(["--window-size=390,1200", "--virtual-time-budget=5000"])
+            .args(extra)
+            .arg(format!("file://{}", out.join(file).display()))
+            .env("HOME", tmp.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let dom = chrome(&["--dump-dom"], "probe.html");
+    let attr = |name: &str| -> u64 {
+        let at = dom
+            .find(&format!("{name}=\""))
+            .unwrap_or_else(|| panic!("no {name} in the DOM"))
+            + name.len()
+            + 2;
+        dom[at..].split('"').next().unwrap().parse().unwrap()
+    };
+    let (wide, window) = (attr("data-scroll-width"), attr("data-client-width"));
+    assert!(
+        wide <= window && window <= 500,
+        "the page is {wide} px wide in a {window} px window"
+    );
+    assert_eq!(attr("data-loaded"), 8, "figures loaded");
+    let ranges_with_pairs = r.ranges.iter().filter(|x| x.pairs > 0).count();
+    assert_eq!(
+        dom.matches("<table>").count(),
+        2 + ranges_with_pairs,
+        "{dom}"
+    );
+    let examples = &dom[dom.find("id=\"examples\"").unwrap()..];
+    let rows = examples.matches("<tr>").count() - ranges_with_pairs;
+    assert_eq!(
+        rows,
+        r.ranges
+            .iter()
+            .map(|x| x.pairs.min(5) as usize)
+            .sum::<usize>()
+    );
+    assert!(!dom.contains("|---"), "Markdown left in the page");
+    assert!(dom.contains("id=\"provenance\""), "{dom}");
+
+    let shot = tmp.path().join("shot.png");
+    chrome(
+        &[&format!("--screenshot={}", shot.display())],
+        "report.html",
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    let (w, h) = (
+        u32::from_be_bytes(png[16..20].try_into().unwrap()),
+        u32::from_be_bytes(png[20..24].try_into().unwrap()),
+    );
+    assert_eq!((w, h), (390, 1200));
+    assert!(
+        png.len() > 30_000,
+        "a nearly blank screenshot: {} bytes",
+        png.len()
     );
 }

@@ -169,8 +169,10 @@ pub struct ReportArgs {
     /// A dataset directory or Parquet file.
     #[arg(long)]
     data: PathBuf,
-    /// Word frequencies (`word count` per line) for the IDF column.
-    #[arg(long, default_value = DEFAULT_FREQ)]
+    /// Word frequencies (`word count` per line) for the IDF column; `none`
+    /// leaves the column out. The default, English Wikipedia's, is bundled
+    /// in the binary.
+    #[arg(long, default_value = paraforge_eval::bundled::FREQ)]
     freq: PathBuf,
     /// Output directory for report.md, report.html, report.json and the SVG
     /// figures (made beside it and renamed there at the end).
@@ -181,28 +183,31 @@ pub struct ReportArgs {
     overwrite: bool,
 }
 
-/// English Wikipedia's word frequencies (data/freq/README.md).
-const DEFAULT_FREQ: &str = "data/freq/enwiki_vocab_top50k.txt";
-
 pub fn report(a: ReportArgs) -> Result<()> {
+    let freq = match a.freq.to_str() {
+        Some("none") => None,
+        _ => Some(paraforge_eval::bundled::locate(&a.freq, "--freq")?),
+    };
     // The IDF column of another language's words from an English list
     // would rank them all as rare.
     let language = paraforge_core::dataset::trace(&a.data).reference_language();
     if let Some(l) = language.filter(|l| l != "en") {
-        if a.freq == std::path::Path::new(DEFAULT_FREQ) {
+        if a.freq == std::path::Path::new(paraforge_eval::bundled::FREQ) {
             eprintln!(
-                "note: the data's references are {l:?} (its manifest) but --freq is the default English list: the IDF column measures nothing; --freq names a {l:?} word list"
+                "note: the data's references are {l:?} (its manifest) but --freq is the default English list: the IDF column measures nothing; --freq names a {l:?} word list, or --freq none leaves it out"
             );
         }
     }
+    let mut inputs = vec![("--data", a.data.as_path())];
+    inputs.extend(freq.as_deref().map(|f| ("--freq", f)));
     let out = crate::out::Out::claim(
         "--out",
         &a.out,
         crate::out::Artifact::Report,
-        &[("--data", a.data.as_path()), ("--freq", a.freq.as_path())],
+        &inputs,
         a.overwrite,
     )?;
-    let r = paraforge_dataset::report::run(&a.data, &a.freq, &out.path())
+    let r = paraforge_dataset::report::run(&a.data, freq.as_deref(), &out.path())
         .with_context(|| format!("reporting on {}", a.data.display()))?;
     out.commit()?;
     println!(

@@ -13,18 +13,22 @@
 //!   the reference tokens.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, BooleanArray, Float32Array, Int32Array, StringArray};
 use paraforge_core::dataset::dataset_files;
 use paraforge_core::schema::{self, col, DataError, PairReader};
 use paraforge_core::tokenize;
-use plotters::prelude::*;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::bins::{para_range, PARA_RANGES};
+
+mod figures;
+mod page;
+
+/// Example pairs kept per para_score range.
+const EXAMPLES: u64 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -38,6 +42,8 @@ pub enum ReportError {
     },
     #[error("{path}:{line}: expected `word count`")]
     BadFrequencyLine { path: PathBuf, line: usize },
+    #[error("{0}: no word counts (`--freq none` leaves the IDF column out)")]
+    EmptyFrequencies(PathBuf),
     #[error("drawing {path}: {reason}")]
     Plot { path: PathBuf, reason: String },
     #[error(transparent)]
@@ -81,6 +87,9 @@ impl Idf {
                 line: i + 1,
             })?;
             counts.push((w.to_lowercase(), c.max(1.0)));
+        }
+        if counts.is_empty() {
+            return Err(ReportError::EmptyFrequencies(path.to_path_buf()));
         }
         let total: f64 = counts.iter().map(|(_, c)| c).sum();
         let min = counts.iter().map(|(_, c)| *c).fold(f64::INFINITY, f64::min);
@@ -192,8 +201,8 @@ pub struct Summary {
     pub examples: Vec<Example>,
 }
 
-/// A pair the summary shows, with its scores.
-#[derive(Debug, Clone, Default)]
+/// A pair the summary and the report show, with its scores.
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Example {
     pub reference: String,
     pub translation: String,
@@ -314,10 +323,13 @@ impl Report {
 pub struct RangeRow {
     pub label: String,
     pub pairs: u64,
+    pub para_score: Moments,
     pub trigram_overlap: Moments,
     pub reference_len: Moments,
     pub translation_len: Moments,
     pub translation_score: Moments,
+    /// A uniform sample of the range's pairs (at most [`EXAMPLES`]).
+    pub examples: Vec<Example>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -368,8 +380,9 @@ impl Hist {
 const SCATTER_POINTS: usize = 4000;
 
 /// Computes the report and writes `report.md`, `report.html`, `report.json`
-/// and the SVG figures into `out`.
-pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError> {
+/// and the SVG figures into `out`; without `freq`, the IDF column is left
+/// out ("none").
+pub fn run(input: &Path, freq: Option<&Path>, out: &Path) -> Result<Report, ReportError> {
     // The report's files are rewritten in place: only a new, empty or
     // earlier report's directory, apart from the dataset, takes them.
     crate::output::check_apart(out, &[input])?;
@@ -383,7 +396,7 @@ pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError>
         return Err(ReportError::NotAReport(out.to_path_buf()));
     }
     let mut acc = Tally {
-        idf: Idf::load(freq)?,
+        idf: freq.map(Idf::load).transpose()?,
         r: Report {
             input: input.display().to_string(),
             ranges: PARA_RANGES
@@ -403,6 +416,7 @@ pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError>
     };
     let required = [
         col::REFERENCE,
+        col::TRANSLATION,
         col::PARA_SCORE,
         col::TRIGRAM_OVERLAP,
         col::TRANSLATION_SCORE,
@@ -427,41 +441,54 @@ pub fn run(input: &Path, freq: &Path, out: &Path) -> Result<Report, ReportError>
             -p * p.ln()
         })
         .sum();
-    write_report(out, &acc.r, &acc.hists, &acc.scatter)?;
+    write_report(out, input, &acc)?;
     Ok(acc.r)
 }
 
-/// The histograms drawn: (column, title, bins).
-fn histograms() -> Vec<(&'static str, &'static str, Hist)> {
+/// The histograms drawn: (column, title, x axis with its unit, bins).
+fn histograms() -> Vec<(&'static str, &'static str, &'static str, Hist)> {
+    let overlap = "share of n-grams in common (0-1)";
     vec![
-        (col::PARA_SCORE, "para_score", Hist::new(-0.2, 1.0, 60)),
+        (
+            col::PARA_SCORE,
+            "para_score",
+            "para_score (cosine of the two embeddings)",
+            Hist::new(-0.2, 1.0, 60),
+        ),
         (
             col::TRIGRAM_OVERLAP,
             "trigram overlap",
+            overlap,
             Hist::new(0.0, 1.0, 50),
         ),
         (
             col::BIGRAM_OVERLAP,
             "bigram overlap",
+            overlap,
             Hist::new(0.0, 1.0, 50),
         ),
         (
             col::UNIGRAM_OVERLAP,
             "unigram overlap",
+            overlap,
             Hist::new(0.0, 1.0, 50),
         ),
         (
             col::TRANSLATION_SCORE,
             "translation score",
-            Hist::new(-4.0, 0.0, 80),
+            "translation score (log-probability per token)",
+            // Fine bins over a wide span: the figure shows the occupied part.
+            Hist::new(-20.0, 0.0, 2000),
         ),
         (
             col::REFERENCE_LEN,
+            "reference length",
             "reference length (tokens)",
             Hist::new(0.0, 80.0, 80),
         ),
         (
             col::TRANSLATION_LEN,
+            "translation length",
             "translation length (tokens)",
             Hist::new(0.0, 80.0, 80),
         ),
@@ -470,9 +497,9 @@ fn histograms() -> Vec<(&'static str, &'static str, Hist)> {
 
 /// What the report counts as it reads the pairs.
 struct Tally {
-    idf: Idf,
+    idf: Option<Idf>,
     r: Report,
-    hists: Vec<(&'static str, &'static str, Hist)>,
+    hists: Vec<(&'static str, &'static str, &'static str, Hist)>,
     vocab: HashMap<String, u64>,
     /// A reservoir sample for the scatter plot.
     scatter: Vec<(f32, f32)>,
@@ -482,6 +509,7 @@ struct Tally {
 impl Tally {
     fn add_batch(&mut self, b: &arrow_array::RecordBatch, path: &Path) -> Result<(), ReportError> {
         let refs = schema::column::<StringArray>(b, col::REFERENCE, path)?;
+        let hyps = schema::column::<StringArray>(b, col::TRANSLATION, path)?;
         let para = schema::column::<Float32Array>(b, col::PARA_SCORE, path)?;
         let tri = schema::column::<Float32Array>(b, col::TRIGRAM_OVERLAP, path)?;
         let ts = schema::column::<Float32Array>(b, col::TRANSLATION_SCORE, path)?;
@@ -503,9 +531,18 @@ impl Tally {
                 lens,
                 trunc.is_some_and(|t| t.value(i)),
             );
+            if let Some(slot) = self.example_slot(p) {
+                slot(Example {
+                    reference: refs.value(i).to_string(),
+                    translation: hyps.value(i).to_string(),
+                    para_score: p,
+                    trigram_overlap: tri.value(i),
+                    translation_score: score,
+                });
+            }
             self.add_reference(refs.value(i));
         }
-        for (name, _, h) in self.hists.iter_mut() {
+        for (name, _, _, h) in self.hists.iter_mut() {
             if let Ok(c) = schema::column::<Float32Array>(b, name, path) {
                 for i in 0..c.len() {
                     if !c.is_null(i) {
@@ -548,6 +585,9 @@ impl Tally {
         if let Some(k) = para_range(p) {
             let row = &mut r.ranges[k];
             row.pairs += 1;
+            if let Some(v) = p {
+                row.para_score.add(v as f64);
+            }
             row.trigram_overlap.add(tri as f64);
             row.reference_len.add(rl);
             row.translation_len.add(tl);
@@ -568,11 +608,31 @@ impl Tally {
         }
     }
 
+    /// Where the pair just added goes in its range's sample of examples
+    /// (reservoir sampling), or None: the strings are copied only then.
+    fn example_slot(&mut self, p: Option<f32>) -> Option<impl FnOnce(Example) + '_> {
+        let k = para_range(p)?;
+        let n = self.r.ranges[k].pairs;
+        let j = if n <= EXAMPLES {
+            n - 1
+        } else {
+            self.rng.random_range(0..n)
+        };
+        let examples = &mut self.r.ranges[k].examples;
+        (j < EXAMPLES).then_some(move |e: Example| {
+            if (j as usize) < examples.len() {
+                examples[j as usize] = e;
+            } else {
+                examples.push(e);
+            }
+        })
+    }
+
     /// The reference's mean IDF and its words for the vocabulary.
     fn add_reference(&mut self, reference: &str) {
         let toks = tokenize(reference);
-        if !toks.is_empty() {
-            let s: f32 = toks.iter().map(|t| self.idf.get(t.text)).sum();
+        if let Some(idf) = self.idf.as_ref().filter(|_| !toks.is_empty()) {
+            let s: f32 = toks.iter().map(|t| idf.get(t.text)).sum();
             self.r.reference_idf.add((s / toks.len() as f32) as f64);
         }
         for t in toks.iter() {
@@ -582,104 +642,48 @@ impl Tally {
 }
 
 /// The figures, `report.md`, `report.html` and `report.json` in `out`.
-fn write_report(
-    out: &Path,
-    r: &Report,
-    hists: &[(&str, &str, Hist)],
-    scatter: &[(f32, f32)],
-) -> Result<(), ReportError> {
+fn write_report(out: &Path, input: &Path, t: &Tally) -> Result<(), ReportError> {
     std::fs::create_dir_all(out).map_err(io(out))?;
     let mut figures = Vec::new();
-    for (name, title, h) in hists {
+    for (name, title, x_desc, h) in &t.hists {
         let file = format!("hist_{name}.svg");
-        draw_histogram(&out.join(&file), title, h)?;
+        // Scores have a fixed range; a translation score's and a length's
+        // axis spans the data.
+        let trim = matches!(
+            *name,
+            col::TRANSLATION_SCORE | col::REFERENCE_LEN | col::TRANSLATION_LEN
+        );
+        figures::histogram(
+            &out.join(&file),
+            title,
+            x_desc,
+            h,
+            trim,
+            *name == col::PARA_SCORE,
+        )?;
         figures.push((title.to_string(), file));
     }
-    draw_scatter(&out.join("scatter_para_trigram.svg"), scatter)?;
+    figures::scatter(
+        &out.join("scatter_para_trigram.svg"),
+        &t.scatter,
+        &t.r.ranges,
+    )?;
     figures.push((
-        "para_score against trigram overlap (sample)".into(),
+        "para_score against trigram overlap (a sample, and each range's mean)".into(),
         "scatter_para_trigram.svg".into(),
     ));
-    let md = markdown(r, &figures);
+    let provenance = paraforge_core::dataset::trace(input).markdown();
+    let r = &t.r;
     let md_path = out.join("report.md");
-    std::fs::write(&md_path, &md).map_err(io(&md_path))?;
+    std::fs::write(&md_path, page::markdown(r, &provenance, &figures)).map_err(io(&md_path))?;
     let html_path = out.join("report.html");
-    std::fs::write(&html_path, html(r, &figures)).map_err(io(&html_path))?;
+    std::fs::write(&html_path, page::html(r, &provenance, &figures)).map_err(io(&html_path))?;
     let json_path = out.join("report.json");
     std::fs::write(
         &json_path,
         serde_json::to_string_pretty(r).unwrap_or_default(),
     )
     .map_err(io(&json_path))
-}
-
-fn plot_err(path: &Path, e: impl std::fmt::Display) -> ReportError {
-    ReportError::Plot {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    }
-}
-
-fn draw_histogram(path: &Path, title: &str, h: &Hist) -> Result<(), ReportError> {
-    let root = SVGBackend::new(path, (640, 360)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| plot_err(path, e))?;
-    let ymax = h.bins.iter().copied().max().unwrap_or(1).max(1);
-    let width = (h.hi - h.lo) / h.bins.len() as f64;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(60)
-        .build_cartesian_2d(h.lo..h.hi, 0u64..(ymax + ymax / 10 + 1))
-        .map_err(|e| plot_err(path, e))?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .y_desc("pairs")
-        .draw()
-        .map_err(|e| plot_err(path, e))?;
-    chart
-        .draw_series(h.bins.iter().enumerate().map(|(i, &c)| {
-            let x0 = h.lo + i as f64 * width;
-            Rectangle::new([(x0, 0), (x0 + width * 0.95, c)], BLUE.mix(0.6).filled())
-        }))
-        .map_err(|e| plot_err(path, e))?;
-    root.present().map_err(|e| plot_err(path, e))
-}
-
-fn draw_scatter(path: &Path, points: &[(f32, f32)]) -> Result<(), ReportError> {
-    let root = SVGBackend::new(path, (560, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| plot_err(path, e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("para_score vs trigram overlap", ("sans-serif", 20))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(45)
-        .build_cartesian_2d(0f32..1f32, -0.2f32..1f32)
-        .map_err(|e| plot_err(path, e))?;
-    chart
-        .configure_mesh()
-        .x_desc("trigram overlap")
-        .y_desc("para_score")
-        .draw()
-        .map_err(|e| plot_err(path, e))?;
-    chart
-        .draw_series(
-            points
-                .iter()
-                .map(|&(x, y)| Circle::new((x, y.clamp(-0.2, 1.0)), 2, BLUE.mix(0.25).filled())),
-        )
-        .map_err(|e| plot_err(path, e))?;
-    root.present().map_err(|e| plot_err(path, e))
-}
-
-fn pm(m: &Moments, digits: usize) -> String {
-    // No value (a column null throughout, as translation_score is for an
-    // input of pairs without scores) is not a mean of 0.
-    if m.n == 0 {
-        return "none".into();
-    }
-    format!("{:.*} ± {:.*}", digits, m.mean, digits, m.std())
 }
 
 /// `rejects_by_reason` of a job output's `_manifest.json` (bins and
@@ -696,124 +700,6 @@ fn manifest_rejects(input: &Path) -> Result<std::collections::BTreeMap<String, u
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
         })?;
     Ok(head.rejects_by_reason)
-}
-
-fn tables(r: &Report) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "## Corpus statistics (Wieting and Gimpel, 2018, Table 1)\n"
-    );
-    let _ = writeln!(
-        s,
-        "| pairs | avg. length (ref) | avg. length (translation) | avg. IDF (ref) | avg. para_score | vocab. entropy (nats) | vocabulary |"
-    );
-    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|");
-    let _ = writeln!(
-        s,
-        "| {} | {} | {} | {} | {} | {:.2} | {} |\n",
-        r.pairs,
-        pm(&r.reference_len, 1),
-        pm(&r.translation_len, 1),
-        pm(&r.reference_idf, 2),
-        pm(&r.para_score, 2),
-        r.vocab_entropy,
-        r.vocab_size
-    );
-    let _ = writeln!(
-        s,
-        "Pairs without a para_score (no known word on a side): {}. Truncated sources: {}. Mean trigram overlap {}, mean translation score {}.\n",
-        r.no_para_score,
-        r.truncated,
-        pm(&r.trigram_overlap, 3),
-        pm(&r.translation_score, 3)
-    );
-    let _ = writeln!(
-        s,
-        "## By para_score range (Wieting and Gimpel, 2018, Table 3)\n"
-    );
-    let _ = writeln!(
-        s,
-        "| para_score range | pairs | share | trigram overlap mean (std) | ref. length | translation length | translation score |"
-    );
-    let _ = writeln!(s, "|---|---:|---:|---|---:|---:|---:|");
-    let ranked: u64 = r.ranges.iter().map(|x| x.pairs).sum();
-    for (k, row) in r.ranges.iter().enumerate() {
-        let label = RangeTally::label(k);
-        let _ = writeln!(
-            s,
-            "| {label} | {} | {:.1}% | {:.2} ({:.2}) | {:.1} | {:.1} | {} |",
-            row.pairs,
-            100.0 * row.pairs as f64 / ranked.max(1) as f64,
-            row.trigram_overlap.mean,
-            row.trigram_overlap.std(),
-            row.reference_len.mean,
-            row.translation_len.mean,
-            if row.translation_score.n == 0 {
-                "none".to_string()
-            } else {
-                format!("{:.2}", row.translation_score.mean)
-            }
-        );
-    }
-    let _ = writeln!(
-        s,
-        "\nParaNMT-50M for comparison: 4.0M / 3.8M / 6.9M / 14.4M / 18.0M pairs, mean trigram overlap 0.00 / 0.02 / 0.07 / 0.17 / 0.35.\n"
-    );
-    if !r.rejects_by_reason.is_empty() {
-        let _ = writeln!(s, "## Input lines not used (`_rejects/`)\n");
-        let _ = writeln!(s, "| reason | kind | lines |");
-        let _ = writeln!(s, "|---|---|---:|");
-        let mut by: Vec<_> = r.rejects_by_reason.iter().collect();
-        by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        for (code, n) in by {
-            let kind = if paraforge_core::rejects::is_filter_code(code) {
-                "[filters] rule"
-            } else {
-                "malformed"
-            };
-            let _ = writeln!(s, "| {code} | {kind} | {n} |");
-        }
-        s.push('\n');
-    }
-    s
-}
-
-fn markdown(r: &Report, figures: &[(String, String)]) -> String {
-    let mut s = format!("# paraforge report: {}\n\n", r.input);
-    s.push_str(&tables(r));
-    s.push_str("## Figures\n\n");
-    for (title, file) in figures {
-        let _ = writeln!(s, "![{title}]({file})\n");
-    }
-    s
-}
-
-fn html(r: &Report, figures: &[(String, String)]) -> String {
-    // The tables are Markdown; rendered as preformatted text they stay
-    // readable without a Markdown engine.
-    let esc = |t: &str| {
-        t.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
-    let mut s = format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>paraforge report</title>\
-         <style>body{{font-family:sans-serif;max-width:1100px;margin:auto}}pre{{background:#f6f6f6;padding:8px}}img{{margin:6px}}</style>\
-         </head><body><h1>paraforge report: {}</h1><pre>{}</pre>",
-        esc(&r.input),
-        esc(&tables(r))
-    );
-    for (title, file) in figures {
-        let _ = write!(
-            s,
-            "<figure><img src=\"{file}\" alt=\"{}\"><figcaption>{}</figcaption></figure>",
-            esc(title),
-            esc(title)
-        );
-    }
-    s.push_str("</body></html>\n");
-    s
 }
 
 #[cfg(test)]
