@@ -412,7 +412,7 @@ fn round(seed: u64, plan: &[Fault], lines: usize) -> (HashMap<Fault, usize>, usi
                 // write to that shard fail (even for root) until it is gone.
                 let mut blockers = Vec::new();
                 for s in 0..shards {
-                    let p = out.join(format!("shard={s:06}"));
+                    let p = out.join(format!("shard={s}"));
                     if !p.exists() && std::fs::write(&p, b"blocked").is_ok() {
                         blockers.push(p);
                     }

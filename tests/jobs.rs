@@ -312,7 +312,7 @@ async fn a_second_job_cannot_take_an_output_and_lost_files_are_redone() {
     let part = before
         .iter()
         .map(|(p, _)| p)
-        .find(|p| p.starts_with("shard=000001"))
+        .find(|p| p.starts_with("shard=1/"))
         .unwrap()
         .clone();
     std::fs::remove_file(out.join(&part)).unwrap();
@@ -380,16 +380,16 @@ async fn a_killed_writes_staging_file_is_removed_at_the_end() {
     let c = coordinator(&cfg).await.unwrap();
     work(&c).await;
     let leftovers = [
-        "shard=000000/part-t00000001.parquet#3",
-        "_rejects/shard=000001/rejects-t00000002.jsonl#1",
-        "_tmp/shard=000001/lease=00000002/part.parquet#17",
+        "shard=0/part-t00000001.parquet#3",
+        "_rejects/shard=1/rejects-t00000002.jsonl#1",
+        "_tmp/shard=1/lease=00000002/part.parquet#17",
     ];
     for f in leftovers {
         let p = out.join(f);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, b"half a file").unwrap();
     }
-    let foreign = out.join("shard=000000/notes.txt#1");
+    let foreign = out.join("shard=0/notes.txt#1");
     std::fs::write(&foreign, b"someone else's").unwrap();
     finalize(&c.shared, &storage).await.unwrap();
     c.stop().await;

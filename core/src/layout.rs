@@ -204,20 +204,24 @@ impl OutputLayout {
     /// Where a committed shard's rows are published, relative to the output
     /// root. Only the coordinator writes here, when it commits an attempt, so a
     /// late writer (a worker paused past its lease) can never put a file where
-    /// readers look; the token in the name keeps attempts apart.
+    /// readers look; the token in the name keeps attempts apart. The shard
+    /// number is not zero-padded: DuckDB reads a Hive value with leading
+    /// zeros as a string where pyarrow and polars read an integer, and
+    /// `shard=N` is an integer to all three (outputs written with padded
+    /// names read and resume as before).
     pub fn part_path(shard_id: u64, token: u64) -> String {
-        format!("shard={shard_id:06}/part-t{token:08}.parquet")
+        format!("shard={shard_id}/part-t{token:08}.parquet")
     }
 
     /// Where a committed shard's rejected lines (JSON lines) are published.
     pub fn rejects_path(shard_id: u64, token: u64) -> String {
-        format!("_rejects/shard={shard_id:06}/rejects-t{token:08}.jsonl")
+        format!("_rejects/shard={shard_id}/rejects-t{token:08}.jsonl")
     }
 
     /// Where a lease's worker writes before completing: under `_tmp/`, which
     /// Hive-style readers skip and the job's end clears.
     pub fn temp_prefix(shard_id: u64, token: u64) -> String {
-        format!("_tmp/shard={shard_id:06}/lease={token:08}/")
+        format!("_tmp/shard={shard_id}/lease={token:08}/")
     }
 
     pub fn temp_part_path(shard_id: u64, token: u64) -> String {
