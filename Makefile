@@ -90,7 +90,7 @@ minilm: venv
 # its own reference computation. The stamp names the package lists, so an
 # existing environment gets packages added here.
 TESTENV := $(CURDIR)/.cache/testenv
-TESTENV_PKGS := pyarrow duckdb moto[server] sacrebleu safetensors numpy datasets kubernetes-validate
+TESTENV_PKGS := pyarrow duckdb polars moto[server] sacrebleu safetensors numpy datasets kubernetes-validate
 TESTENV_OPTIONAL := kenlm
 TESTENV_STAMP := $(TESTENV)/.done-$(shell echo '$(TESTENV_PKGS) / $(TESTENV_OPTIONAL)' | cksum | cut -d' ' -f1)
 testenv: $(TESTENV_STAMP)
@@ -158,7 +158,7 @@ wheel: $(MATURIN)
 # with ORT_DYLIB_PATH unset (the package finds ONNX Runtime itself).
 PYTEST_ENV := $(CURDIR)/.cache/pytest-env
 test-python: $(ORT_LIB) $(MATURIN)
-	rm -f target/wheels/paraforge-*.whl
+	rm -f target/wheels/paraforge_corpus-*.whl
 	@mkdir -p target/wheels
 	$(MATURIN) build --profile dev -m python/Cargo.toml -o target/wheels > target/wheels/build.log 2>&1 || { cat target/wheels/build.log; exit 1; }
 	@cat target/wheels/build.log
@@ -166,7 +166,7 @@ test-python: $(ORT_LIB) $(MATURIN)
 	if [ -n "$$again" ]; then echo "test-python: WARNING: the wheel build compiled again what the test build had compiled ($$again): python/Cargo.toml's feature list is out of date (tools/dev/python_features.py names what differs)"; fi
 	rm -rf $(PYTEST_ENV)
 	$(PYTHON) -m venv $(PYTEST_ENV)
-	$(PYTEST_ENV)/bin/pip install --quiet target/wheels/paraforge-*.whl "pytest==9.*" "pyarrow>=17"
+	$(PYTEST_ENV)/bin/pip install --quiet target/wheels/paraforge_corpus-*.whl "pytest==9.*" "pyarrow>=17"
 	$(PYTEST_ENV)/bin/pip install --quiet --no-deps $(ORT_DIR)/wheel/$(ORT_WHEEL)-$(ORT_VERSION)-*.whl
 	env -u ORT_DYLIB_PATH PARAFORGE_BIN=$(CURDIR)/target/debug/paraforge \
 		$(PYTEST_ENV)/bin/pytest -p no:cacheprovider -q python/tests

@@ -260,17 +260,38 @@ class Translator:
         return list(self._native.translate(texts))
 
 
+# The Hive partition columns paraforge's outputs carry, typed as polars and
+# DuckDB type them (shard=N and fold=N as 64-bit integers).
+_PARTITION_TYPES = {"shard": "int64", "fold": "int64", "para_range": "string"}
+
+
 def open_corpus(path: PathLike) -> Any:
     """A finished paraforge output as a ``pyarrow.dataset.Dataset``: a corpus
     directory, a bins partition (``bins/train``) or a filter/rescore output.
     The manifest is checked as the CLI's readers check it (``_SUCCESS``
     present, every listed file's SHA-256 and row count), and only the files
     it lists are read; an unfinished or altered output raises
-    :class:`ParaforgeError`. Needs ``pyarrow`` (``pip install
-    paraforge[arrow]``)."""
+    :class:`ParaforgeError`. Folders named ``key=value`` below ``path``
+    become columns: ``shard`` and ``fold`` as int64, ``para_range`` as a
+    string, as polars and DuckDB read them. Needs ``pyarrow`` (``pip install
+    paraforge-corpus[arrow]``)."""
     try:
+        import pyarrow as pa
         import pyarrow.dataset as ds
     except ImportError as e:
-        raise ImportError("open_corpus needs pyarrow: pip install 'paraforge[arrow]'") from e
-    files, _rows = _native.verified_files(_existing(path, "output"))
-    return ds.dataset([os.fspath(f) for f in files], format="parquet")
+        raise ImportError("open_corpus needs pyarrow: pip install 'paraforge-corpus[arrow]'") from e
+    root = _existing(path, "output")
+    files, _rows = _native.verified_files(root)
+    files = [os.fspath(f) for f in files]
+    keys: List[str] = []
+    if os.path.isdir(root):
+        for f in files:
+            for part in Path(os.path.relpath(f, root)).parts[:-1]:
+                key = part.split("=", 1)[0]
+                if "=" in part and key not in keys:
+                    keys.append(key)
+    if not keys:
+        return ds.dataset(files, format="parquet")
+    schema = pa.schema([(k, _PARTITION_TYPES.get(k, "string")) for k in keys])
+    return ds.dataset(files, format="parquet", partition_base_dir=root,
+                      partitioning=ds.partitioning(schema, flavor="hive"))

@@ -1,5 +1,5 @@
-//! `paraforge._native`: the Rust side of the Python package. The public API
-//! (numpy arrays, pyarrow datasets, docstrings) is `python/paraforge/`;
+//! `paraforge_corpus._native`: the Rust side of the Python package. The public API
+//! (numpy arrays, pyarrow datasets, docstrings) is `python/paraforge_corpus/`;
 //! this module hands it flat buffers and plain lists, and does every piece
 //! of work with the GIL released, on the same code paths as the CLI
 //! (`embed`, the workers' scoring, `translate`, the readers' manifest
@@ -17,7 +17,7 @@ use paraforge_core::{ArpaModel, PairScores, Scorer, SentenceEncoder};
 use paraforge_nmt::{Device, GenerateOptions, LoadOptions};
 
 pyo3::create_exception!(
-    paraforge._native,
+    paraforge_corpus._native,
     ParaforgeError,
     PyException,
     "A model, corpus or input that paraforge refuses; the message names what and where."

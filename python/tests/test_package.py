@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
-import paraforge
+import paraforge_corpus as pf
 from conftest import BATCH, BEAM, MAX_NEW, MODEL, REPO, SCORER, repo, run_cli
 
 
@@ -44,8 +44,8 @@ def test_cosines_are_eval_sts_cosines(kind, tmp_path, paraforge_bin, request):
     else:
         arg = "--model"
         path = repo(SCORER if kind == "trigram" else "tests/data/tiny-sentence-encoder")
-    enc = (paraforge.Encoder.load(vectors=path) if kind == "vectors"
-           else paraforge.Encoder.load(path))
+    enc = (pf.Encoder.load(vectors=path) if kind == "vectors"
+           else pf.Encoder.load(path))
     # STS Benchmark pairs whose two sentences both have an embedding (a
     # model trained on 40 pairs knows few words); eval-sts's Pearson of
     # the model's cosines with the gold scores, and the package's.
@@ -64,15 +64,15 @@ def test_cosines_are_eval_sts_cosines(kind, tmp_path, paraforge_bin, request):
             str(out))
     want = json.loads(out.read_text())[0]["sets"][0]
     assert want["pairs"] == len(keep), want
-    cos = np.array([paraforge.cosine(a[i], b[i]) for i in keep])
+    cos = np.array([pf.cosine(a[i], b[i]) for i in keep])
     gold = np.array([float(cols[i][4]) for i in keep])
     assert 100 * np.corrcoef(cos, gold)[0, 1] == pytest.approx(want["pearson"], abs=1e-4)
 
 
 def test_score_pairs_gives_the_corpus_columns(corpus):
-    t = paraforge.open_corpus(corpus).to_table()
+    t = pf.open_corpus(corpus).to_table()
     assert t.num_rows == 40
-    got = paraforge.score_pairs(
+    got = pf.score_pairs(
         t["reference"].to_pylist(), t["translation"].to_pylist(), model=repo(SCORER)
     )
     for name, values in got.items():
@@ -82,17 +82,17 @@ def test_score_pairs_gives_the_corpus_columns(corpus):
         want = t[name].to_numpy(zero_copy_only=False)
         np.testing.assert_array_equal(values, np.asarray(want, dtype=values.dtype), err_msg=name)
     # para_score is the encoder's cosine.
-    enc = paraforge.Encoder.load(repo(SCORER))
+    enc = pf.Encoder.load(repo(SCORER))
     r, h = enc.encode(t["reference"].to_pylist()), enc.encode(t["translation"].to_pylist())
-    cos = [paraforge.cosine(x, y) for x, y in zip(r, h)]
+    cos = [pf.cosine(x, y) for x, y in zip(r, h)]
     np.testing.assert_allclose(cos, got["para_score"], atol=1e-6)
 
 
 def test_translator_matches_the_corpus_and_the_cli(corpus, tmp_path, paraforge_bin):
-    t = paraforge.open_corpus(corpus).to_table()
+    t = pf.open_corpus(corpus).to_table()
     t = t.sort_by("id")
     sources = t["source"].to_pylist()
-    tr = paraforge.Translator(repo(MODEL), beam=BEAM, batch_size=BATCH, threads=1,
+    tr = pf.Translator(repo(MODEL), beam=BEAM, batch_size=BATCH, threads=1,
                               max_new_tokens=MAX_NEW)
     got = tr.translate(sources)
     assert got == t["translation"].to_pylist()
@@ -109,39 +109,59 @@ def test_translator_matches_the_corpus_and_the_cli(corpus, tmp_path, paraforge_b
 
 
 def test_open_corpus_reads_only_a_verified_output(corpus, unfinished, tmp_path):
-    ds = paraforge.open_corpus(corpus)
+    ds = pf.open_corpus(corpus)
     manifest = json.loads((corpus / "_manifest.json").read_text())
     assert ds.count_rows() == sum(f["rows"] for f in manifest["files"])
     assert sorted(Path(f).name for f in ds.files) == sorted(
         Path(f["path"]).name for f in manifest["files"])
-    with pytest.raises(paraforge.ParaforgeError, match="_SUCCESS"):
-        paraforge.open_corpus(unfinished)
+    with pytest.raises(pf.ParaforgeError, match="_SUCCESS"):
+        pf.open_corpus(unfinished)
     # A listed file changed after the job: its SHA-256 no longer matches.
     changed = tmp_path / "changed"
     import shutil
     shutil.copytree(corpus, changed)
     part = next(changed.rglob("*.parquet"))
     part.write_bytes(part.read_bytes()[:-1] + b"!")
-    with pytest.raises(paraforge.ParaforgeError, match=re.escape(part.name)):
-        paraforge.open_corpus(changed)
+    with pytest.raises(pf.ParaforgeError, match=re.escape(part.name)):
+        pf.open_corpus(changed)
     with pytest.raises(FileNotFoundError, match="nowhere"):
-        paraforge.open_corpus(tmp_path / "nowhere")
+        pf.open_corpus(tmp_path / "nowhere")
+
+
+def test_open_corpus_keeps_the_partition_columns_typed(corpus, paraforge_bin, tmp_path):
+    import pyarrow as pa
+    t = pf.open_corpus(corpus).to_table()
+    assert t.schema.field("shard").type == pa.int64()
+    assert sorted(set(t.column("shard").to_pylist())) == [0, 1]
+    bins = tmp_path / "bins"
+    run_cli(paraforge_bin, "bin", "--data", str(corpus), "--out", str(bins),
+            "--train-sample", "10")
+    manifest = json.loads((bins / "_manifest.json").read_text())
+    r = pf.open_corpus(bins / "ranges").to_table()
+    assert r.schema.field("para_range").type == pa.string()
+    got = {k: v for k, v in zip(*pc.value_counts(r.column("para_range")).flatten())}
+    assert {k.as_py(): v.as_py() for k, v in got.items()} == {
+        k: n for k, n in manifest["ranges"].items() if n}
+    f = pf.open_corpus(bins / "deciles" / "para_score").to_table()
+    assert f.schema.field("fold").type == pa.int64()
+    assert set(f.column("fold").to_pylist()) <= set(range(10))
+    assert "fold" not in pf.open_corpus(bins / "train").schema.names
 
 
 def test_bad_input_raises_and_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="no-such-model"):
-        paraforge.Encoder.load(tmp_path / "no-such-model")
+        pf.Encoder.load(tmp_path / "no-such-model")
     with pytest.raises(FileNotFoundError, match="no-such-model"):
-        paraforge.Translator(tmp_path / "no-such-model")
+        pf.Translator(tmp_path / "no-such-model")
     empty = tmp_path / "empty-model"
     empty.mkdir()
-    with pytest.raises(paraforge.ParaforgeError, match="empty-model"):
-        paraforge.Translator(empty)
+    with pytest.raises(pf.ParaforgeError, match="empty-model"):
+        pf.Translator(empty)
     garbage = tmp_path / "model.pfe"
     garbage.write_bytes(b"not a model")
-    with pytest.raises(paraforge.ParaforgeError, match="model.pfe"):
-        paraforge.Encoder.load(garbage)
-    enc = paraforge.Encoder.load(repo(SCORER))
+    with pytest.raises(pf.ParaforgeError, match="model.pfe"):
+        pf.Encoder.load(garbage)
+    enc = pf.Encoder.load(repo(SCORER))
     # Undecodable bytes as surrogateescape leaves them: no UTF-8 form.
     bad = b"caf\xe9 au lait".decode("utf-8", "surrogateescape")
     with pytest.raises(ValueError, match=r"sentences\[2\]"):
@@ -153,24 +173,24 @@ def test_bad_input_raises_and_names_it(tmp_path):
     with pytest.raises(TypeError, match="bytes"):
         enc.encode(b"raw bytes")
     with pytest.raises(ValueError, match="2 references but 1 translations"):
-        paraforge.score_pairs(["a", "b"], ["a"])
+        pf.score_pairs(["a", "b"], ["a"])
     with pytest.raises(ValueError, match="nist"):
-        paraforge.score_pairs(["a"], ["a"], bleu="nist")
+        pf.score_pairs(["a"], ["a"], bleu="nist")
     with pytest.raises(ValueError, match="unknown device"):
-        paraforge.Translator(repo(MODEL), device="tpu")
+        pf.Translator(repo(MODEL), device="tpu")
     # The CLI's bounds: a beam of a million would exhaust memory.
     with pytest.raises(ValueError, match="beam=1000000"):
-        paraforge.Translator(repo(MODEL), beam=1_000_000)
+        pf.Translator(repo(MODEL), beam=1_000_000)
     with pytest.raises(ValueError, match="batch_size=0"):
-        paraforge.Translator(repo(MODEL), batch_size=0)
+        pf.Translator(repo(MODEL), batch_size=0)
     with pytest.raises(ValueError, match="streams=0"):
-        paraforge.Translator(repo(MODEL), streams=0)
+        pf.Translator(repo(MODEL), streams=0)
     with pytest.raises(ValueError, match="not both"):
-        paraforge.score_pairs(["a"], ["a"], model=repo(SCORER),
+        pf.score_pairs(["a"], ["a"], model=repo(SCORER),
                               vectors=repo("data/vectors/glove.6B.50d.top25k.txt.gz"))
     with pytest.raises(TypeError, match="Encoder.load"):
-        paraforge.Encoder(repo(SCORER))
-    assert paraforge.ParaforgeError.__module__ == "paraforge._native"
+        pf.Encoder(repo(SCORER))
+    assert pf.ParaforgeError.__module__ == "paraforge_corpus._native"
 
 
 def test_the_tree_encoder_survives_adversarial_sentences(corpus, paraforge_bin,
@@ -180,7 +200,7 @@ def test_the_tree_encoder_survives_adversarial_sentences(corpus, paraforge_bin,
     tree = tmp_path / "tree"
     run_cli(paraforge_bin, "train", "--model", "tree-rnn", "--min-word-count", "1",
             "--epochs", "0", "--no-dev", "--data", str(corpus), "--out", str(tree))
-    enc = paraforge.Encoder.load(tree)
+    enc = pf.Encoder.load(tree)
     rng = np.random.default_rng(3)
     # 300 tokens is over the parser's 60; the tree itself is evaluated one
     # level per step, so a 5,000-token line took the test from 1 s to 290 s.
@@ -193,7 +213,7 @@ def test_the_tree_encoder_survives_adversarial_sentences(corpus, paraforge_bin,
 
 
 def test_encode_is_sentence_transformers_shaped_and_releases_the_gil():
-    enc = paraforge.Encoder.load(repo(SCORER))
+    enc = pf.Encoder.load(repo(SCORER))
     one = enc.encode("A man is playing a guitar.")
     assert one.shape == (enc.dim,) == (enc.get_sentence_embedding_dimension(),)
     unit = enc.encode(["A man is playing a guitar."], normalize_embeddings=True,
@@ -228,7 +248,7 @@ def test_encode_is_sentence_transformers_shaped_and_releases_the_gil():
     assert max(gaps) < 0.5 * took, f"Python stalled {max(gaps):.3f} s of a {took:.3f} s call"
 
 
-def test_the_readmes_python_example_runs_as_written():
+def test_the_readmes_python_example_runs_as_written(tmp_path):
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("### From Python", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
@@ -240,3 +260,9 @@ def test_the_readmes_python_example_runs_as_written():
     assert lines[0] == "(2, 128)", out.stdout
     assert 0.0 < float(lines[1]) <= 1.0, out.stdout
     assert lines[2].strip(), out.stdout
+    # Outside the repository the models it names are not there: the error
+    # says which path, not a crash.
+    elsewhere = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                               text=True, timeout=300)
+    assert elsewhere.returncode == 1, elsewhere.stderr
+    assert "FileNotFoundError: model models/scorer-trigram" in elsewhere.stderr, elsewhere.stderr
