@@ -101,10 +101,12 @@ $(TESTENV_STAMP):
 	-$(TESTENV)/bin/pip install --quiet $(TESTENV_OPTIONAL) || \
 		echo "testenv: could not install $(TESTENV_OPTIONAL); perplexity is compared with the test's own computation"
 
-# sentence-transformers with PyTorch from PyPI, for tests/st_export.rs, which
-# loads `paraforge export --format sentence-transformers` directories with the
-# library and compares its vectors with paraforge's. `make test` does not need
-# it: without it that test is skipped, saying why (as in CI). PyPI's Linux
+# sentence-transformers with PyTorch from PyPI, for tests/st_export.rs and
+# python/tests/test_package.py, which load `paraforge export --format
+# sentence-transformers` directories with the library (the latter with the
+# freshly built package on its path) and compare its vectors with
+# paraforge's. `make test` does not need it: without it those tests are
+# skipped, saying why (as in CI). PyPI's Linux
 # torch wheel brings its CUDA libraries along (5.8 GB installed, 2026-11-27);
 # the test runs on the CPU. ST_PKGS pins the versions the test last passed with.
 STENV := $(CURDIR)/.cache/stenv

@@ -14,42 +14,31 @@ pub const LONG_ABOUT: &str = "\
 Write a trained encoder in another library's format.
 
 --format sentence-transformers writes a directory that the sentence-transformers \
-library loads with SentenceTransformer(DIR): a WordEmbeddings module (its \
-WhitespaceTokenizer, do_lower_case true, no stop words; the word table as \
-model.safetensors) and a mean Pooling module. It takes a WORD model or word \
-vectors; TRIGRAM, WORD,TRIGRAM, LSTM and the other networks are refused, \
-naming the encoder (the paraforge Python package's Encoder has \
-sentence-transformers' encode signature for them). The vocabulary holds the \
-words paraforge's tokenizer can produce (others are left out and counted); \
-row 0 is padding; a WORD model's unknown-word row is the token <unk>.
-
-Its embeddings equal paraforge's (to float rounding) on text tokenized as \
-paraforge tokenizes it, tokens joined by spaces (\"Don't stop!\" as \
-\"don ' t stop !\"), and, for a WORD model, with every token not in the \
-vocabulary replaced by <unk> (README.md, \"To sentence-transformers\", has \
-a Python recipe for both). Where they differ:
-  * raw text: the WhitespaceTokenizer splits at whitespace only and strips \
-ASCII punctuation from a word's ends, so \"stop!\" is stop (paraforge: stop !) \
-and \"don't\" one unknown word (paraforge: don ' t);
-  * unknown words of a WORD model: paraforge averages the unknown-word row, \
-the WhitespaceTokenizer drops them, and no setting of its makes it map them \
-to a row: replace them by <unk> first;
-  * word vectors: paraforge sums the known words' vectors, Pooling takes \
-their mean; the directions, so every cosine, are equal;
-  * a sentence with no known token: paraforge has no embedding (NaN from \
-embed, null para_score), the library returns zeros;
-  * U+000B and U+001C to U+001F split words in Python and are tokens of their own to \
-paraforge; raw text may also lowercase differently where Python's Unicode \
-tables and Rust's differ;
-  * past 1,000,000 tokens the library cuts a sentence (max_seq_length).
+library loads with SentenceTransformer(DIR) (for a .pfe model, \
+SentenceTransformer(DIR, trust_remote_code=True): the library asks for it \
+before importing a module class from another package). For a .pfe model (WORD, TRIGRAM, \
+WORD,TRIGRAM) it holds the model and a modules.json naming \
+paraforge_corpus.st.ParaforgeEncoder, a module of the paraforge Python package \
+(install its wheel, paraforge-corpus, where the model is loaded): it embeds raw \
+text with paraforge's own tokenizer and tables, so the library returns what \
+paraforge embed writes, NaN rows included for sentences with nothing the model \
+knows. For --vectors it holds the library's own modules (a WordEmbeddings \
+module with its WhitespaceTokenizer, do_lower_case true, no stop words, and a \
+mean Pooling module), loadable without paraforge; their embeddings equal \
+paraforge's (to float rounding, as the mean where paraforge sums) on text \
+tokenized as paraforge tokenizes it, tokens joined by spaces, and differ on raw \
+text where the WhitespaceTokenizer splits otherwise (\"stop!\" is stop, \
+\"don't\" one word). Neural encoders and the transformer scorer are refused, \
+naming the encoder (the Python package's Encoder has sentence-transformers' \
+encode signature for them).
 
 --format glove writes a model's word table as GloVe text, as export-vectors \
 does.";
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
-    /// A sentence-transformers model directory: `WordEmbeddings` + mean
-    /// `Pooling` (WORD models and word vectors only).
+    /// A sentence-transformers model directory: the paraforge module for a
+    /// `.pfe` model, `WordEmbeddings` + mean `Pooling` for word vectors.
     #[value(name = "sentence-transformers")]
     SentenceTransformers,
     /// GloVe text of a model's word table, as `export-vectors` writes it.
@@ -60,10 +49,10 @@ pub enum Format {
 pub struct ExportArgs {
     #[arg(long, value_enum)]
     format: Format,
-    /// A trained model: a WORD `.pfe` (or a directory holding `model.pfe`);
+    /// A trained model: a `.pfe` (or a directory holding `model.pfe`);
     /// with `--format glove` any model with a word table (WORD,TRIGRAM, a
-    /// neural encoder's directory). TRIGRAM, WORD,TRIGRAM, LSTM and the
-    /// other networks are refused for sentence-transformers.
+    /// neural encoder's directory). LSTM and the other networks are refused
+    /// for sentence-transformers.
     #[arg(long, conflicts_with = "vectors", required_unless_present = "vectors")]
     model: Option<PathBuf>,
     /// GloVe-format word vectors, averaged as `[scoring] vectors` averages
@@ -98,7 +87,23 @@ pub fn export(a: ExportArgs) -> Result<()> {
         Format::SentenceTransformers => {
             let loaded = load(a.model.as_deref(), a.vectors.as_deref(), &what)?;
             let source = match &loaded {
-                Loaded::Model(m) => Source::Model(m),
+                Loaded::Model(m) => {
+                    let describe = paraforge_core::SentenceEncoder::describe(m);
+                    st_export::write_module(
+                        &model_file(input),
+                        &describe,
+                        &origin(input)?,
+                        &out.path(),
+                    )?;
+                    out.commit()?;
+                    println!(
+                        "sentence-transformers model ({}) written to {}: {describe}",
+                        st_export::MODULE_TYPE,
+                        a.out.display()
+                    );
+                    println!("  it embeds raw text as paraforge does; load it where the paraforge-corpus wheel is installed");
+                    return Ok(());
+                }
                 Loaded::Vectors(v) => Source::Vectors(v),
             };
             let w = st_export::write(source, &what, &origin(input)?, &out.path())?;
@@ -167,13 +172,18 @@ fn load(model: Option<&Path>, vectors: Option<&Path>, what: &str) -> Result<Load
     ))
 }
 
-/// How the exported README names its source: the file and its SHA-256.
-fn origin(input: &Path) -> Result<String> {
-    let file = if input.is_dir() {
+/// The `.pfe` file of a model given as the file or its directory.
+fn model_file(input: &Path) -> PathBuf {
+    if input.is_dir() {
         input.join("model.pfe")
     } else {
         input.to_path_buf()
-    };
+    }
+}
+
+/// How the exported README names its source: the file and its SHA-256.
+fn origin(input: &Path) -> Result<String> {
+    let file = model_file(input);
     let sum = paraforge_core::layout::sha256_file(&file)
         .with_context(|| format!("{}: its SHA-256", file.display()))?;
     let name = file.file_name().map_or_else(

@@ -1,8 +1,15 @@
-//! A WORD model or word vectors as a sentence-transformers model
-//! directory (`paraforge export --format sentence-transformers`): a
-//! `WordEmbeddings` module (its `WhitespaceTokenizer` and the word table)
-//! and a mean `Pooling` module, which the sentence-transformers library
-//! loads with `SentenceTransformer(dir)`.
+//! Trained models and word vectors as sentence-transformers model
+//! directories (`paraforge export --format sentence-transformers`), which
+//! the library loads with `SentenceTransformer(dir)`.
+//!
+//! A `.pfe` model (WORD, TRIGRAM, WORD,TRIGRAM) is written by
+//! [`write_module`]: the model file and a `modules.json` naming
+//! [`MODULE_TYPE`], a module of the paraforge Python package that embeds
+//! with paraforge's own code, so raw text gives paraforge's vectors (no
+//! tokenizer to re-express; trigrams that cross word boundaries included).
+//! Word vectors are written by [`write`] as the library's own modules:
+//! a `WordEmbeddings` module (its `WhitespaceTokenizer` and the word table)
+//! and a mean `Pooling` module, loadable without paraforge.
 //!
 //! The directory uses the module paths and keys that sentence-transformers
 //! 3.x to 5.x write (`sentence_transformers.models.*`,
@@ -43,7 +50,7 @@ const POOLING_DIR: &str = "1_Pooling";
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     /// An encoder the library's modules cannot compute.
-    #[error("{what}: sentence-transformers' modules cannot express the {encoder} encoder ({why}); only WORD models and word vectors export to this format. The paraforge Python package's `Encoder.load(path).encode(sentences)` (sentence-transformers' `encode` signature) embeds with it instead")]
+    #[error("{what}: this export cannot express the {encoder} encoder ({why}); `.pfe` models (WORD, TRIGRAM, WORD,TRIGRAM) and word vectors export to this format. The paraforge Python package's `Encoder.load(path).encode(sentences)` (sentence-transformers' `encode` signature) embeds with it instead")]
     Unsupported {
         what: String,
         encoder: String,
@@ -118,6 +125,62 @@ pub fn neural_encoder_name(dir: &Path) -> Result<String, ExportError> {
         parts: c.shape.parts,
     }
     .name())
+}
+
+/// The module a `.pfe` export names: `paraforge_corpus.st.ParaforgeEncoder`
+/// in the paraforge-corpus wheel (python/paraforge_corpus/st.py).
+pub const MODULE_TYPE: &str = "paraforge_corpus.st.ParaforgeEncoder";
+
+/// The file [`write_module`] copies the model to (the module's `load`
+/// reads it).
+pub const MODULE_MODEL_FILE: &str = "model.pfe";
+
+/// Writes the sentence-transformers directory `dir` for the `.pfe` model
+/// at `model` (`describe`: its kind and size, for the README): the model
+/// file and the module that embeds with it. `dir` is made with its
+/// parents and should be new.
+pub fn write_module(
+    model: &Path,
+    describe: &str,
+    origin: &str,
+    dir: &Path,
+) -> Result<(), ExportError> {
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let json = |name: &str, v: serde_json::Value| -> Result<(), ExportError> {
+        let path = dir.join(name);
+        let text = serde_json::to_string_pretty(&v).expect("JSON values serialize");
+        std::fs::write(&path, text + "\n").map_err(io(&path))
+    };
+    json(
+        "modules.json",
+        serde_json::json!([{"idx": 0, "name": "0", "path": "", "type": MODULE_TYPE}]),
+    )?;
+    json(
+        "config_sentence_transformers.json",
+        serde_json::json!({
+            "model_type": "SentenceTransformer",
+            "prompts": {},
+            "default_prompt_name": null,
+            "similarity_fn_name": "cosine",
+        }),
+    )?;
+    let target = dir.join(MODULE_MODEL_FILE);
+    std::fs::copy(model, &target).map_err(io(&target))?;
+    let path = dir.join("README.md");
+    let text = format!(
+        "---\nlibrary_name: sentence-transformers\npipeline_tag: sentence-similarity\ntags:\n- sentence-transformers\n- paraforge\n---\n\n\
+         # A paraforge encoder for sentence-transformers\n\n\
+         Exported by `paraforge export --format sentence-transformers` from {origin}: {describe}.\n\n\
+         `modules.json` names `{MODULE_TYPE}`, a module of the paraforge Python package, which embeds \
+         raw text with paraforge's own tokenizer and tables, so \
+         `SentenceTransformer(DIR, trust_remote_code=True).encode(sentences)` returns what `paraforge embed` \
+         writes (the library asks for that flag before it imports a module class from outside its own \
+         package; this directory holds no code). Install the package's wheel first (`make wheel`, then \
+         `pip install dist/paraforge_corpus-*.whl`; the name `paraforge` on the package index is another \
+         project). Compare embeddings by cosine; a sentence with no word or trigram the model knows \
+         gets a row of NaN.\n"
+    );
+    std::fs::write(&path, text).map_err(io(&path))
 }
 
 /// Writes the sentence-transformers directory `dir` for `source`: made

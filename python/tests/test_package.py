@@ -3,6 +3,7 @@ cosines, columns, translations and manifest checks, and clear exceptions
 for bad input."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -266,3 +267,74 @@ def test_the_readmes_python_example_runs_as_written(tmp_path):
                                text=True, timeout=300)
     assert elsewhere.returncode == 1, elsewhere.stderr
     assert "FileNotFoundError: model models/scorer-trigram" in elsewhere.stderr, elsewhere.stderr
+
+
+# The sentence-transformers comparison runs in .cache/stenv (`make stenv`:
+# sentence-transformers and torch), with this test's freshly built package
+# put on its path; without that environment it is skipped, saying so.
+STENV_PYTHON = REPO / ".cache/stenv/bin/python"
+
+ST_SCRIPT = r"""
+import sys, numpy
+from sentence_transformers import SentenceTransformer
+a = sys.argv[1:]
+for st, inp, out in zip(a[0::3], a[1::3], a[2::3]):
+    m = SentenceTransformer(st, device="cpu", trust_remote_code=True)
+    assert type(m[0]).__name__ == "ParaforgeEncoder", m
+    lines = open(inp, encoding="utf-8").read().split("\n")[:-1]
+    numpy.save(out, m.encode(lines, batch_size=64).astype(numpy.float32))
+"""
+
+
+def test_sentence_transformers_embeds_raw_text_as_paraforge_does(corpus, paraforge_bin, tmp_path):
+    if not STENV_PYTHON.is_file():
+        pytest.skip(f"no {STENV_PYTHON} with sentence-transformers (make stenv)")
+    # Raw sentences as written: STS Benchmark's English, the sample's Czech.
+    en = []
+    for line in (REPO / "data/sts/stsbenchmark/sts-test.csv").read_text(encoding="utf-8").splitlines()[:150]:
+        c = line.split("\t")
+        en += [c[5], c[6]]
+    en += ["Don't STOP, Příliš žluťoučký kůň!", "snake_case and C++ cost $5.", "zzqx"]
+    cs = [line.split("\t")[2] for line in
+          (REPO / "data/sample/czeng16-heldout.cs-en.tsv").read_text(encoding="utf-8").splitlines()[:300]]
+    word = tmp_path / "word.pfe"
+    run_cli(paraforge_bin, "train", "--model", "word", "--epochs", "1", "--no-dev",
+            "--min-word-count", "1", "--init-vectors", repo("data/vectors/glove.6B.50d.top25k.txt.gz"),
+            "--data", str(corpus), "--out", str(word))
+    # The package as built for this test run, on the other environment's path.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "paraforge_corpus").symlink_to(Path(pf.__file__).parent)
+    args, want = [], {}
+    for name, model in [("word", str(word)), ("trigram", repo(SCORER))]:
+        st = tmp_path / f"{name}-st"
+        run_cli(paraforge_bin, "export", "--format", "sentence-transformers", "--model", model,
+                "--out", str(st))
+        for lang, lines in [("en", en), ("cs", cs)]:
+            inp = tmp_path / f"{lang}.txt"
+            inp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            ref = tmp_path / f"{name}-{lang}-paraforge.npy"
+            run_cli(paraforge_bin, "embed", "--model", model, "--input", str(inp), "--out", str(ref))
+            want[(name, lang)] = np.load(ref)
+            args += [str(st), str(inp), str(tmp_path / f"{name}-{lang}-st.npy")]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHOME"}
+    env["PYTHONPATH"] = str(site)
+    out = subprocess.run([str(STENV_PYTHON), "-c", ST_SCRIPT, *args], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    for (name, lang), ref in want.items():
+        got = np.load(tmp_path / f"{name}-{lang}-st.npy")
+        assert got.shape == ref.shape, (name, lang)
+        # Sentences with nothing the model knows are NaN in both.
+        assert np.array_equal(np.isnan(got).all(1), np.isnan(ref).all(1)), (name, lang)
+        norms = np.linalg.norm(np.nan_to_num(ref), axis=1)
+        # A zero vector (every token the WORD model's untrained unknown-word
+        # row) has no cosine: it must be zero there too.
+        zero = ~np.isnan(ref).all(1) & (norms == 0)
+        assert np.array_equal(got[zero], ref[zero]), (name, lang)
+        ok = ~np.isnan(ref).all(1) & (norms > 0)
+        unit = lambda m: m[ok] / np.linalg.norm(m[ok], axis=1, keepdims=True)
+        worst = float(np.abs((unit(got) * unit(ref)).sum(1) - 1).max())
+        print(f"{name} {lang}: {ok.sum()} sentences, {zero.sum()} zero, "
+              f"{(~ok & ~zero).sum()} NaN, max |1 - cosine(st, paraforge)| = {worst:.2e}")
+        assert worst <= 1e-5, (name, lang, worst)
