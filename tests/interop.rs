@@ -107,9 +107,19 @@ async fn pyarrow_and_duckdb_read_the_output_as_one_table() {
     let cfg = config(dir.path(), out.to_str().unwrap(), None);
     let m = run_job(&cfg).await;
     assert_eq!(m.pairs, 600);
+    let bins = dir.path().join("out-bins");
+    paraforge_tests::paraforge_ok(&[
+        "bin".as_ref(),
+        "--data".as_ref(),
+        out.as_os_str(),
+        "--out".as_ref(),
+        bins.as_os_str(),
+        "--train-sample".as_ref(),
+        "50".as_ref(),
+    ]);
     let script = r#"
 import sys, json, pyarrow.dataset as ds, duckdb, yaml
-root = sys.argv[1]
+root, bins = sys.argv[1], sys.argv[2]
 # The job's card sits beside the shards as _README.md, which these readers skip.
 card = yaml.safe_load(open(root + "/_README.md").read().split("---\n")[1])
 m = json.load(open(root + "/_manifest.json"))
@@ -128,12 +138,25 @@ types["duckdb"] = duckdb.sql(f"select distinct typeof(shard) from read_parquet('
 import polars as pl
 types["polars"] = str(pl.scan_parquet(root + "/shard=*/*.parquet", hive_partitioning=True).collect_schema()["shard"])
 assert types == {"pyarrow": "int32", "duckdb": [("BIGINT",)], "polars": "Int64"}, types
+# The bins' partitions too: fold=N an integer, para_range=LABEL a string.
+folds = bins + "/deciles/para_score/fold=*/*.parquet"
+ranges = bins + "/ranges/para_range=*/*.parquet"
+types = {
+    "pyarrow": [str(ds.dataset(bins + d, format="parquet", partitioning="hive").schema.field(k).type)
+                for d, k in [("/deciles/para_score", "fold"), ("/ranges", "para_range")]],
+    "duckdb": [duckdb.sql(f"select distinct typeof({k}) from read_parquet('{g}', hive_partitioning=true)").fetchall()[0][0]
+               for g, k in [(folds, "fold"), (ranges, "para_range")]],
+    "polars": [str(pl.scan_parquet(g, hive_partitioning=True).collect_schema()[k])
+               for g, k in [(folds, "fold"), (ranges, "para_range")]],
+}
+assert types == {"pyarrow": ["int32", "string"], "duckdb": ["BIGINT", "VARCHAR"], "polars": ["Int64", "String"]}, types
 print("ok", t.num_rows, n, round(mean, 4), sorted(types))
 "#;
     let o = Command::new(py)
         .arg("-c")
         .arg(script)
         .arg(&out)
+        .arg(&bins)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
@@ -150,16 +173,6 @@ print("ok", t.num_rows, n, round(mean, 4), sorted(types))
     let Some(py) = python_with("datasets") else {
         return;
     };
-    let bins = dir.path().join("out-bins");
-    paraforge_tests::paraforge_ok(&[
-        "bin".as_ref(),
-        "--data".as_ref(),
-        out.as_os_str(),
-        "--out".as_ref(),
-        bins.as_os_str(),
-        "--train-sample".as_ref(),
-        "50".as_ref(),
-    ]);
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(bins.join("_manifest.json")).unwrap()).unwrap();
     let script = r#"
