@@ -9,6 +9,7 @@ mod out;
 mod paraphrase;
 mod parse;
 mod pipeline;
+mod specificity;
 mod translate;
 mod vectors;
 
@@ -87,8 +88,8 @@ enum Command {
     /// BLEU against the reference paraphrase, overlap and para_score with the input.
     EvalParaphrase(paraphrase::EvalParaphraseArgs),
     /// Write a trained encoder in another library's format: a
-    /// sentence-transformers model directory (WORD models and word vectors)
-    /// or GloVe text (a model's word table).
+    /// sentence-transformers model directory (`.pfe` models and word
+    /// vectors) or GloVe text (a model's word table).
     #[command(long_about = export::LONG_ABOUT)]
     Export(export::ExportArgs),
     /// Spearman correlations of word vectors (or a model's word table) on
@@ -98,6 +99,10 @@ enum Command {
     /// whose files are at hand (SICK-E and SICK-R ship); with --fine-tune,
     /// an averaging model trained on SICK itself (Wieting et al., 2016).
     EvalTransfer(vectors::EvalTransferArgs),
+    /// Sentence specificity (Chen and Gimpel, 2020, Table 2): a model's
+    /// norms or a Gaussian encoder's entropies against human judgements,
+    /// and the baselines that need no other model.
+    EvalSpecificity(specificity::EvalSpecificityArgs),
     /// Sentence embeddings of a text file or a corpus column (.npy or Parquet)
     /// from a trained encoder, the transformer scorer or word vectors.
     Embed(vectors::EmbedArgs),
@@ -120,6 +125,7 @@ fn default_sigpipe(command: &Command) {
         Command::EvalSts(_)
             | Command::EvalWords(_)
             | Command::EvalTransfer(_)
+            | Command::EvalSpecificity(_)
             | Command::EvalParaphrase(_)
             | Command::Plan(_)
             | Command::Status(_)
@@ -169,6 +175,7 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Export(a) => export::export(a),
         Command::EvalWords(a) => embed::eval_words(a),
         Command::EvalTransfer(a) => vectors::eval_transfer(a),
+        Command::EvalSpecificity(a) => specificity::eval_specificity(a),
         Command::Embed(a) => vectors::embed(a),
         Command::Parse(a) => parse::run(a),
     }

@@ -6,6 +6,7 @@
 
 pub mod bundled;
 pub mod sick_tune;
+pub mod specificity;
 pub mod sts;
 pub mod transfer;
 pub mod words;
