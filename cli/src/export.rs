@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use paraforge_encoders::st_export::{self, Source};
+use paraforge_encoders::st_export;
 use paraforge_encoders::NeuralModel;
 
 /// `paraforge export --help`: what the sentence-transformers directory
@@ -86,7 +86,7 @@ pub fn export(a: ExportArgs) -> Result<()> {
     match a.format {
         Format::SentenceTransformers => {
             let loaded = load(a.model.as_deref(), a.vectors.as_deref(), &what)?;
-            let source = match &loaded {
+            let vectors = match &loaded {
                 Loaded::Model(m) => {
                     let describe = paraforge_core::SentenceEncoder::describe(m);
                     st_export::write_module(
@@ -104,17 +104,12 @@ pub fn export(a: ExportArgs) -> Result<()> {
                     println!("  it embeds raw text as paraforge does; load it where the paraforge-corpus wheel is installed");
                     return Ok(());
                 }
-                Loaded::Vectors(v) => Source::Vectors(v),
+                Loaded::Vectors(v) => v,
             };
-            let w = st_export::write(source, &what, &origin(input)?, &out.path())?;
+            let w = st_export::write(vectors, &what, &origin(input)?, &out.path())?;
             out.commit()?;
-            let unk = if w.unk {
-                format!(", the unknown-word row as {:?}", st_export::UNK)
-            } else {
-                String::new()
-            };
             println!(
-                "sentence-transformers model (WordEmbeddings + mean Pooling) written to {}: {} words x {} dimensions{unk}",
+                "sentence-transformers model (WordEmbeddings + mean Pooling) written to {}: {} words x {} dimensions",
                 a.out.display(),
                 w.words,
                 w.dim
@@ -131,12 +126,7 @@ pub fn export(a: ExportArgs) -> Result<()> {
                 );
             }
             println!(
-                "  its embeddings are paraforge's for text tokenized as paraforge does (tokens joined by spaces){}",
-                if w.unk {
-                    format!(", unknown words replaced by {:?}", st_export::UNK)
-                } else {
-                    "; they are the mean where paraforge sums word vectors".into()
-                }
+                "  its embeddings point where paraforge's do for text tokenized as paraforge does (tokens joined by spaces): the mean where paraforge sums word vectors"
             );
         }
         Format::Glove => {

@@ -23,22 +23,13 @@
 //! is told to lowercase and to keep every word (no stop words), and the
 //! vocabulary holds only words paraforge's tokenizer can produce, so that
 //! text already split by paraforge (tokens joined by spaces) gives the same
-//! rows. A WORD model's unknown-word row is kept as the token [`UNK`]: the
-//! `WhitespaceTokenizer` drops words it does not know, which a WORD model
-//! averages as that row, so a sentence with unknown words agrees only once
-//! they are replaced by [`UNK`].
+//! rows; unknown words are dropped there as paraforge skips them in its
+//! sum of word vectors.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use paraforge_core::encoder::Kind;
-use paraforge_core::tokenize::word_hash;
-use paraforge_core::{Model, Vectors};
-
-/// The vocabulary entry of a WORD model's unknown-word row. paraforge's
-/// tokenizer never produces it (it splits `<` and `>` off), so no word of a
-/// model can take its place.
-pub const UNK: &str = "<unk>";
+use paraforge_core::Vectors;
 
 /// Row 0, all zeros, which `WordEmbeddings` pads with (the name
 /// sentence-transformers gives it); lowercased input never matches it.
@@ -73,22 +64,12 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ExportError + '_ {
     }
 }
 
-/// What is exported.
-pub enum Source<'a> {
-    /// A `.pfe` model: only kind word can be expressed.
-    Model(&'a Model),
-    /// GloVe-format vectors, averaged with unknown words skipped.
-    Vectors(&'a Vectors),
-}
-
 /// What [`write`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Written {
-    /// Words in the vocabulary (padding and [`UNK`] not counted).
+    /// Words in the vocabulary (padding not counted).
     pub words: usize,
     pub dim: usize,
-    /// Whether [`UNK`] holds a WORD model's unknown-word row.
-    pub unk: bool,
     /// Words left out because paraforge's tokenizer never produces them
     /// (e.g. "e.g." or "Paris"), or repeated.
     pub left_out: usize,
@@ -100,9 +81,6 @@ pub struct Written {
 /// input (`--model DIR`), `encoder` the encoder.
 pub fn unsupported(what: &str, encoder: &str) -> ExportError {
     let why = match encoder {
-        "trigram" | "word,trigram" => {
-            "its character trigrams cross word boundaries, which no tokenizer module of the library produces"
-        }
         "transformer" => "it is an ONNX graph; export the original Hugging Face model with sentence-transformers itself",
         _ => "its network is not a mean of word vectors",
     };
@@ -183,18 +161,18 @@ pub fn write_module(
     std::fs::write(&path, text).map_err(io(&path))
 }
 
-/// Writes the sentence-transformers directory `dir` for `source`: made
+/// Writes the sentence-transformers directory `dir` for word vectors: made
 /// with its parents, it should be new (files of the same names are
 /// replaced). `origin` names the source in the directory's README.md;
 /// `what` names it in errors.
 pub fn write(
-    source: Source<'_>,
+    vectors: &Vectors,
     what: &str,
     origin: &str,
     dir: &Path,
 ) -> Result<Written, ExportError> {
-    let table = Table::of(source, what)?;
-    if table.vocab.len() < 2 + usize::from(table.unk) {
+    let table = Table::of(vectors);
+    if table.vocab.len() < 2 {
         return Err(ExportError::Invalid(format!(
             "{what}: no word that paraforge's tokenizer can produce; nothing to export"
         )));
@@ -261,9 +239,8 @@ pub fn write(
     let path = dir.join(WEIGHTS);
     std::fs::write(&path, bytes).map_err(io(&path))?;
     let written = Written {
-        words: table.vocab.len() - 1 - usize::from(table.unk),
+        words: table.vocab.len() - 1,
         dim: table.dim,
-        unk: table.unk,
         left_out: table.left_out.len(),
         left_out_examples: table.left_out.iter().take(5).cloned().collect(),
     };
@@ -278,40 +255,18 @@ struct Table {
     vocab: Vec<String>,
     bytes: Vec<u8>,
     dim: usize,
-    unk: bool,
     left_out: Vec<String>,
     words: HashSet<String>,
 }
 
 impl Table {
-    fn of(source: Source<'_>, what: &str) -> Result<Table, ExportError> {
-        match source {
-            Source::Model(m) => {
-                if m.kind != Kind::Word {
-                    return Err(unsupported(what, m.kind.name()));
-                }
-                let d = m.word_dim;
-                // Each word's row is the one paraforge's lookup returns for it.
-                let mut t = Table::start(d, m.words().len());
-                for w in m.words() {
-                    let row = m.word_id(word_hash(w), w).map(|r| r as usize);
-                    t.push(w, row.map(|r| &m.w[r * d..(r + 1) * d]));
-                }
-                let u = m.unk() as usize;
-                t.vocab.push(UNK.to_string());
-                t.extend(&m.w[u * d..(u + 1) * d]);
-                t.unk = true;
-                Ok(t)
-            }
-            Source::Vectors(v) => {
-                let mut t = Table::start(v.dim(), v.len());
-                for i in 0..v.len() {
-                    let w = v.word(i);
-                    t.push(w, v.get(w));
-                }
-                Ok(t)
-            }
+    fn of(v: &Vectors) -> Table {
+        let mut t = Table::start(v.dim(), v.len());
+        for i in 0..v.len() {
+            let w = v.word(i);
+            t.push(w, v.get(w));
         }
+        t
     }
 
     fn start(dim: usize, words: usize) -> Table {
@@ -319,7 +274,6 @@ impl Table {
             vocab: Vec::with_capacity(words + 2),
             bytes: Vec::with_capacity((words + 2) * dim * 4),
             dim,
-            unk: false,
             left_out: Vec::new(),
             words: HashSet::new(),
         };
@@ -353,13 +307,7 @@ impl Table {
 }
 
 fn readme(origin: &str, w: &Written) -> String {
-    let unk = if w.unk {
-        format!(
-            "The model's unknown-word row is the token `{UNK}`. paraforge averages that row for every word it does not know; this tokenizer drops such words instead, so a sentence with unknown words gives paraforge's embedding only once each of them is replaced by `{UNK}`.\n\n"
-        )
-    } else {
-        "Unknown words are left out, as paraforge leaves them out of its average of word vectors. paraforge sums the vectors and this model takes their mean: the two point the same way (every cosine is equal) and differ in length by the number of known words.\n\n".to_string()
-    };
+    let unk = "Unknown words are left out, as paraforge leaves them out of its average of word vectors. paraforge sums the vectors and this model takes their mean: the two point the same way (every cosine is equal) and differ in length by the number of known words.\n\n";
     format!(
         "---\nlibrary_name: sentence-transformers\ntags:\n- sentence-transformers\n- feature-extraction\n- sentence-similarity\n---\n\n\
 # paraforge word averaging\n\n\
@@ -400,44 +348,14 @@ mod tests {
     }
 
     #[test]
-    fn a_word_model_keeps_the_words_paraforge_can_look_up_and_its_unknown_row() {
-        // "e.g." and "Paris" are never one token of paraforge's (it splits
-        // off "." and lowercases); the second "cat" is never looked up.
-        let words = ["cat", "e.g.", "Paris", "cat", "."]
-            .map(String::from)
-            .to_vec();
-        let w: Vec<f32> = (0..12).map(|i| i as f32).collect();
-        let m = Model::from_tables(Kind::Word, words, 2, w, vec![], 0, vec![]).unwrap();
+    fn word_vectors_have_no_unknown_row() {
+        let (v, _) =
+            Vectors::from_reader("the 1 2\ncat 3 4\nn't 5 6\n".as_bytes(), Path::new("v.txt"))
+                .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("st");
-        let got = write(Source::Model(&m), "--model m.pfe", "`m.pfe`", &out).unwrap();
-        assert_eq!(
-            got,
-            Written {
-                words: 2,
-                dim: 2,
-                unk: true,
-                left_out: 3,
-                left_out_examples: ["e.g.", "Paris", "cat"].map(String::from).to_vec(),
-            }
-        );
-        let tok = json(&out, "whitespacetokenizer_config.json");
-        assert_eq!(
-            tok,
-            serde_json::json!({
-                "vocab": ["PADDING_TOKEN", "cat", ".", "<unk>"],
-                "stop_words": [],
-                "do_lower_case": true,
-            })
-        );
-        let (shape, v) = rows(&out);
-        assert_eq!(shape, [4, 2]);
-        // Padding, the first "cat" row (paraforge's), ".", UNK (the last row).
-        assert_eq!(v, [0.0, 0.0, 0.0, 1.0, 8.0, 9.0, 10.0, 11.0]);
-        assert_eq!(
-            json(&out, "1_Pooling/config.json")["pooling_mode_mean_tokens"],
-            true
-        );
+        let got = write(&v, "--vectors v.txt", "`v.txt`", &out).unwrap();
+        assert!(got.words == 2 && got.left_out == 1, "{got:?}");
         let modules = json(&out, "modules.json");
         assert_eq!(
             modules[0]["type"],
@@ -446,18 +364,7 @@ mod tests {
         assert_eq!(modules[1]["path"], POOLING_DIR);
         assert!(std::fs::read_to_string(out.join("README.md"))
             .unwrap()
-            .contains("`m.pfe`"));
-    }
-
-    #[test]
-    fn word_vectors_have_no_unknown_row() {
-        let (v, _) =
-            Vectors::from_reader("the 1 2\ncat 3 4\nn't 5 6\n".as_bytes(), Path::new("v.txt"))
-                .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let out = dir.path().join("st");
-        let got = write(Source::Vectors(&v), "--vectors v.txt", "`v.txt`", &out).unwrap();
-        assert!(!got.unk && got.words == 2 && got.left_out == 1, "{got:?}");
+            .contains("`v.txt`"));
         let tok = json(&out, "whitespacetokenizer_config.json");
         assert_eq!(
             tok["vocab"],
@@ -467,37 +374,11 @@ mod tests {
     }
 
     #[test]
-    fn trigram_models_and_models_without_a_producible_word_are_refused() {
+    fn vectors_without_a_producible_word_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("st");
-        let t = Model::from_tables(
-            Kind::Trigram,
-            vec![],
-            0,
-            vec![],
-            vec![" ca".into(), "cat".into()],
-            2,
-            vec![0.0; 4],
-        )
-        .unwrap();
-        let e = write(Source::Model(&t), "--model t.pfe", "", &out).unwrap_err();
-        assert!(matches!(e, ExportError::Unsupported { .. }), "{e}");
-        assert!(
-            e.to_string().starts_with("--model t.pfe: ")
-                && e.to_string().contains("the trigram encoder"),
-            "{e}"
-        );
-        let w = Model::from_tables(
-            Kind::Word,
-            vec!["U.S.".into()],
-            1,
-            vec![1.0, 0.0],
-            vec![],
-            0,
-            vec![],
-        )
-        .unwrap();
-        let e = write(Source::Model(&w), "--model w.pfe", "", &out).unwrap_err();
+        let (v, _) = Vectors::from_reader("U.S. 1 0\n".as_bytes(), Path::new("v.txt")).unwrap();
+        let e = write(&v, "--vectors v.txt", "", &out).unwrap_err();
         assert!(e.to_string().contains("nothing to export"), "{e}");
         assert!(!out.exists());
     }
