@@ -93,6 +93,15 @@ fn fixture() -> Fixture {
     std::fs::write(&notes, "my notes, not paraforge's\n").unwrap();
     paths.insert("NOTES", notes);
     paths.insert("NEW", d.join("new-output"));
+    let spec = d.join("specificity");
+    std::fs::create_dir(&spec).unwrap();
+    std::fs::write(
+        spec.join("yelp.sentences.txt"),
+        "good\nthe soup was cold\nnice place\n",
+    )
+    .unwrap();
+    std::fs::write(spec.join("yelp.scores.txt"), "0.1\n0.9\n0.5\n").unwrap();
+    paths.insert("SPEC", spec);
     paths.insert("STS", repo("data/sts"));
     paths.insert("WORDS", repo("data/words"));
     paths.insert("SICK", repo("data/sts/sick2014"));
@@ -159,6 +168,13 @@ const ROWS: &[Row] = &[
         "eval-words --vectors {VECTORS} --words {WORDS} --json {OUT}",
         Artifact::Json,
         "VECTORS",
+    ),
+    row(
+        "eval-specificity",
+        "--json",
+        "eval-specificity --data {SPEC} --baseline length --json {OUT}",
+        Artifact::Json,
+        "SPEC",
     ),
     row(
         "eval-paraphrase",

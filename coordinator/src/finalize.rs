@@ -3,9 +3,7 @@
 //! its card (`_README.md`) and, last, `_SUCCESS`; or saying why the job is
 //! incomplete.
 
-use paraforge_core::layout::card::{
-    hub_language, JobFacts, Languages, ManifestInput, ManifestScorer,
-};
+use paraforge_core::layout::card::{JobFacts, Languages, ManifestInput, ManifestScorer};
 use paraforge_core::layout::{FileKind, OutputLayout, JOB_CARD_FILE, MANIFEST_FILE, SUCCESS_FILE};
 use paraforge_job::bitext::RejectReason;
 use paraforge_job::storage::Storage;
@@ -120,61 +118,6 @@ async fn footer_scorers(
         .collect();
     v.sort_by_key(|s| std::cmp::Reverse(s.files));
     Ok((v, unread))
-}
-
-/// The languages of a job's sides, each from `[filters]`' `source_lang`
-/// or `reference_lang` where set, else from the model's
-/// `tokenizer_config.json` (`source_lang`, `target_lang`, as Marian exports
-/// have them) where the coordinator can read it.
-fn job_languages(shared: &Shared) -> Languages {
-    let f = &shared.filters;
-    let tokenizer = match (&f.source_lang, &f.reference_lang, &shared.model_dir) {
-        (None, _, Some(dir)) | (_, None, Some(dir)) => {
-            std::fs::read(std::path::Path::new(dir).join("tokenizer_config.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        }
-        _ => None,
-    };
-    languages_from(f, tokenizer.as_ref())
-}
-
-/// [`job_languages`] from the filters and the tokenizer's config: each
-/// side on its own, as the Hub's `language` wants the codes (ISO 639-1
-/// where there is one; the filters name ISO 639-3).
-fn languages_from(
-    f: &paraforge_job::filters::Filters,
-    tokenizer: Option<&serde_json::Value>,
-) -> Languages {
-    const FILTERS: &str = "[filters]";
-    const TOKENIZER: &str = "the translation model's tokenizer_config.json";
-    let from_tokenizer = |k: &str| {
-        tokenizer
-            .and_then(|c| c[k].as_str())
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| (hub_language(l), TOKENIZER))
-    };
-    let source = f
-        .source_lang
-        .as_deref()
-        .map(|l| (hub_language(l), FILTERS))
-        .or_else(|| from_tokenizer("source_lang"));
-    let reference = f
-        .reference_lang
-        .as_deref()
-        .map(|l| (hub_language(l), FILTERS))
-        .or_else(|| from_tokenizer("target_lang"));
-    let from = match (&source, &reference) {
-        (Some((_, a)), Some((_, b))) if a == b => a.to_string(),
-        (Some((_, a)), Some((_, b))) => format!("source from {a}, reference from {b}"),
-        (Some((_, a)), None) | (None, Some((_, a))) => a.to_string(),
-        (None, None) => String::new(),
-    };
-    Languages {
-        source: source.map(|(l, _)| l),
-        reference: reference.map(|(l, _)| l),
-        from,
-    }
 }
 
 /// Ends a finished job. Deletes the files of attempts that were not
@@ -423,7 +366,7 @@ async fn manifest(
         filters: serde_json::to_value(&shared.filters).unwrap_or_else(|_| serde_json::json!({})),
         para_scorers,
         para_scorer_footers_unread,
-        languages: job_languages(shared),
+        languages: crate::languages::of_job(&shared.filters, shared.model_dir.as_deref()),
         rejects: counts.rejects,
         rejects_by_reason: counts.rejects_by_reason,
         files: ledger.files,
@@ -540,37 +483,5 @@ mod tests {
             assert!(card.contains(want), "{want} not in\n{card}");
         }
         assert!(!card.contains("the cosine of"), "{card}");
-    }
-
-    /// Each side from `[filters]` where set, else from the tokenizer, in
-    /// the Hub's ISO 639-1.
-    #[test]
-    fn languages_fill_each_side_and_use_the_hubs_codes() {
-        let tok = serde_json::json!({"source_lang": "cs", "target_lang": "eng"});
-        let f = |s: Option<&str>, r: Option<&str>| paraforge_job::filters::Filters {
-            source_lang: s.map(String::from),
-            reference_lang: r.map(String::from),
-            ..Default::default()
-        };
-        let l = languages_from(&f(Some("ces"), None), Some(&tok));
-        assert_eq!(
-            (l.source.as_deref(), l.reference.as_deref()),
-            (Some("cs"), Some("en"))
-        );
-        assert!(
-            l.from.contains("[filters]") && l.from.contains("tokenizer_config"),
-            "{}",
-            l.from
-        );
-        let l = languages_from(&f(None, Some("eng")), None);
-        assert_eq!((l.source, l.reference.as_deref()), (None, Some("en")));
-        // A language without an ISO 639-1 code keeps its ISO 639-3 one.
-        let l = languages_from(&f(Some("hsb"), Some("deu")), Some(&tok));
-        assert_eq!(
-            (l.source.as_deref(), l.reference.as_deref()),
-            (Some("hsb"), Some("de"))
-        );
-        assert_eq!(l.from, "[filters]");
-        assert!(languages_from(&f(None, None), None).is_empty());
     }
 }

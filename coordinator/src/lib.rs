@@ -8,6 +8,7 @@ pub mod error;
 pub mod finalize;
 pub mod http;
 pub mod job;
+pub mod languages;
 pub mod live;
 pub mod metrics;
 pub mod phase;

@@ -226,30 +226,14 @@ pub fn check_scorer_language(cfg: &JobConfig) -> Result<(), PlanError> {
     let Some(scorer) = cfg.scoring.model.as_deref().and_then(local_path) else {
         return Ok(());
     };
-    let from_model = || {
-        let dir = Path::new(&cfg.model.as_ref()?.dir);
-        let b = std::fs::read(dir.join("tokenizer_config.json")).ok()?;
-        let c: serde_json::Value = serde_json::from_slice(&b).ok()?;
-        let l = c["target_lang"].as_str()?.trim().to_string();
-        (!l.is_empty()).then_some((
-            l,
-            "the target language of model.dir's tokenizer_config.json",
-        ))
-    };
-    let reference = match &cfg.filters.reference_lang {
-        Some(l) => Some((l.clone(), "filters.reference_lang")),
-        None => from_model(),
-    };
-    let (lang, whence) = match &reference {
-        Some((l, w)) => (Some(l.as_str()), *w),
-        None => (None, ""),
-    };
-    paraforge_core::layout::card::check_language(scorer, lang, whence).map_err(|message| {
-        PlanError::Language {
+    // The languages the manifest and card will record, read the same way.
+    let l = crate::languages::of_job(&cfg.filters, cfg.model.as_ref().map(|m| m.dir.as_str()));
+    paraforge_core::layout::card::check_language(scorer, l.reference.as_deref(), &l.from).map_err(
+        |message| PlanError::Language {
             key: "scoring.model",
             message,
-        }
-    })
+        },
+    )
 }
 
 /// Plans the shards and fingerprints every file they are cut from.

@@ -347,7 +347,7 @@ pub fn check_language(
         return Ok(());
     }
     Err(format!(
-        "{}: its card says it reads {scorer:?}, but the data's references are {data:?} ({whence}): para_score would measure nothing. Learn a scorer from the data (rescore --bootstrap trigram, or [scoring] bootstrap) or give one trained on {data:?} text",
+        "{}: its card says it reads {scorer:?}, but the data's references are {data:?} ({whence}): para_score would measure nothing. Learn a scorer from the data after the job (paraforge rescore --bootstrap trigram) or give one trained on {data:?} text",
         model.display()
     ))
 }
