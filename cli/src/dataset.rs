@@ -385,19 +385,13 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
     staged.upload(&a.out)?;
     // A mean over no scores is none, not 0.000 (a language without a
     // scorer had only nulls).
-    let mean = |v: f64, ranges: &std::collections::BTreeMap<String, u64>| {
-        if ranges.get("none") == Some(&m.rows) {
-            "none".to_string()
-        } else {
-            format!("{v:.3}")
-        }
-    };
+    let mean = |v: Option<f64>| v.map_or_else(|| "none".to_string(), |v| format!("{v:.3}"));
     println!(
         "{} pairs in {} files rescored with {name}; mean para_score {} -> {}",
         m.rows,
         m.files.len(),
-        mean(m.mean_before, &m.ranges_before),
-        mean(m.mean_after, &m.ranges_after)
+        mean(m.mean_before),
+        mean(m.mean_after)
     );
     if let Some(p) = m.mean_reference_probability {
         println!("  mean reference_probability {p:.3}");

@@ -94,8 +94,12 @@ pub struct RescoreManifest {
     /// Range label (and `none` for rows without a score) -> rows.
     pub ranges_before: BTreeMap<String, u64>,
     pub ranges_after: BTreeMap<String, u64>,
-    pub mean_before: f64,
-    pub mean_after: f64,
+    /// The mean para_score before and after, absent where no row had one
+    /// (a language without a scorer has only nulls before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_before: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_after: Option<f64>,
     /// Relative to the output directory, the same paths as in the input.
     pub files: Vec<ListedFile>,
 }
@@ -328,8 +332,8 @@ pub fn run(
             rows: m.rows,
         });
     }
-    m.mean_before = total.sum_before / total.n_before.max(1) as f64;
-    m.mean_after = total.sum_after / total.n_after.max(1) as f64;
+    m.mean_before = (total.n_before > 0).then(|| total.sum_before / total.n_before as f64);
+    m.mean_after = (total.n_after > 0).then(|| total.sum_after / total.n_after as f64);
     if !m.classifier.is_empty() {
         m.mean_reference_probability = Some(total.sum_prob / total.n_prob.max(1) as f64);
     }
@@ -703,6 +707,7 @@ mod tests {
         assert_eq!(rows[0].1, None);
 
         assert_eq!(m.ranges_before["0.8-1.0"], 2);
+        assert!((m.mean_before.unwrap() - 2.35 / 3.0).abs() < 1e-6, "{m:?}");
         assert_eq!(m.ranges_after["0.8-1.0"], 1);
         assert_eq!(m.ranges_after["min-0.2"], 1);
         assert_eq!(m.ranges_after["none"], 1);
@@ -710,6 +715,38 @@ mod tests {
         let listed = paraforge_core::dataset::dataset_files(&out).unwrap();
         assert_eq!(listed.len(), 2);
         assert!(listed.iter().all(|p| p.is_file()));
+    }
+
+    /// Data without any para_score (a language without a scorer) has no
+    /// mean before: the manifest leaves it out rather than writing 0.
+    #[test]
+    fn a_mean_over_no_scores_is_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        write(
+            &data.join("shard=0/part-t1.parquet"),
+            &[row("a", "the cat sat", "a cat sat", None)],
+        );
+        let vec_path = dir.path().join("v.txt");
+        std::fs::write(&vec_path, "the 1 0\na 1 0\ncat 0 1\nsat 1 1\n").unwrap();
+        let out = dir.path().join("rescored");
+        let m = run(
+            &data,
+            Some(ScorerPath::Vectors(&vec_path)),
+            None,
+            &out,
+            None,
+            false,
+            &|_| {},
+        )
+        .unwrap();
+        assert_eq!(m.mean_before, None);
+        assert!(m.mean_after.is_some());
+        let text = std::fs::read_to_string(out.join("_manifest.json")).unwrap();
+        assert!(
+            !text.contains("mean_before") && text.contains("mean_after"),
+            "{text}"
+        );
     }
 
     /// Vectors of another language score nothing: an error, and no
