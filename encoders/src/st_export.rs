@@ -105,6 +105,24 @@ pub fn neural_encoder_name(dir: &Path) -> Result<String, ExportError> {
     .name())
 }
 
+/// One JSON file of an export directory, pretty-printed.
+fn write_json(dir: &Path, name: &str, v: serde_json::Value) -> Result<(), ExportError> {
+    let path = dir.join(name);
+    let text = serde_json::to_string_pretty(&v).expect("JSON values serialize");
+    std::fs::write(&path, text + "\n").map_err(io(&path))
+}
+
+/// `config_sentence_transformers.json` of both exports: para_score and
+/// eval-sts compare embeddings by their cosine.
+fn st_config() -> serde_json::Value {
+    serde_json::json!({
+        "model_type": "SentenceTransformer",
+        "prompts": {},
+        "default_prompt_name": null,
+        "similarity_fn_name": "cosine",
+    })
+}
+
 /// The module a `.pfe` export names: `paraforge_corpus.st.ParaforgeEncoder`
 /// in the paraforge-corpus wheel (python/paraforge_corpus/st.py).
 pub const MODULE_TYPE: &str = "paraforge_corpus.st.ParaforgeEncoder";
@@ -124,24 +142,12 @@ pub fn write_module(
     dir: &Path,
 ) -> Result<(), ExportError> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let json = |name: &str, v: serde_json::Value| -> Result<(), ExportError> {
-        let path = dir.join(name);
-        let text = serde_json::to_string_pretty(&v).expect("JSON values serialize");
-        std::fs::write(&path, text + "\n").map_err(io(&path))
-    };
+    let json = |name: &str, v: serde_json::Value| write_json(dir, name, v);
     json(
         "modules.json",
         serde_json::json!([{"idx": 0, "name": "0", "path": "", "type": MODULE_TYPE}]),
     )?;
-    json(
-        "config_sentence_transformers.json",
-        serde_json::json!({
-            "model_type": "SentenceTransformer",
-            "prompts": {},
-            "default_prompt_name": null,
-            "similarity_fn_name": "cosine",
-        }),
-    )?;
+    json("config_sentence_transformers.json", st_config())?;
     let target = dir.join(MODULE_MODEL_FILE);
     std::fs::copy(model, &target).map_err(io(&target))?;
     let path = dir.join("README.md");
@@ -178,11 +184,7 @@ pub fn write(
         )));
     }
     std::fs::create_dir_all(dir.join(POOLING_DIR)).map_err(io(dir))?;
-    let json = |name: &str, v: serde_json::Value| -> Result<(), ExportError> {
-        let path = dir.join(name);
-        let text = serde_json::to_string_pretty(&v).expect("JSON values serialize");
-        std::fs::write(&path, text + "\n").map_err(io(&path))
-    };
+    let json = |name: &str, v: serde_json::Value| write_json(dir, name, v);
     json(
         "modules.json",
         serde_json::json!([
@@ -190,16 +192,7 @@ pub fn write(
             {"idx": 1, "name": "1", "path": POOLING_DIR, "type": "sentence_transformers.models.Pooling"},
         ]),
     )?;
-    json(
-        "config_sentence_transformers.json",
-        serde_json::json!({
-            "model_type": "SentenceTransformer",
-            "prompts": {},
-            "default_prompt_name": null,
-            // para_score and eval-sts compare embeddings by their cosine.
-            "similarity_fn_name": "cosine",
-        }),
-    )?;
+    json("config_sentence_transformers.json", st_config())?;
     json(
         "wordembedding_config.json",
         serde_json::json!({
