@@ -24,7 +24,7 @@ CARGO         ?= cargo
 WGPU_FEATURES := --features paraforge/wgpu,paraforge-tests/wgpu
 export ORT_DYLIB_PATH ?= $(ORT_LIB)
 
-.PHONY: all build wheel test-python ort image image-cuda base-image testenv test demo scorer minilm lint fmt venv fixtures bench-nmt bench-nmt-natural bench-gpu bench-score bench-bins bench-train bench-load bench-scale bench-pipeline soak clean-ort check-wgpu test-wgpu
+.PHONY: all build wheel test-python ort image image-cuda base-image testenv test demo demo-cs scorer minilm lint fmt venv fixtures bench-nmt bench-nmt-natural bench-gpu bench-score bench-bins bench-train bench-load bench-scale bench-pipeline soak clean-ort check-wgpu test-wgpu
 
 all: build
 
@@ -68,9 +68,20 @@ base-image:
 # The main job end to end: coordinator + 2 local workers over loopback gRPC,
 # back-translating the bundled sample with the bundled model, scoring, Parquet
 # in out/demo, then bins and a summary. Re-running starts afresh.
+# `make demo LANG=cs` (or `make demo-cs`) goes the other way: English into
+# Czech, scored by a scorer the job learns from its own pairs. (Only the
+# value `cs` picks it: a locale's LANG such as C.UTF-8 runs the main demo.)
+ifeq ($(LANG),cs)
+demo: demo-cs
+else
 demo: $(ORT_LIB) build
 	rm -rf out/demo
 	target/release/paraforge run --config pipeline-configs/demo.toml
+endif
+
+demo-cs: $(ORT_LIB) build
+	rm -rf out/demo-cs out/demo-cs-scored out/demo-cs-bins
+	target/release/paraforge run --config pipeline-configs/demo-cs.toml
 
 # The default para_score model, models/scorer-trigram: back-translate the
 # shared bitext minus the held-out sample, train TRIGRAM candidates, keep the

@@ -531,7 +531,7 @@ async fn the_pages_answer_through_planning_serving_and_the_end() {
     // other threads serve it).
     let mut during = None;
     let finished = job
-        .finish(|_| {
+        .finish(None, |_| {
             during = Some(blocking_get(http, "/status"));
             done.store(true, std::sync::atomic::Ordering::Relaxed);
         })

@@ -52,6 +52,9 @@ enum Fault {
     KillRescore,
     /// `filter` SIGKILLed at a random moment, then run again.
     KillFilter,
+    /// `rescore --bootstrap` (the step of a job's `[scoring] bootstrap`)
+    /// SIGKILLed at a random moment, training or scoring, then run again.
+    KillBootstrap,
     /// Two `rescore` runs into one output at once.
     TwoRescores,
     /// A writer's output aimed at an input or into the finished output,
@@ -65,10 +68,11 @@ enum Fault {
 }
 
 /// What is done to a round's finished output.
-const AFTER: [Fault; 7] = [
+const AFTER: [Fault; 8] = [
     Fault::DamagePart,
     Fault::KillRescore,
     Fault::KillFilter,
+    Fault::KillBootstrap,
     Fault::TwoRescores,
     Fault::OutputAtInput,
     Fault::ResumeOtherData,
@@ -672,6 +676,25 @@ fn dataset_ids(dir: &Path) -> Vec<String> {
     ids
 }
 
+/// id -> para_score (as bits: NaN-safe) of every row of a dataset.
+fn para_scores(dir: &Path) -> BTreeMap<String, Option<u32>> {
+    use arrow_array::{Array, Float32Array, StringArray};
+    use paraforge_core::schema::{col, column};
+    let mut out = BTreeMap::new();
+    for f in paraforge_core::dataset::dataset_files(dir).unwrap() {
+        for b in PairReader::open(&f, &[col::ID, col::PARA_SCORE]).unwrap() {
+            let b = b.unwrap();
+            let id = column::<StringArray>(&b, col::ID, &f).unwrap();
+            let p = column::<Float32Array>(&b, col::PARA_SCORE, &f).unwrap();
+            for i in 0..b.num_rows() {
+                let v = (!p.is_null(i)).then(|| p.value(i).to_bits());
+                out.insert(id.value(i).to_string(), v);
+            }
+        }
+    }
+    out
+}
+
 /// One fault on the finished output of a round, and its check: damage is
 /// refused by every reader and repaired by running the job again; a killed
 /// or concurrent command leaves either nothing a reader takes or a
@@ -739,11 +762,14 @@ fn aftermath(seed: u64, fault: Fault, dir: &Path, cfg: &Path, ids: &[String], rn
             w.signal("KILL");
             let _ = w.wait(Duration::from_secs(30));
         }
-        Fault::KillRescore | Fault::KillFilter => {
-            let (cmd, extra): (&str, [&str; 2]) = if fault == Fault::KillRescore {
-                ("rescore", ["--vectors", &vectors])
-            } else {
-                ("filter", ["--max", "trigram_overlap=2"])
+        Fault::KillRescore | Fault::KillFilter | Fault::KillBootstrap => {
+            let (cmd, extra): (&str, &[&str]) = match fault {
+                Fault::KillRescore => ("rescore", &["--vectors", &vectors]),
+                Fault::KillFilter => ("filter", &["--max", "trigram_overlap=2"]),
+                _ => (
+                    "rescore",
+                    &["--bootstrap", "trigram", "--bootstrap-epochs", "1"],
+                ),
             };
             let target = fresh(cmd);
             let mut args = vec![cmd, "--data", &out_s, "--out", &target];
@@ -773,6 +799,13 @@ fn aftermath(seed: u64, fault: Fault, dir: &Path, cfg: &Path, ids: &[String], rn
                 assert!(ok, "seed {seed}: {cmd} after a killed {cmd}: {err}");
             }
             assert_eq!(dataset_ids(Path::new(&target)), want, "seed {seed}: {cmd}");
+            // Not only every row: every score as an uninterrupted run gave
+            // it (for the bootstrap: by the same fold's model).
+            assert_eq!(
+                para_scores(Path::new(&target)),
+                para_scores(Path::new(&base)),
+                "seed {seed}: {cmd} {extra:?}"
+            );
         }
         Fault::TwoRescores => {
             let target = fresh("twice");
@@ -1010,6 +1043,7 @@ fn faults_short() {
             Fault::DamagePart,
             Fault::KillRescore,
             Fault::KillFilter,
+            Fault::KillBootstrap,
             Fault::TwoRescores,
             Fault::OutputAtInput,
             Fault::ResumeOtherData,

@@ -937,3 +937,189 @@ fn nakov_bleu_fills_the_sentence_bleu_column_when_asked() {
     let manifest = std::fs::read_to_string(dir.path().join("out/_manifest.json")).unwrap();
     assert!(manifest.contains("bleu = \\\"nakov\\\""), "{manifest}");
 }
+
+/// (id, reference, translation, para_score) of every row of a local dataset.
+fn scored_rows(out: &Path) -> Vec<(String, String, String, Option<f32>)> {
+    use arrow_array::{Array, Float32Array, StringArray};
+    use paraforge_core::schema::{col, column, PairReader};
+    let mut rows = Vec::new();
+    for f in paraforge_core::dataset::dataset_files(out).unwrap() {
+        let cols = [col::ID, col::REFERENCE, col::TRANSLATION, col::PARA_SCORE];
+        for b in PairReader::open(&f, &cols).unwrap() {
+            let b = b.unwrap();
+            let s = |name| column::<StringArray>(&b, name, &f).unwrap();
+            let (id, r, t) = (s(col::ID), s(col::REFERENCE), s(col::TRANSLATION));
+            let p = column::<Float32Array>(&b, col::PARA_SCORE, &f).unwrap();
+            for i in 0..b.num_rows() {
+                rows.push((
+                    id.value(i).to_string(),
+                    r.value(i).to_string(),
+                    t.value(i).to_string(),
+                    (!p.is_null(i)).then(|| p.value(i)),
+                ));
+            }
+        }
+    }
+    rows
+}
+
+/// An English-to-Czech job with `[scoring] bootstrap` on the first `limit`
+/// sample lines, output in `dir/out`.
+fn bootstrap_job(dir: &Path, limit: usize) -> PathBuf {
+    let root = paraforge_tests::repo_root();
+    let text = format!(
+        r#"[job]
+name = "boot"
+output = "{out}"
+shard_pairs = 100
+lease_seconds = 30
+
+[input]
+paths = ["{input}"]
+format = "tsv"
+id_column = 0
+source_column = 3
+reference_column = 2
+limit = {limit}
+
+[model]
+dir = "{model}"
+threads = 1
+beam = 2
+batch_size = 16
+max_new_tokens = 48
+
+[filters]
+source_lang = "eng"
+reference_lang = "ces"
+
+[scoring]
+bootstrap = "trigram"
+bootstrap_epochs = 3
+
+[bins]
+
+[coordinator]
+listen = "127.0.0.1:0"
+metrics = "127.0.0.1:0"
+
+[workers]
+local = 1
+"#,
+        out = dir.join("out").display(),
+        input = root.join("data/sample/czeng16-heldout.cs-en.tsv").display(),
+        model = paraforge_tests::model("demo-en-cs").display(),
+    );
+    let toml = dir.join("job.toml");
+    std::fs::write(&toml, text).unwrap();
+    toml
+}
+
+/// `[scoring] bootstrap` in one `paraforge run`: a Czech job killed while
+/// its bootstrap trains leaves the translations finished and no scored
+/// corpus anyone reads; run again, it scores every pair with the fold
+/// model that never saw it (recomputed here from the kept models) and bins
+/// the scored corpus. The translations' own para_score stays null. A job
+/// too small for its folds is refused by count before translating.
+#[test]
+fn a_bootstrap_job_scores_its_own_language_and_survives_a_kill() {
+    use paraforge_core::folds::fold_of;
+    use paraforge_core::Scorer;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = bootstrap_job(dir.path(), 300);
+    let run = || {
+        let mut c = std::process::Command::new(paraforge_bin());
+        c.args(["run", "--config"])
+            .arg(&toml)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    // Killed once fold 0's model is trained (its card is in place) and
+    // fold 1's trains: the claim's staging directory holds both.
+    let staged = dir
+        .path()
+        .join(".out-scored.staging/_scorers/fold-0/README.md");
+    let mut child = run().spawn().unwrap();
+    let t = std::time::Instant::now();
+    while !staged.exists() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the job ended before its bootstrap could be killed"
+        );
+        assert!(t.elapsed() < Duration::from_secs(300), "no bootstrap");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (out, scored) = (dir.path().join("out"), dir.path().join("out-scored"));
+    assert!(
+        out.join("_SUCCESS").exists(),
+        "the translations are finished"
+    );
+    assert!(!scored.join("_SUCCESS").exists());
+    let o = paraforge_tests::paraforge_cmd(&[
+        "bin".as_ref(),
+        "--data".as_ref(),
+        scored.as_os_str(),
+        "--out".as_ref(),
+        dir.path().join("b").as_os_str(),
+    ]);
+    assert!(!o.status.success(), "bin read what a killed bootstrap left");
+
+    let o = run().output().unwrap();
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        said.contains("bootstrap: 300 pairs scored by 2 cross-fitted models"),
+        "{said}"
+    );
+    assert!(dir.path().join("out-bins/_SUCCESS").exists(), "{said}");
+    assert!(!dir.path().join(".out-scored.staging").exists());
+    assert!(scored_rows(&out).iter().all(|r| r.3.is_none()));
+    let models: Vec<_> = (0..2)
+        .map(|i| {
+            let d = scored.join(format!("_scorers/fold-{i}"));
+            paraforge_scorer::load_encoder(Some(&d), None)
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    let rows = scored_rows(&scored);
+    assert_eq!(rows.len(), 300);
+    let mut other_differs = 0;
+    for (id, reference, translation, para) in &rows {
+        let k = fold_of(id, 2) as usize;
+        let own = Scorer::new(Some(models[k].as_ref())).score(reference, translation);
+        assert_eq!(own.para_score, *para, "{id}");
+        let other = Scorer::new(Some(models[1 - k].as_ref())).score(reference, translation);
+        other_differs += usize::from(other.para_score != *para);
+    }
+    assert!(other_differs > 250, "{other_differs}");
+
+    // Too few lines for two folds of 100 training pairs: refused by count,
+    // nothing translated.
+    let small = tempfile::tempdir().unwrap();
+    let toml = bootstrap_job(small.path(), 150);
+    let o = std::process::Command::new(paraforge_bin())
+        .args(["run", "--config"])
+        .arg(&toml)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        e.contains("scoring.bootstrap: the job plans 150 input lines")
+            && e.contains("at least 200 pairs"),
+        "{e}"
+    );
+    assert!(!small.path().join("out/_SUCCESS").exists());
+    assert!(
+        paraforge_core::dataset::dataset_files(&small.path().join("out"))
+            .map_or(true, |f| f.is_empty())
+    );
+}

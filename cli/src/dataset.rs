@@ -284,49 +284,21 @@ fn parse_bootstrap(s: &str) -> Result<paraforge_trainer::Kind, String> {
         .map_err(|_| format!("{s:?}: trigram, word or word,trigram"))
 }
 
-/// Trains `--bootstrap`'s fold models beside the output (one filesystem:
-/// the models are renamed into it); the directory, removed when dropped,
-/// goes with them.
-fn bootstrap(
-    a: &RescoreArgs,
-    staged: &Staging,
-    kind: paraforge_trainer::Kind,
-) -> Result<(tempfile::TempDir, Vec<PathBuf>)> {
-    let beside = staged.out.parent().filter(|p| !p.as_os_str().is_empty());
-    let dir = tempfile::Builder::new()
-        .prefix(".paraforge-bootstrap.")
-        .tempdir_in(beside.unwrap_or(std::path::Path::new(".")))?;
-    let spec = paraforge_trainer::bootstrap::BootstrapSpec {
-        data: staged.input.clone(),
-        kind,
-        folds: a.folds,
-        epochs: a.bootstrap_epochs,
-        seed: 1,
-    };
-    // Each card names its model where it will live.
-    let named = |i: u32| staged.out.join(paraforge_rescore::fold_dir(i as usize));
-    let models =
-        paraforge_trainer::bootstrap::train_folds(&spec, dir.path(), &named, &mut |f, e| {
-            if let paraforge_trainer::Event::Started {
-                pairs_per_epoch,
-                epochs,
-            } = e
-            {
-                eprintln!("bootstrap scorer, {f}: {epochs} epochs on {pairs_per_epoch} pairs");
-            }
-        })
-        .with_context(|| format!("--bootstrap {} on {}", kind.name(), a.data))?;
-    Ok((dir, models.into_iter().map(|m| m.dir).collect()))
+/// Says when each fold's model starts training.
+pub(crate) fn announce(f: paraforge_core::folds::Fold, e: paraforge_trainer::Event) {
+    if let paraforge_trainer::Event::Started {
+        pairs_per_epoch,
+        epochs,
+    } = e
+    {
+        eprintln!("bootstrap scorer, {f}: {epochs} epochs on {pairs_per_epoch} pairs");
+    }
 }
 
 pub fn rescore(a: RescoreArgs) -> Result<()> {
     use paraforge_rescore::{self as rescore, ScorerPath};
     let staged = Staging::new(&a.data, &a.out, a.overwrite, "rescore")?;
     crate::threads(a.threads)?;
-    let bootstrap_dir = match a.bootstrap {
-        Some(kind) => Some(bootstrap(&a, &staged, kind)?),
-        None => None,
-    };
     if let Some(m) = &a.model {
         let language = paraforge_core::dataset::trace(&staged.input).reference_language();
         paraforge_core::layout::card::check_language(
@@ -336,11 +308,10 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
         )
         .map_err(anyhow::Error::msg)?;
     }
-    let scorer = match (&a.model, &a.vectors, &bootstrap_dir) {
-        (Some(m), None, None) => Some(ScorerPath::Model(m)),
-        (None, Some(v), None) => Some(ScorerPath::Vectors(v)),
-        (None, None, Some((_, ms))) => Some(ScorerPath::Folds(ms)),
-        (None, None, None) if a.classifier.is_some() => None,
+    let scorer = match (&a.model, &a.vectors) {
+        (Some(m), None) => Some(ScorerPath::Model(m)),
+        (None, Some(v)) => Some(ScorerPath::Vectors(v)),
+        (None, None) if a.classifier.is_some() || a.bootstrap.is_some() => None,
         _ => anyhow::bail!("give --model, --vectors or --bootstrap, and/or --classifier"),
     };
     let classifier = a
@@ -361,6 +332,10 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
     let name = scorer
         .map(|s| s.file().display().to_string())
         .into_iter()
+        .chain(
+            a.bootstrap
+                .map(|_| format!("{} cross-fitted models", a.folds)),
+        )
         .chain(a.classifier.as_ref().map(|c| c.display().to_string()))
         .collect::<Vec<_>>()
         .join(" and ");
@@ -368,18 +343,37 @@ pub fn rescore(a: RescoreArgs) -> Result<()> {
         .as_ref()
         .zip(class_file.as_deref())
         .map(|(c, file)| rescore::Classifier { scorer: c, file });
-    let m = rescore::run(
-        &staged.input,
-        scorer,
-        class,
-        &staged.out,
-        staged.remote_in.then_some(a.data.as_str()),
-        a.overwrite,
-        &|p| match p {
-            rescore::Progress::Total(n) => bar.set_length(n),
-            rescore::Progress::Done(n) => bar.inc(n),
-        },
-    )
+    let progress = |p| match p {
+        rescore::Progress::Total(n) => bar.set_length(n),
+        rescore::Progress::Done(n) => bar.inc(n),
+    };
+    let input_name = staged.remote_in.then_some(a.data.as_str());
+    let m = match a.bootstrap {
+        Some(kind) => {
+            let b = rescore::bootstrap::Bootstrap {
+                kind,
+                folds: a.folds,
+                epochs: a.bootstrap_epochs,
+                seed: 1,
+            };
+            let t = rescore::bootstrap::Target {
+                out: &staged.out,
+                input_name,
+                classifier: class,
+                overwrite: a.overwrite,
+            };
+            rescore::bootstrap::score(&staged.input, &b, t, &mut announce, &progress)
+        }
+        None => rescore::run(
+            &staged.input,
+            scorer,
+            class,
+            &staged.out,
+            input_name,
+            a.overwrite,
+            &progress,
+        ),
+    }
     .with_context(|| format!("rescoring {} with {name}", a.data))?;
     bar.finish_and_clear();
     staged.upload(&a.out)?;

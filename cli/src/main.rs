@@ -1,5 +1,6 @@
 //! `paraforge`: the one binary users run.
 
+mod bootstrap;
 mod classify;
 mod dataset;
 mod embed;

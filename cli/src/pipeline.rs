@@ -221,8 +221,10 @@ fn show(bar: &ProgressBar, s: &paraforge_rpc::proto::JobStatusResponse) {
 /// Finishes a job (finalize, summary, bins) and prints what it wrote.
 async fn finish(job: Job) -> Result<()> {
     let output = job.output().to_string();
+    let step: Arc<dyn paraforge_coordinator::bootstrap::ScoreStep> =
+        Arc::new(crate::bootstrap::Step);
     let done = job
-        .finish(|m| {
+        .finish(Some(step), |m| {
             println!(
                 "job {}: {} of {} shards committed; {} pairs, {} rejected lines; output {output}",
                 m.job, m.shards_committed, m.shards_total, m.pairs, m.rejects
@@ -238,6 +240,15 @@ async fn finish(job: Job) -> Result<()> {
             }
         })
         .await?;
+    if let Some(s) = &done.scored {
+        let mean = s.mean.map_or_else(|| "none".into(), |m| format!("{m:.3}"));
+        println!(
+            "  bootstrap: {} pairs scored by {} cross-fitted models (each fold by the model trained without it); mean para_score {mean}; written to {} (models in its _scorers/)",
+            s.rows,
+            s.models.len(),
+            s.out.display()
+        );
+    }
     for l in done.summary.iter().flat_map(|s| s.lines()) {
         println!("{l}");
     }

@@ -18,6 +18,7 @@ use paraforge_job::config::JobConfig;
 use paraforge_job::storage::{local_path, Storage, StorageError};
 use paraforge_rpc::proto::JobStatusResponse;
 
+use crate::bootstrap::{BootstrapRun, ScoreStep, Scored};
 use crate::live::Live;
 use crate::phase::Phase;
 use crate::run::{bind, finalize, Manifest, RunError, Running, Starting};
@@ -37,6 +38,10 @@ pub enum JobError {
     Summary(#[source] paraforge_core::schema::DataError),
     #[error("binning the output: {0}")]
     Bins(#[source] BinError),
+    /// `[scoring] bootstrap` failed: the translated output is finished,
+    /// the scored one not written; a rerun of the job tries again.
+    #[error("scoring.bootstrap into {out}: {message}; the translated output is finished and kept, the scored corpus was not written: run the job again to retry the bootstrap")]
+    Bootstrap { out: String, message: String },
     #[error("{what}: {source}")]
     Local {
         what: &'static str,
@@ -58,6 +63,9 @@ pub struct Finished {
     /// only to be summarized).
     pub summary: Option<Summary>,
     pub bins: Option<BinsWritten>,
+    /// `[scoring] bootstrap`'s scored corpus, which the summary and the
+    /// bins read.
+    pub scored: Option<Scored>,
 }
 
 pub struct BinsWritten {
@@ -197,7 +205,11 @@ impl Job {
     /// marker) and stops serving; `finalized` sees the manifest before the
     /// slower steps that read the output back. The pages answer until
     /// those are done.
-    pub async fn finish(self, finalized: impl FnOnce(&Manifest)) -> Result<Finished, JobError> {
+    pub async fn finish(
+        self,
+        step: Option<Arc<dyn ScoreStep>>,
+        finalized: impl FnOnce(&Manifest),
+    ) -> Result<Finished, JobError> {
         let Job { cfg, running } = self;
         running.live().set_phase(Phase::Finalizing);
         let storage = match Storage::open(&cfg.job.output) {
@@ -216,19 +228,63 @@ impl Job {
                 return Err(e.into());
             }
         };
-        pages.live.set_phase(Phase::ReadingBack);
+        // The phase of the steps that follow, as `finalized` sees it.
+        pages.live.set_phase(match cfg.scoring.bootstrap {
+            Some(_) => Phase::Bootstrapping,
+            None => Phase::ReadingBack,
+        });
         finalized(&manifest);
-        let r = read_back(&cfg, &storage, manifest).await;
+        let scored = match bootstrap(&cfg, step).await {
+            Ok(s) => s,
+            Err(e) => {
+                pages.stop().await;
+                return Err(e);
+            }
+        };
+        pages.live.set_phase(Phase::ReadingBack);
+        let r = read_back(&cfg, &storage, manifest, scored).await;
         pages.stop().await;
         r
     }
 }
 
-/// The steps after finalizing: the summary and the bins.
+/// `[scoring] bootstrap`'s step on the finalized (local) output, where the
+/// config asks for one.
+async fn bootstrap(
+    cfg: &JobConfig,
+    step: Option<Arc<dyn ScoreStep>>,
+) -> Result<Option<Scored>, JobError> {
+    let (Some(kind), Some(out)) = (&cfg.scoring.bootstrap, cfg.bootstrap_output()) else {
+        return Ok(None);
+    };
+    let fail = |message: String| JobError::Bootstrap {
+        out: out.clone(),
+        message,
+    };
+    let step = step.ok_or_else(|| fail("this program runs no bootstrap step".into()))?;
+    let translated = local_path(&cfg.job.output)
+        .ok_or_else(|| fail("job.output is not a local directory".into()))?;
+    let run = BootstrapRun {
+        translated: translated.to_path_buf(),
+        out: PathBuf::from(&out),
+        kind: kind.clone(),
+        folds: cfg.scoring.folds(),
+        epochs: cfg.scoring.bootstrap_epochs,
+    };
+    let scored = tokio::task::spawn_blocking(move || step.score(&run).map_err(|e| e.to_string()))
+        .await
+        .map_err(join_err)?
+        .map_err(fail)?;
+    Ok(Some(scored))
+}
+
+/// The steps after finalizing: the summary and the bins (of the scored
+/// corpus where a bootstrap wrote one).
 async fn read_back(
     cfg: &JobConfig,
     storage: &Storage,
     manifest: Manifest,
+    scored: Option<Scored>,
 ) -> Result<Finished, JobError> {
     // The summary and the bins read the output as local Parquet: an
     // object-store output is staged (checksums verified) to a local
@@ -237,10 +293,11 @@ async fn read_back(
         (None, Some(_)) => Some(stage(storage, &manifest).await?),
         _ => None,
     };
-    let local_out = match (&staged, local_path(&cfg.job.output)) {
-        (Some(d), _) => Some(d.path().join("output")),
-        (None, Some(p)) => Some(p.to_path_buf()),
-        (None, None) => None,
+    let local_out = match (&scored, &staged, local_path(&cfg.job.output)) {
+        (Some(s), _, _) => Some(s.out.clone()),
+        (None, Some(d), _) => Some(d.path().join("output")),
+        (None, None, Some(p)) => Some(p.to_path_buf()),
+        (None, None, None) => None,
     };
     let summary = match &local_out {
         Some(out) => {
@@ -300,6 +357,7 @@ async fn read_back(
         manifest,
         summary,
         bins,
+        scored,
     })
 }
 

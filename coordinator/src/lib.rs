@@ -1,6 +1,7 @@
 //! The coordinator: plans shards, hands out leases with fencing tokens,
 //! and keeps the job's state durable (`state`).
 
+pub mod bootstrap;
 pub mod bounded;
 pub mod commit;
 pub mod dedup;

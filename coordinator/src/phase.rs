@@ -21,16 +21,20 @@ pub enum Phase {
     /// Every shard committed or failed: checking every committed file and
     /// writing `_manifest.json`, then `_SUCCESS`.
     Finalizing,
+    /// `[scoring] bootstrap`: training the fold models on the finalized
+    /// output and scoring it into a new dataset.
+    Bootstrapping,
     /// Output finalized: reading it back for the summary and the bins.
     ReadingBack,
 }
 
 impl Phase {
-    pub const ALL: [Phase; 5] = [
+    pub const ALL: [Phase; 6] = [
         Phase::Planning,
         Phase::Resuming,
         Phase::Serving,
         Phase::Finalizing,
+        Phase::Bootstrapping,
         Phase::ReadingBack,
     ];
 
@@ -40,6 +44,7 @@ impl Phase {
             Phase::Resuming => "resuming",
             Phase::Serving => "serving",
             Phase::Finalizing => "finalizing",
+            Phase::Bootstrapping => "bootstrapping",
             Phase::ReadingBack => "reading_back",
         }
     }

@@ -236,6 +236,29 @@ pub fn check_scorer_language(cfg: &JobConfig) -> Result<(), PlanError> {
     )
 }
 
+/// Refuses a `[scoring] bootstrap` whose input has fewer lines than its
+/// fold models need pairs: filters only drop more, so nothing translated
+/// could change the verdict. (The step counts the kept pairs again.)
+fn check_bootstrap_size(cfg: &JobConfig, shards: &[ShardSpec]) -> Result<(), PlanError> {
+    if cfg.scoring.bootstrap.is_none() {
+        return Ok(());
+    }
+    let folds = cfg.scoring.folds();
+    let needed = paraforge_core::folds::min_corpus(folds);
+    // A range of 0 lines reads to the end of its file: not counted here.
+    let lines: u64 = shards.iter().map(|s| s.range.lines).sum();
+    let open_ended = shards.iter().any(|s| s.range.lines == 0);
+    if lines < needed && !open_ended {
+        return Err(PlanError::TooFewForBootstrap {
+            lines,
+            folds,
+            needed,
+            min: paraforge_core::folds::MIN_TRAIN_PAIRS,
+        });
+    }
+    Ok(())
+}
+
 /// Plans the shards and fingerprints every file they are cut from.
 pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
     check_outputs(cfg)?;
@@ -352,6 +375,7 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
         );
     }
     check_lease_sizes(cfg, &out)?;
+    check_bootstrap_size(cfg, &out)?;
     Ok(Plan {
         shards: out,
         inputs: prints,

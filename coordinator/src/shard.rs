@@ -115,6 +115,15 @@ pub enum PlanError {
     /// A model for another language than the side it would be applied to.
     #[error("{key}: {message}")]
     Language { key: &'static str, message: String },
+    /// `[scoring] bootstrap` on too few pairs to train its fold models:
+    /// refused before anything is translated.
+    #[error("scoring.bootstrap: the job plans {lines} input lines; {folds} fold models need at least {needed} pairs to train ({min} a model); use fewer folds, more input, or a pre-trained scoring.model")]
+    TooFewForBootstrap {
+        lines: u64,
+        folds: u32,
+        needed: u64,
+        min: u64,
+    },
     /// Aligned files of different lengths: every pair after the first
     /// extra or missing line would be a wrong pair.
     #[error("{source_path} has {source_lines} lines but its reference file {reference} has {reference_lines}: aligned files must have one line per pair")]

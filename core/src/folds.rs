@@ -6,6 +6,19 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Folds by default: each model trains on the other half of the corpus.
+pub const DEFAULT_FOLDS: u32 = 2;
+
+/// Fewer training pairs than this a fold, and a model learns too few
+/// trigrams to say anything: refused, naming the count.
+pub const MIN_TRAIN_PAIRS: u64 = 100;
+
+/// The smallest corpus whose every fold model has [`MIN_TRAIN_PAIRS`]
+/// (when the folds come out even).
+pub fn min_corpus(k: u32) -> u64 {
+    (MIN_TRAIN_PAIRS * k as u64).div_ceil(k.max(2) as u64 - 1)
+}
+
 /// The fold (0..k) of the pair whose id is `id`.
 pub fn fold_of(id: &str, k: u32) -> u32 {
     assert!(k > 0, "at least one fold");

@@ -306,6 +306,54 @@ pub struct Scoring {
     /// et al. (2012), as Wieting et al. (2017) filter with).
     #[serde(default, skip_serializing_if = "is_sacrebleu")]
     pub bleu: paraforge_core::bleu::Smoothing,
+    /// Learn para_score's model from the job's own pairs, for a language
+    /// no scorer reads: "trigram", "word" or "word,trigram". After the
+    /// translations are finalized, `bootstrap_folds` models are trained,
+    /// each without one fold of the pairs, and each fold is scored by the
+    /// model that never saw it, into `bootstrap_output`
+    /// (docs/new-language.md). Instead of `model` and `vectors`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<String>,
+    /// Folds of the bootstrap (2 to 10; default 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_folds: Option<u32>,
+    /// Epochs of each fold's model (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_epochs: Option<usize>,
+    /// Where the scored corpus goes: a local directory, default
+    /// `<output>-scored` next to the job's output (which keeps the
+    /// translations as translated, para_score null).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_output: Option<String>,
+}
+
+/// The encoders a bootstrap can train (`[scoring] bootstrap`).
+pub const BOOTSTRAP_KINDS: [&str; 3] = ["trigram", "word", "word,trigram"];
+
+impl Scoring {
+    /// Whether para_score will have a model: a scorer, vectors, or a
+    /// bootstrap.
+    pub fn scores(&self) -> bool {
+        self.model.is_some() || self.vectors.is_some() || self.bootstrap.is_some()
+    }
+
+    /// The bootstrap's folds, as configured or the default.
+    pub fn folds(&self) -> u32 {
+        self.bootstrap_folds
+            .unwrap_or(paraforge_core::folds::DEFAULT_FOLDS)
+    }
+
+    /// What decides the translated output: the bootstrap scores after it,
+    /// into another directory, so adding one to a finished job resumes it.
+    fn output_keys(&self) -> Scoring {
+        Scoring {
+            bootstrap: None,
+            bootstrap_folds: None,
+            bootstrap_epochs: None,
+            bootstrap_output: None,
+            ..self.clone()
+        }
+    }
 }
 
 fn is_sacrebleu(s: &paraforge_core::bleu::Smoothing) -> bool {
@@ -516,6 +564,7 @@ impl JobConfig {
                 return bad(key, "must not be empty (leave the key out instead)".into());
             }
         }
+        self.check_bootstrap()?;
         if let Some(lm) = &self.scoring.lm {
             if !(lm.ends_with(".arpa") || lm.ends_with(".arpa.gz")) {
                 return bad(
@@ -523,6 +572,68 @@ impl JobConfig {
                     format!("{lm:?}: an ARPA model is read (a .arpa or .arpa.gz file; KenLM's binary format is not)"),
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// `[scoring] bootstrap` and its keys.
+    fn check_bootstrap(&self) -> Result<(), (&'static str, String)> {
+        let s = &self.scoring;
+        let Some(kind) = &s.bootstrap else {
+            for (key, set) in [
+                ("scoring.bootstrap_folds", s.bootstrap_folds.is_some()),
+                ("scoring.bootstrap_epochs", s.bootstrap_epochs.is_some()),
+                ("scoring.bootstrap_output", s.bootstrap_output.is_some()),
+            ] {
+                if set {
+                    return bad(key, "is read only with scoring.bootstrap".into());
+                }
+            }
+            return Ok(());
+        };
+        if !BOOTSTRAP_KINDS.contains(&kind.as_str()) {
+            return bad(
+                "scoring.bootstrap",
+                format!("{kind:?}: the bootstrap trains \"trigram\", \"word\" or \"word,trigram\""),
+            );
+        }
+        if s.model.is_some() || s.vectors.is_some() {
+            return bad(
+                "scoring.bootstrap",
+                "learns para_score's model from the job's pairs: leave out scoring.model and scoring.vectors".into(),
+            );
+        }
+        if !(2..=10).contains(&s.folds()) {
+            return bad(
+                "scoring.bootstrap_folds",
+                "cross-fitting needs 2 to 10 folds".into(),
+            );
+        }
+        if s.bootstrap_epochs == Some(0) {
+            return bad("scoring.bootstrap_epochs", "must be at least 1".into());
+        }
+        if self.job.output.contains("://") {
+            return bad(
+                "scoring.bootstrap",
+                "trains on a local job.output; for an object-store output, run the job, then `paraforge rescore --bootstrap` (it stages the data)".into(),
+            );
+        }
+        let out = self.bootstrap_output().unwrap_or_default();
+        if out.trim().is_empty() || out.contains("://") {
+            return bad(
+                "scoring.bootstrap_output",
+                format!("{out:?}: must be a local directory"),
+            );
+        }
+        let (job, scored) = (Path::new(&self.job.output), Path::new(&out));
+        if scored.starts_with(job) || job.starts_with(scored) {
+            return bad(
+                "scoring.bootstrap_output",
+                format!(
+                    "{out:?} must not be job.output ({:?}), lie inside it or hold it",
+                    self.job.output
+                ),
+            );
         }
         Ok(())
     }
@@ -652,10 +763,10 @@ impl JobConfig {
             // Bins are para_score ranges: without a scorer every pair's
             // para_score is null, every range empty, and the job would end
             // "successfully" with nothing binned.
-            if self.scoring.model.is_none() && self.scoring.vectors.is_none() {
+            if !self.scoring.scores() {
                 return bad(
                     "bins",
-                    "bins are para_score ranges, and para_score needs scoring.model (e.g. \"models/scorer-trigram\") or scoring.vectors".into(),
+                    "bins are para_score ranges, and para_score needs scoring.model (e.g. \"models/scorer-trigram\"), scoring.vectors or scoring.bootstrap".into(),
                 );
             }
             if self.scoring.lm.is_none() && b.deciles.iter().any(|d| d == "translation_perplexity")
@@ -806,6 +917,18 @@ impl JobConfig {
         )
     }
 
+    /// Where `[scoring] bootstrap` writes the scored corpus:
+    /// `scoring.bootstrap_output`, or `<output>-scored` next to the output.
+    pub fn bootstrap_output(&self) -> Option<String> {
+        self.scoring.bootstrap.as_ref()?;
+        Some(
+            self.scoring
+                .bootstrap_output
+                .clone()
+                .unwrap_or_else(|| format!("{}-scored", self.job.output.trim_end_matches('/'))),
+        )
+    }
+
     /// Hypotheses kept per input pair: `model.beam_candidates`, one
     /// without a model.
     pub fn beam_candidates(&self) -> usize {
@@ -842,7 +965,7 @@ impl JobConfig {
                 put("model.beam_candidates", &m.beam_candidates);
             }
         }
-        put("scoring", &self.scoring);
+        put("scoring", &self.scoring.output_keys());
         // Left out when empty, so jobs from before `[filters]` keep their
         // key. `max_drop_rate` decides the verdict, not the output.
         let filters = crate::filters::Filters {
@@ -967,6 +1090,19 @@ dir = "models/tiny-cs-en"
         assert_eq!(only.output_keys(), parse(MINIMAL).unwrap().output_keys());
     }
 
+    /// A bootstrap writes its scored corpus next to the output, bins from
+    /// it are allowed, and adding one leaves the output's keys (what a
+    /// resume checks) as they were.
+    #[test]
+    fn a_bootstrap_scores_next_to_the_output() {
+        let boot = MINIMAL.to_string() + "\n[scoring]\nbootstrap = \"word,trigram\"\n[bins]\n";
+        let c = parse(&boot).unwrap();
+        assert_eq!(c.bootstrap_output().as_deref(), Some("out/t-scored"));
+        assert_eq!(c.scoring.folds(), 2);
+        assert_eq!(c.output_keys(), parse(MINIMAL).unwrap().output_keys());
+        assert_eq!(parse(MINIMAL).unwrap().bootstrap_output(), None);
+    }
+
     #[test]
     fn bins_go_next_to_the_output_unless_told() {
         let scored = MINIMAL.to_string() + "\n[scoring]\nvectors = \"v.txt\"\n";
@@ -1010,6 +1146,36 @@ dir = "models/tiny-cs-en"
                 "bins.output",
             ),
             (MINIMAL.to_string() + "\n[bins]\n", "scoring.model"),
+            (
+                MINIMAL.to_string() + "\n[scoring]\nbootstrap = \"lstm\"\n",
+                "scoring.bootstrap",
+            ),
+            (
+                MINIMAL.to_string() + "\n[scoring]\nbootstrap = \"trigram\"\nvectors = \"v.txt\"\n",
+                "scoring.bootstrap",
+            ),
+            (
+                MINIMAL.to_string() + "\n[scoring]\nbootstrap = \"word\"\nbootstrap_folds = 1\n",
+                "scoring.bootstrap_folds",
+            ),
+            (
+                MINIMAL.to_string() + "\n[scoring]\nbootstrap = \"word\"\nbootstrap_epochs = 0\n",
+                "scoring.bootstrap_epochs",
+            ),
+            (
+                MINIMAL.to_string() + "\n[scoring]\nbootstrap_output = \"x\"\n",
+                "scoring.bootstrap_output",
+            ),
+            (
+                MINIMAL.to_string()
+                    + "\n[scoring]\nbootstrap = \"trigram\"\nbootstrap_output = \"out/t/scored\"\n",
+                "scoring.bootstrap_output",
+            ),
+            (
+                MINIMAL.replace("output = \"out/t\"", "output = \"s3://b/t\"")
+                    + "\n[scoring]\nbootstrap = \"trigram\"\n",
+                "scoring.bootstrap",
+            ),
             (
                 MINIMAL.to_string()
                     + "\n[scoring]\nvectors = \"v.txt\"\n[bins]\ndeciles = [\"translation_perplexity\"]\n",

@@ -25,6 +25,8 @@ use paraforge_scorer::ScorerStamp;
 use serde::Serialize;
 
 use paraforge_dataset::bins::{para_range, PARA_RANGES};
+
+pub mod bootstrap;
 use paraforge_dataset::output::{NewDataset, OutputError};
 use paraforge_dataset::rewrite::{rewrite, At, Rewrite};
 
@@ -50,6 +52,9 @@ pub enum RescoreError {
         column: &'static str,
         value: f32,
     },
+    /// The bootstrap's fold models could not be trained.
+    #[error(transparent)]
+    Train(#[from] paraforge_trainer::TrainError),
     #[error("nothing to rescore with: give a para_score model or vectors, or a classifier")]
     NothingToDo,
     /// The encoder failed to run on some sentences (the first failure is
@@ -160,7 +165,8 @@ pub enum ScorerPath<'a> {
     Vectors(&'a Path),
     /// Cross-fitted models (`paraforge_trainer::bootstrap`): `models[i]`
     /// was trained without fold i of `models.len()` and scores that fold's
-    /// rows. The directories move into the new dataset's `_scorers/`.
+    /// rows. The directories move into the new dataset's `_scorers/` (a
+    /// bootstrap trains them there).
     Folds(&'a [PathBuf]),
 }
 
@@ -243,6 +249,34 @@ pub fn run(
         return Err(RescoreError::NothingToDo);
     }
     let dataset = paraforge_core::dataset::open(input)?;
+    let mut inputs: Vec<&Path> = vec![input];
+    inputs.extend(scorer.map(|s| s.paths()).unwrap_or_default());
+    inputs.extend(classifier.map(|c| c.file));
+    let staged = NewDataset::create(out, &inputs, overwrite, "rescore")?;
+    let o = Write {
+        input,
+        input_name,
+        progress,
+    };
+    write(&dataset, staged, scorer, classifier, &o)
+}
+
+/// What [`write`] records and reports, besides the scorers.
+pub(crate) struct Write<'a> {
+    pub input: &'a Path,
+    pub input_name: Option<&'a str>,
+    pub progress: &'a (dyn Fn(Progress) + Sync),
+}
+
+/// Rescores `dataset` into the claimed output `staged` and publishes it.
+pub(crate) fn write(
+    dataset: &paraforge_core::dataset::Dataset,
+    staged: NewDataset,
+    scorer: Option<ScorerPath<'_>>,
+    classifier: Option<Classifier<'_>>,
+    o: &Write<'_>,
+) -> Result<RescoreManifest, RescoreError> {
+    let (input, input_name, progress) = (o.input, o.input_name, o.progress);
     progress(Progress::Total(dataset.rows()));
     let encoders = scorer.map(|s| s.load()).transpose()?.unwrap_or_default();
     let fold_models: &[PathBuf] = match scorer {
@@ -265,10 +299,6 @@ pub fn run(
             })
         })
         .transpose()?;
-    let mut inputs: Vec<&Path> = vec![input];
-    inputs.extend(scorer.map(|s| s.paths()).unwrap_or_default());
-    inputs.extend(classifier.map(|c| c.file));
-    let staged = NewDataset::create(out, &inputs, overwrite, "rescore")?;
     let (mut replaced, mut added) = footer(stamp.as_ref(), class_stamp.as_ref());
     if stamp.is_some() {
         replaced.push(meta::PARA_SCORER_FOLDS);
@@ -298,7 +328,7 @@ pub fn run(
     };
     let failures = || encoders.iter().map(|e| e.failures()).sum::<u64>();
     let failed_before = failures();
-    let files = rewrite(&dataset, &staged, &how, transform, &|n| {
+    let files = rewrite(dataset, &staged, &how, transform, &|n| {
         progress(Progress::Done(n))
     })?;
     let failed = failures() - failed_before;
@@ -353,8 +383,11 @@ fn move_fold_models(
     let mut out = Vec::new();
     for (i, (from, st)) in models.iter().zip(stamps).enumerate() {
         let to = staged.join(fold_dir(i));
-        std::fs::create_dir_all(to.parent().expect("has a parent")).map_err(io(&to))?;
-        std::fs::rename(from, &to).map_err(io(from))?;
+        // A bootstrap trains them in place.
+        if *from != to {
+            std::fs::create_dir_all(to.parent().expect("has a parent")).map_err(io(&to))?;
+            std::fs::rename(from, &to).map_err(io(from))?;
+        }
         out.push(FoldScorer {
             fold: i as u32,
             k: models.len() as u32,

@@ -15,12 +15,7 @@ use paraforge_core::folds::Fold;
 use crate::data::PairSource;
 use crate::{Encoder, Event, Kind, TrainError, TrainOutcome, TrainSpec};
 
-/// Fewer training pairs than this a fold, and the model learns too few
-/// trigrams to say anything: refused, naming the count.
-pub const MIN_PAIRS: u64 = 100;
-
-/// Folds by default: each model trains on half the corpus.
-pub const DEFAULT_FOLDS: u32 = 2;
+pub use paraforge_core::folds::{DEFAULT_FOLDS, MIN_TRAIN_PAIRS as MIN_PAIRS};
 
 /// A fold model's weights in its directory (which `load_encoder` opens).
 pub const MODEL_FILE: &str = "model.pfe";
@@ -123,7 +118,7 @@ impl BootstrapSpec {
                 return Err(TrainError::Invalid(format!(
                     "{}: the bootstrap scorer without {fold} would train on {n} pairs; it needs at least {MIN_PAIRS} (a corpus of about {} pairs)",
                     self.data.display(),
-                    MIN_PAIRS * self.folds as u64 / (self.folds as u64 - 1)
+                    paraforge_core::folds::min_corpus(self.folds)
                 )));
             }
             pairs.push(n);
