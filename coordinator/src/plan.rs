@@ -259,6 +259,13 @@ fn check_bootstrap_size(cfg: &JobConfig, shards: &[ShardSpec]) -> Result<(), Pla
     Ok(())
 }
 
+/// What the whole plan must pass: every lease fits its message, and the
+/// bootstrap has enough lines.
+fn check_shards(cfg: &JobConfig, shards: &[ShardSpec]) -> Result<(), PlanError> {
+    check_lease_sizes(cfg, shards)?;
+    check_bootstrap_size(cfg, shards)
+}
+
 /// Plans the shards and fingerprints every file they are cut from.
 pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
     check_outputs(cfg)?;
@@ -374,8 +381,7 @@ pub fn plan_job(cfg: &JobConfig) -> Result<Plan, PlanError> {
             "sources repeated in the job found; the workers will drop them"
         );
     }
-    check_lease_sizes(cfg, &out)?;
-    check_bootstrap_size(cfg, &out)?;
+    check_shards(cfg, &out)?;
     Ok(Plan {
         shards: out,
         inputs: prints,

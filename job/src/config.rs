@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::bitext::Format;
+pub use crate::scoring::{Scoring, BOOTSTRAP_KINDS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -282,84 +283,6 @@ fn default_beam_candidates() -> usize {
     1
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Scoring {
-    /// A trained embedding model for para_score (any model `paraforge
-    /// train` writes: a `.pfe` file, a directory holding `model.pfe` such
-    /// as `models/scorer-trigram`, or a neural encoder's directory with
-    /// `config.json`): para_score is the cosine of its two
-    /// sentence embeddings.
-    #[serde(default)]
-    pub model: Option<String>,
-    /// GloVe-format word vectors for para_score instead (averaged; unknown
-    /// words left out). Neither key: para_score is null.
-    #[serde(default)]
-    pub vectors: Option<String>,
-    /// An n-gram language model in ARPA format (KenLM's, or `paraforge
-    /// lm-train`'s): `translation_perplexity` is the translation's
-    /// perplexity under it. Without it that column is null.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lm: Option<String>,
-    /// Which sentence BLEU fills `sentence_bleu`: "sacrebleu" (its
-    /// `sentence_bleu` defaults; the default) or "nakov" (BLEU+1 of Nakov
-    /// et al. (2012), as Wieting et al. (2017) filter with).
-    #[serde(default, skip_serializing_if = "is_sacrebleu")]
-    pub bleu: paraforge_core::bleu::Smoothing,
-    /// Learn para_score's model from the job's own pairs, for a language
-    /// no scorer reads: "trigram", "word" or "word,trigram". After the
-    /// translations are finalized, `bootstrap_folds` models are trained,
-    /// each without one fold of the pairs, and each fold is scored by the
-    /// model that never saw it, into `bootstrap_output`
-    /// (docs/new-language.md). Instead of `model` and `vectors`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap: Option<String>,
-    /// Folds of the bootstrap (2 to 10; default 2).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap_folds: Option<u32>,
-    /// Epochs of each fold's model (default 5).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap_epochs: Option<usize>,
-    /// Where the scored corpus goes: a local directory, default
-    /// `<output>-scored` next to the job's output (which keeps the
-    /// translations as translated, para_score null).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap_output: Option<String>,
-}
-
-/// The encoders a bootstrap can train (`[scoring] bootstrap`).
-pub const BOOTSTRAP_KINDS: [&str; 3] = ["trigram", "word", "word,trigram"];
-
-impl Scoring {
-    /// Whether para_score will have a model: a scorer, vectors, or a
-    /// bootstrap.
-    pub fn scores(&self) -> bool {
-        self.model.is_some() || self.vectors.is_some() || self.bootstrap.is_some()
-    }
-
-    /// The bootstrap's folds, as configured or the default.
-    pub fn folds(&self) -> u32 {
-        self.bootstrap_folds
-            .unwrap_or(paraforge_core::folds::DEFAULT_FOLDS)
-    }
-
-    /// What decides the translated output: the bootstrap scores after it,
-    /// into another directory, so adding one to a finished job resumes it.
-    fn output_keys(&self) -> Scoring {
-        Scoring {
-            bootstrap: None,
-            bootstrap_folds: None,
-            bootstrap_epochs: None,
-            bootstrap_output: None,
-            ..self.clone()
-        }
-    }
-}
-
-fn is_sacrebleu(s: &paraforge_core::bleu::Smoothing) -> bool {
-    *s == paraforge_core::bleu::Smoothing::Sacrebleu
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Bins {
@@ -578,64 +501,7 @@ impl JobConfig {
 
     /// `[scoring] bootstrap` and its keys.
     fn check_bootstrap(&self) -> Result<(), (&'static str, String)> {
-        let s = &self.scoring;
-        let Some(kind) = &s.bootstrap else {
-            for (key, set) in [
-                ("scoring.bootstrap_folds", s.bootstrap_folds.is_some()),
-                ("scoring.bootstrap_epochs", s.bootstrap_epochs.is_some()),
-                ("scoring.bootstrap_output", s.bootstrap_output.is_some()),
-            ] {
-                if set {
-                    return bad(key, "is read only with scoring.bootstrap".into());
-                }
-            }
-            return Ok(());
-        };
-        if !BOOTSTRAP_KINDS.contains(&kind.as_str()) {
-            return bad(
-                "scoring.bootstrap",
-                format!("{kind:?}: the bootstrap trains \"trigram\", \"word\" or \"word,trigram\""),
-            );
-        }
-        if s.model.is_some() || s.vectors.is_some() {
-            return bad(
-                "scoring.bootstrap",
-                "learns para_score's model from the job's pairs: leave out scoring.model and scoring.vectors".into(),
-            );
-        }
-        if !(2..=10).contains(&s.folds()) {
-            return bad(
-                "scoring.bootstrap_folds",
-                "cross-fitting needs 2 to 10 folds".into(),
-            );
-        }
-        if s.bootstrap_epochs == Some(0) {
-            return bad("scoring.bootstrap_epochs", "must be at least 1".into());
-        }
-        if self.job.output.contains("://") {
-            return bad(
-                "scoring.bootstrap",
-                "trains on a local job.output; for an object-store output, run the job, then `paraforge rescore --bootstrap` (it stages the data)".into(),
-            );
-        }
-        let out = self.bootstrap_output().unwrap_or_default();
-        if out.trim().is_empty() || out.contains("://") {
-            return bad(
-                "scoring.bootstrap_output",
-                format!("{out:?}: must be a local directory"),
-            );
-        }
-        let (job, scored) = (Path::new(&self.job.output), Path::new(&out));
-        if scored.starts_with(job) || job.starts_with(scored) {
-            return bad(
-                "scoring.bootstrap_output",
-                format!(
-                    "{out:?} must not be job.output ({:?}), lie inside it or hold it",
-                    self.job.output
-                ),
-            );
-        }
-        Ok(())
+        crate::scoring::check_bootstrap(&self.scoring, &self.job.output, self.bootstrap_output())
     }
 
     /// `[input]`: its files' schemes, no file twice, what the format

@@ -7,4 +7,5 @@ pub mod config;
 pub mod filters;
 pub mod limits;
 pub mod reject;
+pub mod scoring;
 pub mod storage;
