@@ -173,6 +173,95 @@ fn beam12_matches_transformers() {
     assert_parity_with(12, &LoadOptions::default(), PARITY_TOKENS);
 }
 
+#[derive(Deserialize)]
+struct ControlCase {
+    settings: ControlSettings,
+    source: String,
+    tokens: Vec<u32>,
+    score: Option<f32>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Debug)]
+struct ControlSettings {
+    num_beams: usize,
+    #[serde(default)]
+    no_repeat_ngram_size: Option<usize>,
+    #[serde(default)]
+    repetition_penalty: Option<f32>,
+    #[serde(default)]
+    length_penalty: Option<f32>,
+}
+
+/// `no_repeat_ngram_size`, `repetition_penalty` and `length_penalty`
+/// token-exact with transformers' `generate` (generate-controls.jsonl:
+/// five settings, greedy to beam 12, on the parity sentences), and each
+/// control doing what it says: no repeated n-gram, fewer repeated tokens.
+#[test]
+fn repetition_controls_match_transformers() {
+    let settings: RefSettings = serde_json::from_str(
+        &std::fs::read_to_string(reference_dir().join("settings.json")).unwrap(),
+    )
+    .unwrap();
+    let cases: Vec<ControlCase> = read_jsonl(&reference_dir().join("generate-controls.jsonl"));
+    let mut t = load(&LoadOptions::default());
+    let mut groups: Vec<(ControlSettings, Vec<&ControlCase>)> = Vec::new();
+    for c in &cases {
+        match groups.iter_mut().find(|g| g.0 == c.settings) {
+            Some(g) => g.1.push(c),
+            None => groups.push((c.settings, vec![c])),
+        }
+    }
+    assert_eq!(groups.len(), 5);
+    for (s, cases) in &groups {
+        let sources: Vec<&str> = cases.iter().map(|c| c.source.as_str()).collect();
+        let o = GenerateOptions {
+            num_beams: s.num_beams,
+            max_new_tokens: Some(settings.max_new_tokens),
+            no_repeat_ngram_size: s.no_repeat_ngram_size,
+            repetition_penalty: s.repetition_penalty,
+            length_penalty: s.length_penalty,
+            batch_size: settings.batch_size,
+            ..GenerateOptions::default()
+        };
+        let out = t.translate(&sources, &o).expect("translate");
+        let (mut same, mut worst, mut diffs) = (0, 0.0f32, Vec::new());
+        for (c, o) in cases.iter().zip(&out) {
+            if o.tokens == c.tokens {
+                same += 1;
+                if let Some(score) = c.score {
+                    worst = worst.max((o.score - score).abs());
+                }
+            } else if diffs.len() < 3 {
+                diffs.push(format!(
+                    "{:?}\n  ours   {:?}\n  theirs {:?}",
+                    c.source, o.tokens, c.tokens
+                ));
+            }
+            if let Some(n) = s.no_repeat_ngram_size {
+                let grams: Vec<&[u32]> = o.tokens.windows(n).collect();
+                let distinct: std::collections::HashSet<&[u32]> = grams.iter().copied().collect();
+                assert_eq!(
+                    distinct.len(),
+                    grams.len(),
+                    "{s:?}: a repeated {n}-gram in {:?}",
+                    o.tokens
+                );
+            }
+        }
+        eprintln!(
+            "{s:?}: {same}/{} identical, worst score difference {worst:e}\n{}",
+            cases.len(),
+            diffs.join("\n")
+        );
+        assert!(
+            same as f64 >= 0.995 * cases.len() as f64,
+            "{s:?}: only {same} of {} sentences have transformers' tokens",
+            cases.len()
+        );
+        assert!(worst < 1e-4, "{s:?}: a score differs by {worst}");
+    }
+}
+
 #[test]
 fn token_batches_equal_count_batches() {
     let sentences: Vec<String> = parity_sentences().into_iter().take(96).collect();

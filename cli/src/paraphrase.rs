@@ -40,6 +40,13 @@ pub struct EvalParaphraseArgs {
     beam: usize,
     #[arg(long, default_value_t = 16)]
     batch_size: usize,
+    /// No n-gram of this size twice in an output (transformers'
+    /// `no_repeat_ngram_size`; 0: off).
+    #[arg(long)]
+    no_repeat_ngram_size: Option<usize>,
+    /// transformers' `repetition_penalty` (1.0: off).
+    #[arg(long)]
+    repetition_penalty: Option<f32>,
     /// ONNX Runtime threads (0 = one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -147,6 +154,8 @@ pub fn eval(a: EvalParaphraseArgs) -> Result<()> {
         num_beams: a.beam,
         nbest: 1,
         batch_size: a.batch_size,
+        no_repeat_ngram_size: a.no_repeat_ngram_size,
+        repetition_penalty: a.repetition_penalty,
         ..Default::default()
     };
     let mut paraphrase = |sources: &[String]| -> Result<Vec<String>> {

@@ -56,6 +56,14 @@ pub struct Args {
     min_new_tokens: Option<usize>,
     #[arg(long)]
     length_penalty: Option<f32>,
+    /// No n-gram of this size twice in a translation (transformers'
+    /// `no_repeat_ngram_size`; 0: off). Default: the model's generation config.
+    #[arg(long)]
+    no_repeat_ngram_size: Option<usize>,
+    /// A token already in the translation has its log-probability
+    /// multiplied by this (transformers' `repetition_penalty`; 1.0: off).
+    #[arg(long)]
+    repetition_penalty: Option<f32>,
     /// When a sentence's search ends (transformers' `early_stopping`):
     /// `true` as soon as --beam hypotheses are finished (CTranslate2's rule
     /// too), `false` when no running beam can still win (transformers'
@@ -286,6 +294,8 @@ fn generate_options(a: &Args) -> GenerateOptions {
         min_length: a.min_length,
         min_new_tokens: a.min_new_tokens,
         length_penalty: a.length_penalty,
+        no_repeat_ngram_size: a.no_repeat_ngram_size,
+        repetition_penalty: a.repetition_penalty,
         early_stopping: a.early_stopping,
         nbest: a.nbest.unwrap_or(1),
         batch_size: a

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::bitext::Format;
+pub use crate::model::{Model, TopKOnName};
 pub use crate::scoring::{Scoring, BOOTSTRAP_KINDS};
 
 #[derive(Debug, thiserror::Error)]
@@ -134,153 +135,6 @@ pub struct Input {
 
 fn default_max_chars() -> usize {
     1000
-}
-
-/// `model.top_k_on` as written in the config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TopKOnName {
-    #[default]
-    Auto,
-    Host,
-    Graph,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Model {
-    /// Model directory in Optimum's ONNX layout.
-    pub dir: String,
-    /// `cpu`, `cuda` or `cuda:N`.
-    #[serde(default = "default_device")]
-    pub device: String,
-    /// ONNX Runtime threads per worker on CPU (0 = one per core); per
-    /// stream when `streams` > 1 (0 then shares the cores out over them).
-    #[serde(default)]
-    pub threads: usize,
-    /// Decoders per worker translating different batches at once, each
-    /// with its own copy of the model (CTranslate2's `inter_threads`). The
-    /// output does not depend on it: batches are cut the same way. By
-    /// default 1 on the CPU and 4 on CUDA (`paraforge_nmt::default_streams`).
-    #[serde(default)]
-    pub streams: Option<usize>,
-    /// Use `*_quantized.onnx`.
-    #[serde(default)]
-    pub quantized: bool,
-    /// Where each step's log-softmax and row top-k run (`translate
-    /// --top-k-on`): `auto` = on the host for the CPU, in the decoder graph
-    /// for CUDA (only candidates leave the GPU); `host` or `graph`.
-    #[serde(default)]
-    pub top_k_on: TopKOnName,
-    #[serde(default = "default_beam")]
-    pub beam: usize,
-    /// Hypotheses kept per pair, best first (Wieting et al., 2017, kept many of a
-    /// beam's candidates); each is a row with its `candidate_rank`.
-    #[serde(default = "default_beam_candidates")]
-    pub beam_candidates: usize,
-    /// Sentences per batch; by default 16 on the CPU and 64 on CUDA
-    /// (`paraforge_nmt::default_batch_size`), where a token budget from
-    /// the GPU's free memory also bounds a batch unless `batch_tokens`
-    /// is given.
-    #[serde(default)]
-    pub batch_size: Option<usize>,
-    /// Cut batches by padded source tokens instead of sentences (at most
-    /// `batch_size` sentences still); what throughput on varied lengths
-    /// wants (CTranslate2's `batch_type = "tokens"`).
-    #[serde(default)]
-    pub batch_tokens: Option<usize>,
-    /// Longest translation in new tokens (default: the model's max_length).
-    #[serde(default)]
-    pub max_new_tokens: Option<usize>,
-}
-
-impl Model {
-    /// The `[model]` keys' checks: (key, what is wrong).
-    fn validate(&self) -> Result<(), (&'static str, String)> {
-        if self.dir.trim().is_empty() {
-            return Err(("model.dir", "must not be empty".into()));
-        }
-        let device_ok = self.device == "cpu"
-            || self.device == "cuda"
-            || self
-                .device
-                .strip_prefix("cuda:")
-                .is_some_and(|n| n.parse::<u32>().is_ok());
-        if !device_ok {
-            return Err((
-                "model.device",
-                format!("{:?}: use cpu, cuda or cuda:N", self.device),
-            ));
-        }
-        for (key, value, max) in [
-            ("model.beam", self.beam, MAX_BEAM),
-            (
-                "model.batch_size",
-                self.batch_size.unwrap_or(1),
-                MAX_BATCH_SIZE,
-            ),
-        ] {
-            if value == 0 {
-                return Err((key, "must be at least 1".into()));
-            }
-            if value > max {
-                return Err((key, format!("{value} is more than the limit of {max}")));
-            }
-        }
-        if self.beam_candidates == 0 || self.beam_candidates > self.beam {
-            return Err((
-                "model.beam_candidates",
-                format!(
-                    "{} must be between 1 and model.beam ({}): a beam finishes at most that many hypotheses",
-                    self.beam_candidates, self.beam
-                ),
-            ));
-        }
-        if let Some(t) = self.batch_tokens {
-            if t == 0 || t > MAX_BATCH_TOKENS {
-                return Err((
-                    "model.batch_tokens",
-                    format!("{t} must be between 1 and {MAX_BATCH_TOKENS}"),
-                ));
-            }
-        }
-        if self.threads > max_threads() {
-            return Err((
-                "model.threads",
-                format!(
-                    "{} is more than the limit of {} ({THREADS_PER_CORE} x the {} cores of this machine; 0 = one per core)",
-                    self.threads,
-                    max_threads(),
-                    cores()
-                ),
-            ));
-        }
-        // Unset, the streams are the device's default (1 on the CPU, 4 on
-        // CUDA: `paraforge_nmt::default_streams`); a worker whose --device
-        // or --gpus puts the model elsewhere checks again with its own.
-        let streams = self.streams.unwrap_or(if self.device.starts_with("cuda") {
-            4
-        } else {
-            1
-        });
-        if let Err(reason) = check_streams(self.threads, streams) {
-            return Err(("model.streams", reason));
-        }
-        if self.max_new_tokens == Some(0) {
-            return Err(("model.max_new_tokens", "must be at least 1".into()));
-        }
-        Ok(())
-    }
-}
-
-fn default_device() -> String {
-    "cpu".into()
-}
-fn default_beam() -> usize {
-    12
-}
-fn default_beam_candidates() -> usize {
-    1
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -830,6 +684,16 @@ impl JobConfig {
             if m.beam_candidates != 1 {
                 put("model.beam_candidates", &m.beam_candidates);
             }
+            // Each left out unset, so jobs from before them keep their keys.
+            if let Some(n) = m.no_repeat_ngram_size {
+                put("model.no_repeat_ngram_size", &n);
+            }
+            if let Some(p) = m.repetition_penalty {
+                put("model.repetition_penalty", &p);
+            }
+            if let Some(p) = m.length_penalty {
+                put("model.length_penalty", &p);
+            }
         }
         put("scoring", &self.scoring.output_keys());
         // Left out when empty, so jobs from before `[filters]` keep their
@@ -1005,6 +869,17 @@ dir = "models/tiny-cs-en"
             (
                 MINIMAL.replace("[model]", "[model]\nbatch_tokens = 0"),
                 "model.batch_tokens",
+            ),
+            (
+                MINIMAL.replace("[model]", "[model]\nrepetition_penalty = 0.0"),
+                "model.repetition_penalty",
+            ),
+            (
+                MINIMAL.replace(
+                    "[model]",
+                    "[model]\nno_repeat_ngram_size = 3\ndevice = \"cuda\"",
+                ),
+                "model.top_k_on",
             ),
             (
                 MINIMAL.replace("output = \"out/t\"", "output = \"s3://bucket\"")

@@ -6,6 +6,7 @@ pub mod bitext;
 pub mod config;
 pub mod filters;
 pub mod limits;
+pub mod model;
 pub mod reject;
 pub mod scoring;
 pub mod storage;

@@ -148,13 +148,10 @@ impl GenerationDefaults {
             path: path.to_path_buf(),
             reason,
         };
-        if g.no_repeat_ngram_size.unwrap_or(0) > 0 {
-            return Err(bad("no_repeat_ngram_size is not supported".into()));
-        }
-        if g.repetition_penalty.is_some_and(|p| p != 1.0) {
-            return Err(bad(
-                "repetition_penalty other than 1.0 is not supported".into()
-            ));
+        if g.repetition_penalty
+            .is_some_and(|p| !(p.is_finite() && p > 0.0))
+        {
+            return Err(bad("repetition_penalty must be a positive number".into()));
         }
         if g.renormalize_logits == Some(true) {
             return Err(bad("renormalize_logits is not supported".into()));

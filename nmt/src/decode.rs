@@ -10,8 +10,9 @@
 use rayon::prelude::*;
 
 use crate::error::NmtError;
+use crate::processors::{controlled_candidates, RowScratch};
 use crate::search::{
-    row_candidates, top_candidates, Beams, Finished, Greedy, Settings, StepScratch,
+    row_candidates, top_candidates, Beams, Finished, Greedy, Settings, StepMask, StepScratch,
 };
 
 /// What one call gives the search for each of its rows.
@@ -136,25 +137,7 @@ pub(crate) fn decode<D: StepDecoder>(
                 format!("{nrows} rows of output for {fed} rows fed"),
             ));
         }
-        // Every row's best candidates, in parallel: from logits, this pass
-        // reads rows x vocab values and dominates the search time.
-        scratch.row_cands.resize_with(nrows, Vec::new);
-        scratch.row_cands[..nrows]
-            .par_iter_mut()
-            .enumerate()
-            .for_each(|(r, out)| match view {
-                Rows::Logits { data, width } => {
-                    row_candidates(&data[r * width..(r + 1) * width], k, &mask, out)
-                }
-                Rows::Top {
-                    logprobs,
-                    ids,
-                    width,
-                } => {
-                    let at = r * width..(r + 1) * width;
-                    top_candidates(&logprobs[at.clone()], &ids[at], k, &mask, out)
-                }
-            });
+        all_candidates(&view, nrows, k, &mask, s, &state, &live, start_id, scratch)?;
         let cands = &scratch.row_cands;
 
         // Each live sentence's rows of the next call: (row of this call it
@@ -216,6 +199,71 @@ pub(crate) fn decode<D: StepDecoder>(
         cur_len += 1;
     }
     Ok((results, search_s))
+}
+
+/// Every row's best `k` candidates into `scratch.row_cands`, in parallel:
+/// from logits, this pass reads rows x vocab values and dominates the
+/// search time. With repetition controls each row also reads its history.
+#[allow(clippy::too_many_arguments)]
+fn all_candidates(
+    view: &Rows<'_>,
+    nrows: usize,
+    k: usize,
+    mask: &StepMask,
+    s: &Settings,
+    state: &SearchState,
+    live: &[usize],
+    start_id: u32,
+    scratch: &mut DecodeScratch,
+) -> Result<(), NmtError> {
+    scratch.row_cands.resize_with(nrows, Vec::new);
+    let rows = &mut scratch.row_cands[..nrows];
+    if s.controls_repetition() {
+        let &Rows::Logits { data, width } = view else {
+            return Err(NmtError::BadOption {
+                option: "repetition_penalty",
+                reason: "no_repeat_ngram_size and repetition_penalty need every row's logits: use the host top-k (model.top_k_on = \"host\"), not a graph ending in TopK".into(),
+            });
+        };
+        let histories = row_histories(state, live, start_id);
+        rows.par_iter_mut()
+            .zip(histories.par_iter())
+            .enumerate()
+            .for_each_init(RowScratch::default, |rs, (r, (out, h))| {
+                let row = &data[r * width..(r + 1) * width];
+                controlled_candidates(row, k, mask, s, h, rs, out)
+            });
+        return Ok(());
+    }
+    rows.par_iter_mut()
+        .enumerate()
+        .for_each(|(r, out)| match *view {
+            Rows::Logits { data, width } => {
+                row_candidates(&data[r * width..(r + 1) * width], k, mask, out)
+            }
+            Rows::Top {
+                logprobs,
+                ids,
+                width,
+            } => {
+                let at = r * width..(r + 1) * width;
+                top_candidates(&logprobs[at.clone()], &ids[at], k, mask, out)
+            }
+        });
+    Ok(())
+}
+
+/// Every row's decoder ids so far, start token first, in the order the
+/// rows were fed.
+fn row_histories(state: &SearchState, live: &[usize], start_id: u32) -> Vec<Vec<u32>> {
+    let with_start = |h: &[u32]| std::iter::once(start_id).chain(h.iter().copied()).collect();
+    match state {
+        SearchState::Beam(beams) => live
+            .iter()
+            .flat_map(|&i| (0..beams[i].rows()).map(move |r| with_start(beams[i].history(r))))
+            .collect(),
+        SearchState::Greedy(gs) => live.iter().map(|&i| with_start(gs[i].history())).collect(),
+    }
 }
 
 /// The order of the sentences that go on, as positions in `outs` (None =
@@ -352,6 +400,8 @@ mod tests {
             max_length: 10,
             min_length: 0,
             length_penalty: 1.0,
+            no_repeat_ngram_size: 0,
+            repetition_penalty: 1.0,
             early_stopping: EarlyStopping::False,
             eos_id: EOS,
             banned_ids: Vec::new(),

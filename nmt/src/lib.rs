@@ -21,6 +21,7 @@ mod fastmath;
 mod gpu_memory;
 mod onnx_graph;
 mod ops;
+mod processors;
 mod rewrites;
 mod runtime;
 mod search;
@@ -57,6 +58,13 @@ pub struct GenerateOptions {
     pub min_length: Option<usize>,
     pub min_new_tokens: Option<usize>,
     pub length_penalty: Option<f32>,
+    /// transformers' `no_repeat_ngram_size`: no n-gram of this size twice
+    /// in a hypothesis (0: off).
+    pub no_repeat_ngram_size: Option<usize>,
+    /// transformers' `repetition_penalty`: a token already in the
+    /// hypothesis has its score multiplied (if negative) or divided (if
+    /// positive) by this (1.0: off).
+    pub repetition_penalty: Option<f32>,
     pub early_stopping: Option<EarlyStopping>,
     /// How many finished hypotheses to return per sentence (at most num_beams).
     pub nbest: usize,
@@ -81,6 +89,8 @@ impl Default for GenerateOptions {
             min_length: None,
             min_new_tokens: None,
             length_penalty: None,
+            no_repeat_ngram_size: None,
+            repetition_penalty: None,
             early_stopping: None,
             nbest: 1,
             batch_size: 16,
@@ -446,6 +456,13 @@ impl Translator {
             (None, Some(m)) => m,
             (None, None) => d.min_length.unwrap_or(0),
         };
+        let repetition_penalty = o.repetition_penalty.or(d.repetition_penalty).unwrap_or(1.0);
+        if !(repetition_penalty.is_finite() && repetition_penalty > 0.0) {
+            return Err(NmtError::BadOption {
+                option: "repetition_penalty",
+                reason: format!("{repetition_penalty}: must be a positive number (1.0: off)"),
+            });
+        }
         let banned = d
             .bad_words_ids
             .iter()
@@ -458,6 +475,11 @@ impl Translator {
             max_length,
             min_length,
             length_penalty: o.length_penalty.or(d.length_penalty).unwrap_or(1.0),
+            no_repeat_ngram_size: o
+                .no_repeat_ngram_size
+                .or(d.no_repeat_ngram_size)
+                .unwrap_or(0),
+            repetition_penalty,
             early_stopping: o.early_stopping.unwrap_or_else(|| d.early_stopping()),
             eos_id: self.config.eos_token_id,
             banned_ids: banned,

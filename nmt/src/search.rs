@@ -28,6 +28,10 @@ pub struct Settings {
     pub max_length: usize,
     pub min_length: usize,
     pub length_penalty: f32,
+    /// 0: off (`processors.rs`).
+    pub no_repeat_ngram_size: usize,
+    /// 1.0: off (`processors.rs`).
+    pub repetition_penalty: f32,
     pub early_stopping: EarlyStopping,
     pub eos_id: u32,
     pub banned_ids: Vec<u32>,
@@ -54,6 +58,14 @@ pub struct StepMask {
 }
 
 impl StepMask {
+    pub fn forced(&self) -> Option<u32> {
+        self.forced
+    }
+
+    pub fn banned(&self) -> &[u32] {
+        &self.banned
+    }
+
     /// How many tokens this step leaves out.
     pub fn banned_len(&self) -> usize {
         self.banned.len()
@@ -190,6 +202,11 @@ impl Beams {
         self.tokens.len()
     }
 
+    /// The generated ids of row `r` (start token excluded).
+    pub fn history(&self, r: usize) -> &[u32] {
+        &self.tokens[r]
+    }
+
     /// Advances by one token. `rows` holds, per running beam, the top
     /// `2 * num_beams` candidates of its row (from [`row_candidates`]);
     /// `cur_len` is the decoder length before the step (1 at the first step).
@@ -321,6 +338,11 @@ impl Greedy {
         self.done
     }
 
+    /// The generated ids (start token excluded).
+    pub fn history(&self) -> &[u32] {
+        &self.tokens
+    }
+
     /// Takes the best candidate of the row (from [`row_candidates`] with k = 1).
     pub fn step(&mut self, s: &Settings, cands: &[(f32, u32)], cur_len: usize) -> u32 {
         let (lp, tok) = cands
@@ -352,6 +374,8 @@ mod tests {
             max_length,
             min_length: 0,
             length_penalty: 1.0,
+            no_repeat_ngram_size: 0,
+            repetition_penalty: 1.0,
             early_stopping: EarlyStopping::False,
             eos_id: 0,
             banned_ids: vec![4],

@@ -222,7 +222,10 @@ class Translator:
     both are). ``device`` is ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (with
     ``onnxruntime-gpu`` installed). ``beam`` and ``batch_size`` are bounded
     as the CLI bounds them (256 and 1024); ``batch_size`` and ``streams``
-    default as the CLI's do (16 and 1 on the CPU, 64 and 4 on CUDA)."""
+    default as the CLI's do (16 and 1 on the CPU, 64 and 4 on CUDA).
+    ``no_repeat_ngram_size``, ``repetition_penalty`` and ``length_penalty``
+    are transformers' ``generate`` controls, token-exact with it (unset: the
+    model's generation config; off by default)."""
 
     def __init__(
         self,
@@ -234,6 +237,9 @@ class Translator:
         quantized: bool = False,
         max_new_tokens: Optional[int] = None,
         streams: Optional[int] = None,
+        no_repeat_ngram_size: Optional[int] = None,
+        repetition_penalty: Optional[float] = None,
+        length_penalty: Optional[float] = None,
     ) -> None:
         self._native = _native.Translator(
             _existing(model_dir, "model directory"),
@@ -244,6 +250,9 @@ class Translator:
             quantized=quantized,
             max_new_tokens=max_new_tokens,
             streams=streams,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            repetition_penalty=repetition_penalty,
+            length_penalty=length_penalty,
         )
 
     def translate(self, sentences: Union[str, Sequence[str]]) -> Union[str, List[str]]:

@@ -32,6 +32,9 @@ class Translator:
         quantized: bool = False,
         max_new_tokens: Optional[int] = None,
         streams: Optional[int] = None,
+        no_repeat_ngram_size: Optional[int] = None,
+        repetition_penalty: Optional[float] = None,
+        length_penalty: Optional[float] = None,
     ) -> None: ...
     def translate(self, sentences: Sequence[str]) -> List[Tuple[str, float]]: ...
 

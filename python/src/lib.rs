@@ -266,7 +266,7 @@ struct Translator {
 #[pymethods]
 impl Translator {
     #[new]
-    #[pyo3(signature = (model_dir, device="cpu", beam=12, batch_size=None, threads=0, quantized=false, max_new_tokens=None, streams=None))]
+    #[pyo3(signature = (model_dir, device="cpu", beam=12, batch_size=None, threads=0, quantized=false, max_new_tokens=None, streams=None, no_repeat_ngram_size=None, repetition_penalty=None, length_penalty=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -278,6 +278,9 @@ impl Translator {
         quantized: bool,
         max_new_tokens: Option<usize>,
         streams: Option<usize>,
+        no_repeat_ngram_size: Option<usize>,
+        repetition_penalty: Option<f32>,
+        length_penalty: Option<f32>,
     ) -> PyResult<Self> {
         let device: Device = device.parse().map_err(PyValueError::new_err)?;
         // The CLI's defaults for the device (16 and 1 on the CPU, 64 and 4
@@ -311,6 +314,11 @@ impl Translator {
                 "max_new_tokens=0: must be at least 1",
             ));
         }
+        if let Some(p) = repetition_penalty.filter(|p| !(p.is_finite() && *p > 0.0)) {
+            return Err(PyValueError::new_err(format!(
+                "repetition_penalty={p}: must be a positive number (1.0: off)"
+            )));
+        }
         let load = LoadOptions {
             device,
             threads,
@@ -329,6 +337,9 @@ impl Translator {
                 max_new_tokens,
                 nbest: 1,
                 batch_size,
+                no_repeat_ngram_size,
+                repetition_penalty,
+                length_penalty,
                 ..Default::default()
             },
         })

@@ -107,6 +107,16 @@ def test_translator_matches_the_corpus_and_the_cli(corpus, tmp_path, paraforge_b
     np.testing.assert_allclose([s for _, s in scored], t["translation_score"].to_pylist()[:3],
                                rtol=1e-6)
     assert tr.translate(["", "   "]) == ["", ""]
+    # The repetition controls, as `paraforge translate` applies them.
+    ctl = pf.Translator(repo(MODEL), beam=BEAM, batch_size=BATCH, threads=1,
+                        max_new_tokens=MAX_NEW, no_repeat_ngram_size=2,
+                        repetition_penalty=1.5)
+    got = ctl.translate(sources[:20])
+    cli = run_cli(paraforge_bin, "translate", "--model", repo(MODEL), "--beam", str(BEAM),
+                  "--batch-size", str(BATCH), "--threads", "1", "--max-new-tokens", str(MAX_NEW),
+                  "--no-repeat-ngram-size", "2", "--repetition-penalty", "1.5", str(inp))
+    assert cli.splitlines()[:20] == got
+    assert got != t["translation"].to_pylist()[:20]
 
 
 def test_open_corpus_reads_only_a_verified_output(corpus, unfinished, tmp_path):
@@ -186,6 +196,8 @@ def test_bad_input_raises_and_names_it(tmp_path):
         pf.Translator(repo(MODEL), batch_size=0)
     with pytest.raises(ValueError, match="streams=0"):
         pf.Translator(repo(MODEL), streams=0)
+    with pytest.raises(ValueError, match="repetition_penalty=0"):
+        pf.Translator(repo(MODEL), repetition_penalty=0.0)
     with pytest.raises(ValueError, match="not both"):
         pf.score_pairs(["a"], ["a"], model=repo(SCORER),
                               vectors=repo("data/vectors/glove.6B.50d.top25k.txt.gz"))

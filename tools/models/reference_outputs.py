@@ -59,6 +59,9 @@ def main() -> None:
     ap.add_argument("--beams", default="1,4,12")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--controls-only", action="store_true",
+                    help="write only generate-controls.jsonl: the sentences under each of CONTROLS "
+                         "(no_repeat_ngram_size, repetition_penalty, length_penalty)")
     ap.add_argument("--positions-from", metavar="ONNX_DIR",
                     help="use the position tables stored in these ONNX graphs instead of the exact sinusoids "
                          "(a model rebuilt by `marian_model.py from-onnx` from int8 graphs, whose tables are "
@@ -86,6 +89,10 @@ def main() -> None:
                     with torch.no_grad():
                         sd[k].copy_(torch.tensor(v))
         print(f"position tables from {args.positions_from}")
+
+    if args.controls_only:
+        controls(tok, model, args, out)
+        return
 
     # Tokenizer: real pairs plus edge cases.
     pairs = read_pairs(args.bitext, 500)
@@ -152,6 +159,47 @@ def main() -> None:
             for r in rows:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         print(f"beam {nb}: {len(rows)} sentences")
+
+
+# The repetition controls of `generate`, each with the beams it runs at.
+CONTROLS = [
+    {"num_beams": 4, "no_repeat_ngram_size": 3},
+    {"num_beams": 4, "repetition_penalty": 1.5},
+    {"num_beams": 4, "no_repeat_ngram_size": 2, "repetition_penalty": 1.2, "length_penalty": 0.6},
+    {"num_beams": 12, "no_repeat_ngram_size": 3, "repetition_penalty": 1.3},
+    {"num_beams": 1, "no_repeat_ngram_size": 3, "repetition_penalty": 1.5},
+]
+
+
+def controls(tok, model, args, out: Path) -> None:
+    """generate-controls.jsonl: per (setting, sentence) the generated ids
+    (eos included) and, for beam search, sequences_scores."""
+    import torch
+
+    sentences = [l.rstrip("\n") for l in open(args.sentences, encoding="utf-8")]
+    eos, pad = model.generation_config.eos_token_id, model.generation_config.pad_token_id
+    rows = []
+    for c in CONTROLS:
+        for i in range(0, len(sentences), args.batch_size):
+            batch = sentences[i : i + args.batch_size]
+            enc = tok(batch, return_tensors="pt", padding=True, truncation=True)
+            with torch.no_grad():
+                g = model.generate(**enc, do_sample=False, max_new_tokens=args.max_new_tokens,
+                                   return_dict_in_generate=True, output_scores=True, **c)
+            seqs = g.sequences[:, 1:]
+            for r, s in enumerate(batch):
+                ids = seqs[r].tolist()
+                if eos in ids:
+                    ids = ids[: ids.index(eos) + 1]
+                else:
+                    while ids and ids[-1] == pad:
+                        ids.pop()
+                score = float(g.sequences_scores[r]) if c["num_beams"] > 1 else None
+                rows.append({"settings": c, "source": s, "tokens": ids, "score": score})
+    with open(out / "generate-controls.jsonl", "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    print(f"controls: {len(rows)} rows, transformers {__import__('transformers').__version__}")
 
 
 if __name__ == "__main__":

@@ -372,6 +372,9 @@ impl Job {
                         .batch_size
                         .unwrap_or_else(|| paraforge_nmt::default_batch_size(translator.device())),
                     batch_tokens: m.batch_tokens,
+                    no_repeat_ngram_size: m.no_repeat_ngram_size,
+                    repetition_penalty: m.repetition_penalty,
+                    length_penalty: m.length_penalty,
                     ..GenerateOptions::default()
                 };
                 (Some(translator), sha, gen)
