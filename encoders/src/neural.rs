@@ -32,7 +32,7 @@ pub enum Arch {
     LstmNoO,
     /// Forward and backward LSTMs, hidden states averaged, then their mean.
     Blstm,
-    /// As `Blstm`, the two directions concatenated (Wieting and Gimpel, 2018, Table 10).
+    /// As `Blstm`, the two directions concatenated (Wieting and Gimpel, 2018, Table 14).
     BlstmConcat,
     /// Forward and backward LSTMs, each hidden dimension's maximum over the
     /// sentence, the two directions concatenated ("BLSTM (Max,
