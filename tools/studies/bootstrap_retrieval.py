@@ -7,7 +7,10 @@ For each fold i of a rescored dataset, the references and translations of
 the pairs in fold i (xxh3-128 of the id mod k, as paraforge's folds) are
 embedded by fold i's model (which never saw them) and by each --other
 model; P@1 is the share of references whose nearest translation (cosine)
-is their own. Needs numpy, pyarrow and xxhash (the test venv has them).
+is their own, by cosine and by the ratio margin of Artetxe and Schwenk
+(2019) (the cosine over the mean cosine of each side's 4 nearest
+neighbours in the fold). Needs numpy, pyarrow and xxhash (the test venv
+has them).
 
 Usage: bootstrap_retrieval.py --paraforge target/debug/paraforge \
     --data out/x-scored [--other NAME=MODEL ...]
@@ -38,6 +41,17 @@ def p_at_1(refs: np.ndarray, trans: np.ndarray) -> float:
     return float((sims.argmax(axis=1) == np.arange(len(refs))).mean())
 
 
+def margin_p_at_1(refs: np.ndarray, trans: np.ndarray, k: int = 4) -> float:
+    """P@1 under the ratio margin of Artetxe and Schwenk (2019): cos(x, y)
+    over the mean of x's k nearest translations and y's k nearest
+    references (each side's neighbours among the fold's other sentences)."""
+    sims = refs @ trans.T
+    knn_r = np.sort(sims, axis=1)[:, -k:].mean(axis=1)
+    knn_t = np.sort(sims, axis=0)[-k:, :].mean(axis=0)
+    margin = sims / ((knn_r[:, None] + knn_t[None, :]) / 2)
+    return float((margin.argmax(axis=1) == np.arange(len(refs))).mean())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--paraforge", required=True)
@@ -66,8 +80,9 @@ def main() -> None:
             figures = []
             for name, m in models:
                 safe = "".join(c if c.isalnum() else "_" for c in name)
-                p = p_at_1(embed(a.paraforge, m, r, tmp, f"r{i}{safe}"), embed(a.paraforge, m, t, tmp, f"t{i}{safe}"))
-                figures.append(f"{name} {p:.3f}")
+                er = embed(a.paraforge, m, r, tmp, f"r{i}{safe}")
+                et = embed(a.paraforge, m, t, tmp, f"t{i}{safe}")
+                figures.append(f"{name} {p_at_1(er, et):.3f} (margin {margin_p_at_1(er, et):.3f})")
             print(f"fold {i} of {k}: {len(rows)} held-out pairs; P@1 " + ", ".join(figures))
 
 
