@@ -1272,6 +1272,8 @@ fn eval_specificity_scores_the_fixture_as_computed_by_hand() {
         model("scorer-trigram").as_os_str(),
         "--vectors".as_ref(),
         glove.as_os_str(),
+        "--wordsum".as_ref(),
+        model("scorer-trigram").as_os_str(),
     ]);
     let row = |name: &str| {
         out.lines()
@@ -1287,6 +1289,29 @@ fn eval_specificity_scores_the_fixture_as_computed_by_hand() {
     assert!(
         row("glove.6B.50d.top25k.txt.gz (norm, sum)").contains('|'),
         "{out}"
+    );
+    // The sum of a mean's rows: on Yelp, where the rating rises with the
+    // length, it ranks the ratings exactly, where the mean's norm does not.
+    let wordsum = row("scorer-trigram (trigram, wordsum, norm)");
+    assert!(wordsum.ends_with(" | 100.0 |"), "{out}");
+    assert_ne!(
+        wordsum.rsplit('|').nth(1),
+        row("scorer-trigram (trigram, norm)").rsplit('|').nth(1),
+        "{out}"
+    );
+    // A model that is not one table's mean has no such sum.
+    let o = paraforge_tests::paraforge_cmd(&[
+        "eval-specificity".as_ref(),
+        "--data".as_ref(),
+        dir.path().as_os_str(),
+        "--wordsum".as_ref(),
+        paraforge_tests::data("tiny-sentence-encoder").as_os_str(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--wordsum takes a `train --model word`"),
+        "{}",
+        stderr(&o)
     );
 
     let empty = tempfile::tempdir().unwrap();

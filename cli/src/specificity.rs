@@ -38,6 +38,12 @@ pub struct EvalSpecificityArgs {
     /// Gaussian encoders are scored by entropy, the others by norm.
     #[arg(long)]
     model: Vec<PathBuf>,
+    /// Averaging models (`train --model word`, a `.pfe`) scored by the
+    /// norm of the sum of their vectors instead of the mean: Chen and
+    /// Gimpel (2020)'s Wordsum, which trains as Wordavg does (a sum and a
+    /// mean have the same cosine, so the same loss); repeatable.
+    #[arg(long)]
+    wordsum: Vec<PathBuf>,
     /// GloVe-format word vectors, pooled by `--pool`; repeatable.
     #[arg(long)]
     vectors: Vec<PathBuf>,
@@ -60,9 +66,12 @@ pub struct EvalSpecificityArgs {
 
 /// The scorer of a sentence list for a model or vectors: each sentence's
 /// norm, or a Gaussian's negative entropy; NaN where nothing is known.
+/// `averages`: the encoder's vector is a mean of `known` rows, which
+/// `Pool::Sum` turns back into their sum.
 fn encoder_scores(
     enc: &dyn paraforge_core::SentenceEncoder,
     pool: Option<Pool>,
+    averages: bool,
 ) -> impl Fn(&[String]) -> Vec<f64> + '_ {
     let gaussian = enc.short_name().ends_with("gaussian");
     move |texts: &[String]| {
@@ -79,6 +88,7 @@ fn encoder_scores(
                 let s = specificity::from_embedding(e, gaussian);
                 match pool {
                     Some(Pool::Avg) => s / c.known as f64,
+                    Some(Pool::Sum) if averages => s * c.known as f64,
                     _ => s,
                 }
             })
@@ -100,11 +110,15 @@ fn ranks(path: &std::path::Path) -> Result<std::collections::HashMap<String, f64
 
 pub fn eval_specificity(a: EvalSpecificityArgs) -> Result<()> {
     anyhow::ensure!(
-        !a.model.is_empty() || !a.vectors.is_empty() || !a.baseline.is_empty(),
-        "give at least one --model, --vectors or --baseline"
+        !a.model.is_empty()
+            || !a.wordsum.is_empty()
+            || !a.vectors.is_empty()
+            || !a.baseline.is_empty(),
+        "give at least one --model, --wordsum, --vectors or --baseline"
     );
     let mut inputs = vec![("--data", a.data.as_path())];
     inputs.extend(a.model.iter().map(|p| ("--model", p.as_path())));
+    inputs.extend(a.wordsum.iter().map(|p| ("--wordsum", p.as_path())));
     inputs.extend(a.vectors.iter().map(|p| ("--vectors", p.as_path())));
     let json = crate::out::Out::claim_opt(
         "--json",
@@ -131,19 +145,32 @@ pub fn eval_specificity(a: EvalSpecificityArgs) -> Result<()> {
         .model
         .iter()
         .map(|p| ("--model", p))
+        .chain(a.wordsum.iter().map(|p| ("--wordsum", p)))
         .chain(a.vectors.iter().map(|p| ("--vectors", p)));
     for (flag, p) in given {
         let what = || format!("{flag} {}", p.display());
         let (model, vectors, pool) = match flag {
             "--vectors" => (None, Some(p.as_path()), Some(a.pool)),
+            "--wordsum" => (Some(p.as_path()), None, Some(Pool::Sum)),
             _ => (Some(p.as_path()), None, None),
         };
         let enc = paraforge_scorer::load_encoder(model, vectors)
             .with_context(what)?
             .expect("a model or vectors is given");
-        let score = encoder_scores(enc.as_ref(), pool);
+        let averages = flag == "--wordsum";
+        // A WORD (or TRIGRAM) model's vector is the mean of one table's
+        // rows, `known` of them; a combination's halves are scaled apart.
+        if averages && !["word", "trigram"].contains(&enc.short_name().as_str()) {
+            anyhow::bail!(
+                "{}: a {} model is not the mean of one table's rows; --wordsum takes a `train --model word` (or trigram) model",
+                what(),
+                enc.short_name()
+            );
+        }
+        let score = encoder_scores(enc.as_ref(), pool, averages);
         let r = specificity::evaluate(&d, &score);
         let how = match (pool, enc.short_name().ends_with("gaussian")) {
+            (Some(Pool::Sum), _) if averages => format!("{}, wordsum, norm", enc.short_name()),
             (Some(Pool::Sum), _) => "norm, sum".to_string(),
             (Some(Pool::Avg), _) => "norm, avg".to_string(),
             (None, true) => format!("{}, entropy", enc.short_name()),
