@@ -1299,6 +1299,32 @@ fn eval_specificity_scores_the_fixture_as_computed_by_hand() {
         row("scorer-trigram (trigram, norm)").rsplit('|').nth(1),
         "{out}"
     );
+    // The entailment analysis: equal-length pairs by judgement, a row per
+    // model ("a small dog" and "a dog" differ in length: left out).
+    w(
+        "sick.txt",
+        "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n1\tthe enormous black dog runs\tthe dog runs in parks\t4\tENTAILMENT\n2\ta small dog\ta dog\t4\tENTAILMENT\n3\ta cat sleeps\ta dog eats\t2\tNEUTRAL\n",
+    );
+    let out = paraforge_ok(&[
+        "eval-specificity".as_ref(),
+        "--data".as_ref(),
+        dir.path().as_os_str(),
+        "--model".as_ref(),
+        model("scorer-trigram").as_os_str(),
+        "--entailment".as_ref(),
+        dir.path().join("sick.txt").as_os_str(),
+    ]);
+    assert!(
+        out.contains(
+            "| model | ENTAILMENT (1 pairs) | NEUTRAL (1 pairs) | CONTRADICTION (0 pairs) |"
+        ),
+        "{out}"
+    );
+    let last = out.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("| scorer-trigram (trigram, norm) | ") && last.ends_with(" | - |"),
+        "{out}"
+    );
     // A model that is not one table's mean has no such sum.
     let o = paraforge_tests::paraforge_cmd(&[
         "eval-specificity".as_ref(),

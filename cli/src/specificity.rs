@@ -56,6 +56,13 @@ pub struct EvalSpecificityArgs {
     /// the frequency baselines; the bundled English list by default.
     #[arg(long, default_value = paraforge_eval::bundled::FREQ)]
     freq: PathBuf,
+    /// SICK-format pairs (sentence_A, sentence_B, entailment_judgment) for
+    /// the entailment analysis of Chen and Gimpel (2020, Table 4, which uses
+    /// SNLI): per judgement, the share of equal-length pairs whose
+    /// hypothesis each model calls less specific than its premise. The
+    /// bundled SICK test set is data/sts/sick2014/SICK_test_annotated.txt.
+    #[arg(long)]
+    entailment: Option<PathBuf>,
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -120,6 +127,7 @@ pub fn eval_specificity(a: EvalSpecificityArgs) -> Result<()> {
     inputs.extend(a.model.iter().map(|p| ("--model", p.as_path())));
     inputs.extend(a.wordsum.iter().map(|p| ("--wordsum", p.as_path())));
     inputs.extend(a.vectors.iter().map(|p| ("--vectors", p.as_path())));
+    inputs.extend(a.entailment.iter().map(|p| ("--entailment", p.as_path())));
     let json = crate::out::Out::claim_opt(
         "--json",
         a.json.as_deref(),
@@ -136,7 +144,17 @@ pub fn eval_specificity(a: EvalSpecificityArgs) -> Result<()> {
             d.repaired.join(", ")
         );
     }
+    let judged = a
+        .entailment
+        .as_deref()
+        .map(|p| {
+            let p = paraforge_eval::bundled::locate(p, "--entailment")?;
+            paraforge_eval::entailment::load_sick(&p)
+                .with_context(|| format!("--entailment {}", p.display()))
+        })
+        .transpose()?;
     let mut rows: Vec<(String, SpecResult)> = Vec::new();
+    let mut entailed: Vec<(String, Vec<Share>)> = Vec::new();
     for b in &a.baseline {
         let (name, r) = baseline(*b, &d, &a.freq)?;
         rows.push((name.into(), r));
@@ -180,13 +198,29 @@ pub fn eval_specificity(a: EvalSpecificityArgs) -> Result<()> {
             || p.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
+        if let Some(j) = &judged {
+            entailed.push((
+                format!("{name} ({how})"),
+                paraforge_eval::entailment::evaluate(j, &score),
+            ));
+        }
         rows.push((format!("{name} ({how})"), r));
     }
     print_table(&d, &rows);
+    if let Some(j) = &judged {
+        print_entailment(j, &entailed);
+    }
     if let Some(out) = json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(n, r)| serde_json::json!({"name": n, "result": r}))
+            .map(|(n, r)| {
+                let e = entailed.iter().find(|e| e.0 == *n).map(|e| {
+                    e.1.iter()
+                        .map(|(l, share, pairs)| serde_json::json!({"judgement": l, "share": share, "pairs": pairs}))
+                        .collect::<Vec<_>>()
+                });
+                serde_json::json!({"name": n, "result": r, "entailment": e})
+            })
             .collect();
         std::fs::write(out.path(), serde_json::to_string_pretty(&v)? + "\n")
             .with_context(|| format!("--json {}", out.path().display()))?;
@@ -249,6 +283,28 @@ fn baseline(
             (name, specificity::evaluate(d, &score))
         }
     })
+}
+
+/// A judgement, the share (%) of its pairs whose hypothesis is called
+/// less specific, and the pairs counted.
+type Share = (String, Option<f64>, usize);
+
+/// The entailment analysis: one row per model, one column per judgement.
+fn print_entailment(judged: &[paraforge_eval::entailment::Judged], rows: &[(String, Vec<Share>)]) {
+    let head: Vec<String> = judged
+        .iter()
+        .map(|j| format!("{} ({} pairs)", j.label, j.pairs.len()))
+        .collect();
+    println!("\nHypothesis less specific than its premise (% of equal-length pairs):\n");
+    println!("| model | {} |", head.join(" | "));
+    println!("|{}|", vec!["---"; head.len() + 1].join("|"));
+    for (name, shares) in rows {
+        let cells: Vec<String> = shares
+            .iter()
+            .map(|(_, s, _)| s.map_or("-".into(), |x| format!("{x:.1}")))
+            .collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    }
 }
 
 fn print_table(d: &SpecData, rows: &[(String, SpecResult)]) {

@@ -5,6 +5,7 @@
 //! epochs with `sts`; the CLI's `eval-*` commands call these directly.
 
 pub mod bundled;
+pub mod entailment;
 pub mod sick_tune;
 pub mod specificity;
 pub mod sts;
