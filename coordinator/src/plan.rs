@@ -202,10 +202,25 @@ pub fn check_outputs(cfg: &JobConfig) -> Result<(), PlanError> {
         };
         check(target, &reads, true)?;
     }
+    // The scored corpus of `[scoring] bootstrap` reads the job's output;
+    // the bins read the scored corpus.
+    let scored = cfg.bootstrap_output();
+    let scored = scored.as_deref().and_then(local_path);
+    if let Some(sc) = scored {
+        let mut reads = reads.clone();
+        reads.extend(output.map(|o| ("job.output", o)));
+        let target = Target {
+            flag: "scoring.bootstrap_output",
+            path: sc,
+            writes: Artifact::Dataset,
+        };
+        check(target, &reads, true)?;
+    }
     if let Some(bins) = cfg.bins_output() {
         if let Some(b) = local_path(&bins) {
             let mut reads = reads.clone();
             reads.extend(output.map(|o| ("job.output", o)));
+            reads.extend(scored.map(|o| ("scoring.bootstrap_output", o)));
             let target = Target {
                 flag: "bins.output",
                 path: b,
@@ -461,6 +476,26 @@ mod tests {
         refused(cfg(&out, &bins(&model)), "bins.output");
         check_outputs(&cfg(&out, &bins(&d.path().join("out-bins")))).unwrap();
         check_outputs(&cfg(&out, "")).unwrap();
+
+        // The bootstrap's scored corpus, and bins that would land in it.
+        let boot = |scored: &Path, extra: &str| {
+            let text = format!(
+                "[job]\nname = \"t\"\noutput = {:?}\n[input]\npaths = [{:?}]\nformat = \"czeng16\"\n[model]\ndir = {:?}\n[scoring]\nbootstrap = \"trigram\"\nbootstrap_output = {:?}\n{extra}",
+                out.display().to_string(),
+                input.display().to_string(),
+                model.display().to_string(),
+                scored.display().to_string(),
+            );
+            JobConfig::parse(&text, Path::new("t.toml")).unwrap()
+        };
+        refused(boot(&model.join("scored"), ""), "scoring.bootstrap_output");
+        refused(boot(&notes, ""), "scoring.bootstrap_output");
+        let scored = d.path().join("scored");
+        refused(
+            boot(&scored, &bins(&scored.join("bins"))),
+            "lies inside the input scoring.bootstrap_output",
+        );
+        check_outputs(&boot(&scored, &bins(&d.path().join("b")))).unwrap();
     }
 
     /// Reads a shard as a worker will.
