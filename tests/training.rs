@@ -689,7 +689,10 @@ fn every_neural_encoder_learns_saves_and_loads() {
     let stdout = train_cli("gran", &out, &[]);
     assert!(stdout.contains("model gran (dim 50)"), "{stdout}");
     // The card inside the directory: nothing measured, so no model-index.
-    let (meta, _) = paraforge_tests::read_card(&out.join("README.md"));
+    let (meta, body) = paraforge_tests::read_card(&out.join("README.md"));
+    // No --megabatch: a neural encoder on 600 pairs takes M = 1 (a
+    // mega-batch of 20 x 100 would be the whole corpus).
+    assert!(body.contains("| megabatch | 1 |"), "{body}");
     assert!(
         meta["tags"].as_array().unwrap().contains(&"gran".into()),
         "{meta:?}"

@@ -82,10 +82,12 @@ pub struct TrainArgs {
     #[arg(long)]
     word_dim: Option<usize>,
     /// Mini-batches per mega-batch (M): negatives come from M x batch-size
-    /// pairs (at most 1,000,000 pairs). 20 as Wieting and Gimpel (2018)
-    /// train; 1 turns mega-batching off.
-    #[arg(long, default_value_t = paraforge_trainer::DEFAULT_MEGABATCH)]
-    megabatch: usize,
+    /// pairs (at most 1,000,000 pairs); 1 turns mega-batching off. Default:
+    /// 20 (as Wieting and Gimpel (2018) train) for the averages; for a
+    /// neural encoder the largest M up to 20 whose mega-batch is at most a
+    /// twentieth of the pairs.
+    #[arg(long)]
+    megabatch: Option<usize>,
     #[arg(long, default_value_t = 100)]
     batch_size: usize,
     /// The margin delta (default 0.4; 1 for the Gaussian encoders, as
@@ -287,10 +289,7 @@ impl TrainArgs {
             ("--min-word-count", self.min_word_count.is_some()),
             ("--max-words", self.max_words.is_some()),
             ("--word-dim", self.word_dim.is_some()),
-            (
-                "--megabatch",
-                self.megabatch != paraforge_trainer::DEFAULT_MEGABATCH,
-            ),
+            ("--megabatch", self.megabatch.is_some()),
             ("--trigram-dim", self.trigram_dim.is_some()),
             ("--min-trigram-count", self.min_trigram_count.is_some()),
             ("--max-trigrams", self.max_trigrams.is_some()),

@@ -70,7 +70,8 @@ impl BootstrapSpec {
             min_word_count: self.kind.words().then_some(2),
             max_words: None,
             word_dim: None,
-            megabatch: o.megabatch,
+            // The averages' default M (crate::megabatch::auto).
+            megabatch: None,
             batch_size: o.batch_size,
             margin: None,
             lr: None,

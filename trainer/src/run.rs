@@ -112,7 +112,9 @@ pub struct TrainSpec {
     /// Word embedding size with `min_word_count` (default: the vectors'
     /// size, else 300).
     pub word_dim: Option<usize>,
-    pub megabatch: usize,
+    /// Mini-batches per mega-batch; None: [`crate::megabatch::auto`] of the
+    /// pairs trained on.
+    pub megabatch: Option<usize>,
     pub batch_size: usize,
     /// The margin delta (default: [`DEFAULT_MARGIN`], or the neural
     /// encoder's [`crate::neural::default_margin`]).
@@ -216,10 +218,11 @@ impl TrainSpec {
         at_most("--epochs", self.epochs, MAX_EPOCHS)?;
         at_most("--batch-size", self.batch_size, MAX_MEGABATCH_PAIRS)?;
         at_most("--shuffle-buffer", self.shuffle_buffer, MAX_SHUFFLE_BUFFER)?;
-        if self.megabatch.saturating_mul(self.batch_size) > MAX_MEGABATCH_PAIRS {
+        let m = self.megabatch.unwrap_or(1);
+        if m.saturating_mul(self.batch_size) > MAX_MEGABATCH_PAIRS {
             return Err(TrainError::Invalid(format!(
-                "--megabatch {} x --batch-size {}: more than the limit of {MAX_MEGABATCH_PAIRS} pairs a mega-batch",
-                self.megabatch, self.batch_size
+                "--megabatch {m} x --batch-size {}: more than the limit of {MAX_MEGABATCH_PAIRS} pairs a mega-batch",
+                self.batch_size
             )));
         }
         crate::options::check_margin_lr(self.margin(), self.lr())?;
@@ -392,6 +395,11 @@ impl TrainSpec {
         })
     }
 
+    /// M, once [`run`] has chosen it where none was given.
+    fn megabatch(&self) -> usize {
+        self.megabatch.unwrap_or(crate::DEFAULT_MEGABATCH)
+    }
+
     /// Adam's rate: `--lr`, else the encoder's default.
     fn lr(&self) -> f32 {
         self.lr.unwrap_or(match &self.model {
@@ -412,7 +420,7 @@ impl TrainSpec {
                 None => None,
             };
         Ok(TrainOptions {
-            megabatch: self.megabatch,
+            megabatch: self.megabatch(),
             batch_size: self.batch_size,
             margin: self.margin(),
             lr: self.lr(),
@@ -457,7 +465,7 @@ impl TrainSpec {
         let mut n = serde_json::json!({
             "data": self.data.display().to_string(),
             "init_vectors": self.init_vectors.as_ref().map(|p| p.display().to_string()),
-            "megabatch": self.megabatch, "batch_size": self.batch_size, "margin": self.margin(),
+            "megabatch": self.megabatch(), "batch_size": self.batch_size, "margin": self.margin(),
             "lr": self.lr(), "epochs": self.epochs, "seed": self.seed,
             "report": report,
         });
@@ -488,8 +496,19 @@ pub fn run(
     write_to: &Path,
     events: &mut dyn FnMut(Event),
 ) -> Result<TrainOutcome, TrainError> {
+    let mut spec = spec;
+    let source = PairSource::open_without(&spec.data, spec.without_fold)?;
+    if spec.megabatch.is_none() {
+        let neural = matches!(spec.model, Encoder::Neural(_));
+        let m = crate::megabatch::auto(source.rows(), spec.batch_size, neural);
+        tracing::info!(
+            pairs = source.rows(),
+            megabatch = m,
+            "mega-batch size from the corpus size"
+        );
+        spec.megabatch = Some(m);
+    }
     let s = &spec;
-    let source = PairSource::open_without(&s.data, s.without_fold)?;
     // Read now: a bad --sts is better found before training than after.
     let sts_sets = match &s.sts {
         Some(dir) => {
