@@ -32,6 +32,7 @@ pub mod paragram;
 pub mod paragram_run;
 mod run;
 pub mod train;
+mod unused;
 
 pub use model::{Kind, Model};
 pub use run::{
