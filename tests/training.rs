@@ -2123,7 +2123,8 @@ fn a_bootstrap_scorer_scores_each_fold_with_the_model_that_never_saw_it() {
     // Too few pairs: refused by count before any training.
     let small = dir.path().join("small");
     std::fs::create_dir(&small).unwrap();
-    paraforge_tests::scored_dataset_with(&small, 120, 1, "tiny-cs-en", 1);
+    let few = paraforge_tests::scored_dataset_with(&small, 120, 1, "tiny-cs-en", 1);
+    let outside_0 = few.iter().filter(|r| fold_of(&r.id, 2) != 0).count();
     let o = paraforge_tests::paraforge_cmd(&[
         "rescore".as_ref(),
         "--data".as_ref(),
@@ -2136,5 +2137,12 @@ fn a_bootstrap_scorer_scores_each_fold_with_the_model_that_never_saw_it() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(e.contains("it needs at least 100"), "{e}");
+    // Counted as training reads the data: every pair outside the fold.
+    assert!(
+        e.contains(&format!(
+            "without fold 0 of 2 would train on {outside_0} pairs"
+        )),
+        "{e}"
+    );
     assert!(!dir.path().join("small-out").exists());
 }

@@ -56,3 +56,15 @@ impl ScoreStep for Step {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The job config accepts the encoders by name before the trainer
+    /// sees them: every name it accepts must be one the trainer parses.
+    #[test]
+    fn every_bootstrap_the_config_accepts_is_an_encoder_the_trainer_has() {
+        for k in paraforge_job::config::BOOTSTRAP_KINDS {
+            assert!(k.parse::<paraforge_trainer::Kind>().is_ok(), "{k}");
+        }
+    }
+}

@@ -34,6 +34,16 @@ EDGE_CASES = [
 ]
 
 
+def generated_ids(ids: list, eos: int, pad: int) -> list:
+    """A generated sequence as the engine returns it: up to and including
+    eos, or without the padding of a batch's shorter rows."""
+    if eos in ids:
+        return ids[: ids.index(eos) + 1]
+    while ids and ids[-1] == pad:
+        ids.pop()
+    return ids
+
+
 def read_pairs(paths, limit_per_file):
     rows = []
     for p in paths:
@@ -148,12 +158,7 @@ def main() -> None:
                             break
                     scores.append(total / max(n, 1))
             for r, s in enumerate(batch):
-                ids = seqs[r].tolist()
-                if eos in ids:
-                    ids = ids[: ids.index(eos) + 1]
-                else:
-                    while ids and ids[-1] == pad:
-                        ids.pop()
+                ids = generated_ids(seqs[r].tolist(), eos, pad)
                 rows.append({"source": s, "tokens": ids, "score": scores[r], "text": tok.decode(ids, skip_special_tokens=True)})
         with open(out / f"generate-beam{nb}.jsonl", "w", encoding="utf-8") as f:
             for r in rows:
@@ -188,12 +193,7 @@ def controls(tok, model, args, out: Path) -> None:
                                    return_dict_in_generate=True, output_scores=True, **c)
             seqs = g.sequences[:, 1:]
             for r, s in enumerate(batch):
-                ids = seqs[r].tolist()
-                if eos in ids:
-                    ids = ids[: ids.index(eos) + 1]
-                else:
-                    while ids and ids[-1] == pad:
-                        ids.pop()
+                ids = generated_ids(seqs[r].tolist(), eos, pad)
                 score = float(g.sequences_scores[r]) if c["num_beams"] > 1 else None
                 rows.append({"settings": c, "source": s, "tokens": ids, "score": score})
     with open(out / "generate-controls.jsonl", "w", encoding="utf-8") as f:

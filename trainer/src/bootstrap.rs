@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 
 use paraforge_core::folds::Fold;
 
-use crate::data::PairSource;
 use crate::{Encoder, Event, Kind, TrainError, TrainOutcome, TrainSpec};
 
 pub use paraforge_core::folds::{DEFAULT_FOLDS, MIN_TRAIN_PAIRS as MIN_PAIRS};
@@ -108,13 +107,17 @@ impl BootstrapSpec {
                 self.folds
             )));
         }
+        // Each fold's training set is every pair outside it: one pass
+        // counts the pairs of each fold.
+        let (in_fold, without_id) = fold_sizes(&self.data, self.folds)?;
+        let total: u64 = in_fold.iter().sum::<u64>() + without_id;
         let mut pairs = Vec::new();
         for index in 0..self.folds {
             let fold = Fold {
                 index,
                 k: self.folds,
             };
-            let n = PairSource::open_without(&self.data, Some(fold))?.rows();
+            let n = total - in_fold[index as usize];
             if n < MIN_PAIRS {
                 return Err(TrainError::Invalid(format!(
                     "{}: the bootstrap scorer without {fold} would train on {n} pairs; it needs at least {MIN_PAIRS} (a corpus of about {} pairs)",
@@ -126,6 +129,29 @@ impl BootstrapSpec {
         }
         Ok(pairs)
     }
+}
+
+/// Rows of `data` in each of `k` folds, and rows without an id (in no
+/// fold: they train every fold's model, as `PairSource::open_without`
+/// keeps them).
+fn fold_sizes(data: &Path, k: u32) -> Result<(Vec<u64>, u64), TrainError> {
+    use arrow_array::{Array, StringArray};
+    use paraforge_core::schema::{col, column, PairReader};
+    let mut n = vec![0u64; k as usize];
+    let mut without_id = 0;
+    for f in paraforge_core::dataset::dataset_files(data)? {
+        for b in PairReader::open(&f, &[col::ID])? {
+            let b = b?;
+            let ids = column::<StringArray>(&b, col::ID, &f)?;
+            for i in 0..b.num_rows() {
+                match ids.is_null(i) {
+                    true => without_id += 1,
+                    false => n[paraforge_core::folds::fold_of(ids.value(i), k) as usize] += 1,
+                }
+            }
+        }
+    }
+    Ok((n, without_id))
 }
 
 /// Trains the k fold models into `dir/fold-i/` (`model.pfe` and its card
